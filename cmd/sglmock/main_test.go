@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestRunExitCodes(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{nil, 2, "", "Usage: sglmock <command>"},
+		{[]string{"help"}, 0, "Commands:", ""},
+		{[]string{"--help"}, 0, "Commands:", ""},
+		{[]string{"nosuch"}, 2, "", `unknown command "nosuch"`},
+		{[]string{"demo", "extra"}, 2, "", "takes no arguments"},
+		{[]string{"demo"}, 0, "45507", ""},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(tt.args, &stdout, &stderr)
+		if code != tt.wantCode {
+			t.Errorf("run(%q): got exit %d, want %d", tt.args, code, tt.wantCode)
+		}
+		if !strings.Contains(stdout.String(), tt.wantStdout) {
+			t.Errorf("run(%q): stdout %q lacks %q", tt.args, stdout.String(), tt.wantStdout)
+		}
+		if !strings.Contains(stderr.String(), tt.wantStderr) {
+			t.Errorf("run(%q): stderr %q lacks %q", tt.args, stderr.String(), tt.wantStderr)
+		}
+	}
+}
+
+func TestDemoShowsTheTrapAndTheFix(t *testing.T) {
+	var stdout bytes.Buffer
+	if code := run([]string{"demo"}, &stdout, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("demo: exit %d", code)
+	}
+	// The seed's 1k prompt: the unflushed second leg reuses 1406 of 1407
+	// tokens; after a flush it reuses none.
+	for _, row := range []string{
+		"1407                  b      false       1406            1",
+		"1407                  b       true          0         1407",
+	} {
+		if !strings.Contains(stdout.String(), row) {
+			t.Errorf("demo output lacks row %q:\n%s", row, stdout.String())
+		}
+	}
+}

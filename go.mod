@@ -1,0 +1,3 @@
+module sglmock
+
+go 1.26
