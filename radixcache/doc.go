@@ -1,0 +1,56 @@
+// Package radixcache is the token radix tree that SGLang's scheduler uses as
+// its prefix (KV) cache, as a pure data structure: no clock, no goroutines,
+// no I/O. It is not safe for concurrent use; the engine that owns it
+// serializes every call.
+//
+// # Model
+//
+// The tree stores token-id sequences ([]int32) in compressed form: each node
+// holds a run of tokens, and a path from the root spells a cached prefix. A
+// cached token stands for one KV-pool slot, so the tree's token count is the
+// KV memory the cache occupies.
+//
+// Every key lives in a namespace (SGLang's extra_key, cache_salt or LoRA
+// adapter). Keys in different namespaces never share a node, even when their
+// tokens agree.
+//
+// With a page size P > 1, matching and insertion work in whole pages: keys are
+// floored to a multiple of P, and two keys that differ anywhere inside a page
+// diverge at that page's start. A partial page never matches.
+//
+// # Operations, as SGLang defines them
+//
+//   - Match walks from the root and returns the matched length and the node
+//     where the match ends. A match that ends inside a node splits it there,
+//     so the returned node ends exactly at the match. Every node on the path,
+//     including a node that is then split, becomes most recently used. Match
+//     does not lock.
+//   - Insert walks like Match, splits where the key leaves the tree, adds the
+//     unmatched remainder as a new leaf and returns how many tokens already
+//     existed (the caller frees its duplicate KV slots).
+//   - Lock and Unlock (SGLang's inc_lock_ref and dec_lock_ref) count
+//     references on every node from a node up to the root. Tokens of nodes
+//     with a reference are protected; the rest are evictable.
+//   - Evict frees at least the asked number of tokens, or all it can, by
+//     deleting whole unlocked leaves, least recently used first, and
+//     cascading to parents that become unlocked leaves.
+//   - Reset empties the tree, as /flush_cache does.
+//
+// Recency is a logical counter that every Match and Insert advances, so
+// eviction order is a deterministic function of the operations: the mock must
+// be exact. Evictable leaves are kept in a heap ordered by recency, so Evict
+// never scans the tree.
+//
+// # What a scheduler may reuse
+//
+// SGLang never serves a whole prompt from the cache: the last token must be
+// computed to get logits. ReusablePrefixLen gives the longest prefix a
+// request may match: len-1 tokens, floored to a page multiple.
+//
+// # Handles
+//
+// A *Node returned by Match or Insert stays valid across later splits (a split
+// keeps the original node as the lower part) until the node is evicted or the
+// tree is reset. Lock and Unlock report a stale handle as an error instead of
+// corrupting counts.
+package radixcache

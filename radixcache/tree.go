@@ -1,0 +1,344 @@
+package radixcache
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Errors returned by Lock and Unlock.
+var (
+	// ErrStaleHandle reports a node that was evicted, or that belongs to a
+	// tree that was reset since, or to another tree.
+	ErrStaleHandle = errors.New("radixcache: stale node handle (evicted, reset or foreign)")
+	// ErrNotLocked reports an Unlock without a matching Lock.
+	ErrNotLocked = errors.New("radixcache: unlock of a node that is not locked")
+)
+
+// Node is a handle to a position in the tree: the end of a cached prefix.
+// Its fields belong to the tree.
+type Node struct {
+	parent   *Node
+	children map[string]*Node
+	key      []int32 // the tokens this node adds to its parent's prefix
+	end      int     // tokens from the root to the end of this node
+	ns       string
+	lockRef  int32
+	evicted  bool
+	heapIdx  int    // position in the evictable-leaf heap, -1 when absent
+	tick     uint64 // logical time of last access
+	seq      uint64 // creation order; breaks recency ties
+	epoch    uint64 // the tree's epoch at creation; Reset makes older nodes stale
+	tree     *Tree
+}
+
+// PrefixLen is the number of tokens from the root to the end of n: the
+// length of the cached prefix that n ends.
+func (n *Node) PrefixLen() int { return n.end }
+
+// Stats are the tree's token and node counts.
+type Stats struct {
+	Tokens    int // cached tokens: Evictable + Protected
+	Evictable int // tokens in nodes no request holds
+	Protected int // tokens in nodes a request holds (lock count > 0)
+	Nodes     int // nodes, the root excluded
+}
+
+// Tree is a radix tree over token ids with SGLang's prefix-cache rules.
+// The zero value is not usable; call New.
+type Tree struct {
+	pageSize  int
+	root      *Node
+	epoch     uint64
+	tick      uint64
+	seq       uint64
+	evictable int
+	protected int
+	nodes     int
+	leaves    leafHeap
+	scratch   []byte // builds root-level child keys without allocating
+}
+
+// New returns an empty tree that matches and inserts in pages of pageSize
+// tokens (SGLang's --page-size; 1 means token granularity).
+func New(pageSize int) (*Tree, error) {
+	if pageSize < 1 {
+		return nil, fmt.Errorf("radixcache: page size must be >= 1, got %d", pageSize)
+	}
+	t := &Tree{pageSize: pageSize}
+	t.Reset()
+	return t, nil
+}
+
+// PageSize returns the tree's page size in tokens.
+func (t *Tree) PageSize() int { return t.pageSize }
+
+// Reset empties the tree. Handles from before the reset become stale.
+func (t *Tree) Reset() {
+	t.epoch++
+	t.root = &Node{lockRef: 1, heapIdx: -1, epoch: t.epoch, tree: t}
+	t.evictable, t.protected, t.nodes = 0, 0, 0
+	t.leaves = nil
+}
+
+// Stats returns the current counts.
+func (t *Tree) Stats() Stats {
+	return Stats{
+		Tokens:    t.evictable + t.protected,
+		Evictable: t.evictable,
+		Protected: t.protected,
+		Nodes:     t.nodes,
+	}
+}
+
+// ReusablePrefixLen is the longest prefix of an n-token sequence that a
+// request may take from the cache in a tree with this page size.
+func (t *Tree) ReusablePrefixLen(n int) int { return ReusablePrefixLen(n, t.pageSize) }
+
+// ReusablePrefixLen is the longest prefix of an n-token sequence that SGLang
+// lets a request take from the cache: n-1 tokens, because the last token must
+// be computed to produce logits, floored to a multiple of pageSize because a
+// partial page never matches.
+func ReusablePrefixLen(n, pageSize int) int {
+	if n <= 1 || pageSize < 1 {
+		return 0
+	}
+	m := n - 1
+	return m - m%pageSize
+}
+
+// Match returns the length of the longest cached prefix of key in namespace
+// ns, and the node where it ends (the root when nothing matches). The key is
+// first floored to whole pages. Every node on the path becomes most recently
+// used. Match does not lock the result.
+func (t *Tree) Match(ns string, key []int32) (int, *Node) {
+	key = key[:t.floorPage(len(key))]
+	t.tick++
+	node, matched := t.root, 0
+	for len(key) > 0 {
+		child := t.child(node, ns, key)
+		if child == nil {
+			break
+		}
+		t.touch(child)
+		p := t.commonPrefix(child.key, key)
+		matched += p
+		if p < len(child.key) {
+			node = t.split(child, p)
+			break
+		}
+		node, key = child, key[p:]
+	}
+	return matched, node
+}
+
+// Insert caches key in namespace ns and returns how many of its leading
+// tokens were cached already, and the node where key ends. The key is first
+// floored to whole pages; a trailing partial page is not cached. Every node on
+// the path becomes most recently used.
+func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
+	key = key[:t.floorPage(len(key))]
+	t.tick++
+	node := t.root
+	for len(key) > 0 {
+		child := t.child(node, ns, key)
+		if child == nil {
+			break
+		}
+		t.touch(child)
+		p := t.commonPrefix(child.key, key)
+		existed += p
+		key = key[p:]
+		if p < len(child.key) {
+			node = t.split(child, p)
+			break
+		}
+		node = child
+	}
+	if len(key) == 0 {
+		return existed, node
+	}
+	leaf := t.newNode(node, ns, slices.Clone(key))
+	leaf.end = node.end + len(key)
+	if node.children == nil {
+		node.children = make(map[string]*Node, 1)
+	}
+	node.children[string(t.childKey(node, ns, key))] = leaf
+	t.evictable += len(key)
+	t.nodes++
+	t.updateLeafStatus(node)
+	t.updateLeafStatus(leaf)
+	return existed, leaf
+}
+
+// Lock adds a reference to n and every ancestor, protecting their tokens from
+// eviction (SGLang's inc_lock_ref). The root is always locked.
+func (t *Tree) Lock(n *Node) error {
+	if err := t.check(n); err != nil {
+		return err
+	}
+	for x := n; x != t.root; x = x.parent {
+		if x.lockRef == 0 {
+			t.evictable -= len(x.key)
+			t.protected += len(x.key)
+		}
+		x.lockRef++
+		t.updateLeafStatus(x)
+	}
+	return nil
+}
+
+// Unlock removes a reference added by Lock (SGLang's dec_lock_ref).
+func (t *Tree) Unlock(n *Node) error {
+	if err := t.check(n); err != nil {
+		return err
+	}
+	if n != t.root && n.lockRef == 0 {
+		return ErrNotLocked
+	}
+	for x := n; x != t.root; x = x.parent {
+		x.lockRef--
+		if x.lockRef == 0 {
+			t.evictable += len(x.key)
+			t.protected -= len(x.key)
+		}
+		t.updateLeafStatus(x)
+	}
+	return nil
+}
+
+// Evict deletes unlocked leaves, least recently used first, until at least
+// n tokens are freed or nothing evictable remains, and returns the number of
+// tokens freed. Whole nodes are deleted, so it may free more than n. A parent
+// left as an unlocked leaf becomes a candidate in turn.
+func (t *Tree) Evict(n int) int {
+	freed := 0
+	for freed < n && len(t.leaves) > 0 {
+		x := heap.Pop(&t.leaves).(*Node)
+		parent := x.parent
+		delete(parent.children, string(t.childKey(parent, x.ns, x.key)))
+		freed += len(x.key)
+		t.evictable -= len(x.key)
+		t.nodes--
+		x.evicted = true
+		x.parent = nil
+		t.updateLeafStatus(parent)
+	}
+	return freed
+}
+
+func (t *Tree) check(n *Node) error {
+	if n == nil || n.tree != t || n.epoch != t.epoch || n.evicted {
+		return ErrStaleHandle
+	}
+	return nil
+}
+
+func (t *Tree) floorPage(n int) int { return n - n%t.pageSize }
+
+func (t *Tree) newNode(parent *Node, ns string, key []int32) *Node {
+	t.seq++
+	return &Node{
+		parent:  parent,
+		key:     key,
+		ns:      ns,
+		heapIdx: -1,
+		tick:    t.tick,
+		seq:     t.seq,
+		epoch:   t.epoch,
+		tree:    t,
+	}
+}
+
+// child returns the child of parent whose first page equals key's, or nil.
+func (t *Tree) child(parent *Node, ns string, key []int32) *Node {
+	return parent.children[string(t.childKey(parent, ns, key))]
+}
+
+// childKey is the map key of the child of parent that starts with key's
+// first page. Root-level keys carry the namespace, so namespaces never share
+// a node; below the root every node inherits its parent's namespace. The
+// returned bytes are only valid until the next call.
+func (t *Tree) childKey(parent *Node, ns string, key []int32) []byte {
+	page := asBytes(key[:t.pageSize])
+	if parent != t.root {
+		return page
+	}
+	b := binary.AppendUvarint(t.scratch[:0], uint64(len(ns)))
+	b = append(b, ns...)
+	b = append(b, page...)
+	t.scratch = b
+	return b
+}
+
+// touch makes x most recently used.
+func (t *Tree) touch(x *Node) {
+	x.tick = t.tick
+	if x.heapIdx >= 0 {
+		heap.Fix(&t.leaves, x.heapIdx)
+	}
+}
+
+// split cuts child after p tokens and returns the new upper node. The
+// original node keeps the lower part, so handles to it stay valid; the upper
+// node inherits the lock count, so protected and evictable sizes are
+// unchanged.
+func (t *Tree) split(child *Node, p int) *Node {
+	parent := child.parent
+	upper := t.newNode(parent, child.ns, slices.Clone(child.key[:p]))
+	upper.end = child.end - len(child.key) + p
+	upper.lockRef = child.lockRef
+	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
+	child.key = slices.Clone(child.key[p:])
+	child.parent = upper
+	upper.children = map[string]*Node{string(t.childKey(upper, child.ns, child.key)): child}
+	t.nodes++
+	return upper
+}
+
+// updateLeafStatus keeps the invariant: x is in the evictable-leaf heap
+// exactly when it is not the root, has no lock and has no children.
+func (t *Tree) updateLeafStatus(x *Node) {
+	want := x != t.root && x.lockRef == 0 && len(x.children) == 0
+	switch {
+	case want && x.heapIdx < 0:
+		heap.Push(&t.leaves, x)
+	case !want && x.heapIdx >= 0:
+		heap.Remove(&t.leaves, x.heapIdx)
+	}
+}
+
+// leafHeap orders evictable leaves least recently used first.
+type leafHeap []*Node
+
+func (h leafHeap) Len() int { return len(h) }
+
+func (h leafHeap) Less(i, j int) bool {
+	if h[i].tick != h[j].tick {
+		return h[i].tick < h[j].tick
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h leafHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+
+func (h *leafHeap) Push(x any) {
+	n := x.(*Node)
+	n.heapIdx = len(*h)
+	*h = append(*h, n)
+}
+
+func (h *leafHeap) Pop() any {
+	old := *h
+	n := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	n.heapIdx = -1
+	return n
+}
