@@ -1,0 +1,174 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Special token ids.
+const (
+	EOS     int32 = 256 // end of text
+	IMStart int32 = 257 // start of a chat message
+	IMEnd   int32 = 258 // end of a chat message
+
+	firstPiece  = 1024
+	maxLetters  = 6
+	alphabetLen = 26
+)
+
+var specials = []struct {
+	id   int32
+	text string
+}{
+	{EOS, "<|endoftext|>"},
+	{IMStart, "<|im_start|>"},
+	{IMEnd, "<|im_end|>"},
+}
+
+// blockStart[k] is the number of letter runs shorter than k letters, so runs of
+// k letters occupy codes blockStart[k] .. blockStart[k+1]-1.
+var blockStart = func() [maxLetters + 2]int64 {
+	var b [maxLetters + 2]int64
+	size := int64(1)
+	for k := 1; k <= maxLetters+1; k++ {
+		b[k] = b[k-1]
+		if k > 1 {
+			b[k] += size
+		}
+		size *= alphabetLen
+	}
+	return b
+}()
+
+// VocabSize is one past the largest id the tokenizer produces or decodes.
+var VocabSize = int64(firstPiece) + 4*blockStart[maxLetters+1]
+
+// letterIndex maps a letter of either case to 0..25, anything else to -1.
+var letterIndex = func() [256]int8 {
+	var t [256]int8
+	for i := range t {
+		t[i] = -1
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = int8(c - 'a')
+		t[c-'a'+'A'] = int8(c - 'a')
+	}
+	return t
+}()
+
+func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
+
+func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
+
+// Encode appends the token ids of text to dst and returns the result.
+func Encode(dst []int32, text string) []int32 {
+	for i := 0; i < len(text); {
+		c := text[i]
+		if c == '<' {
+			if id, n := special(text[i:]); n > 0 {
+				dst = append(dst, id)
+				i += n
+				continue
+			}
+		}
+		space := 0
+		if c == ' ' && i+1 < len(text) && letterIndex[text[i+1]] >= 0 {
+			space = 1
+		} else if letterIndex[c] < 0 {
+			dst = append(dst, int32(c))
+			i++
+			continue
+		}
+		// A piece: optional space, a letter of either case, then up to
+		// five lower-case letters.
+		j := i + space
+		capital := isUpper(text[j])
+		code := int64(letterIndex[text[j]])
+		j++
+		n := 1
+		for j < len(text) && n < maxLetters && isLower(text[j]) {
+			code = code*alphabetLen + int64(text[j]-'a')
+			j++
+			n++
+		}
+		dst = append(dst, pieceID(code, n, capital, space == 1))
+		i = j
+	}
+	return dst
+}
+
+func special(s string) (int32, int) {
+	for _, sp := range specials {
+		if strings.HasPrefix(s, sp.text) {
+			return sp.id, len(sp.text)
+		}
+	}
+	return 0, 0
+}
+
+func pieceID(code int64, n int, capital, space bool) int32 {
+	id := int64(firstPiece) + 4*(blockStart[n]+code)
+	if capital {
+		id += 2
+	}
+	if space {
+		id++
+	}
+	return int32(id)
+}
+
+// AppendDecode appends the text of one token id to dst. An id outside the
+// vocabulary decodes as "<|unk_ID|>", so decoding never fails.
+func AppendDecode(dst []byte, id int32) []byte {
+	switch {
+	case id >= 0 && id < 256:
+		return append(dst, byte(id))
+	case id >= 256 && id < firstPiece:
+		for _, sp := range specials {
+			if sp.id == id {
+				return append(dst, sp.text...)
+			}
+		}
+		return fmt.Appendf(dst, "<|reserved_%d|>", id)
+	case int64(id) >= firstPiece && int64(id) < VocabSize:
+		v := int64(id) - firstPiece
+		if v&1 == 1 {
+			dst = append(dst, ' ')
+		}
+		capital := v&2 == 2
+		v /= 4
+		n := 1
+		for v >= blockStart[n+1] {
+			n++
+		}
+		code := v - blockStart[n]
+		start := len(dst)
+		for range n {
+			dst = append(dst, 0)
+		}
+		for k := n - 1; k >= 0; k-- {
+			dst[start+k] = byte('a' + code%alphabetLen)
+			code /= alphabetLen
+		}
+		if capital {
+			dst[start] -= 'a' - 'A'
+		}
+		return dst
+	default:
+		return fmt.Appendf(dst, "<|unk_%d|>", id)
+	}
+}
+
+// Decode returns the text of ids.
+func Decode(ids []int32) string {
+	var b []byte
+	for _, id := range ids {
+		b = AppendDecode(b, id)
+	}
+	return string(b)
+}
+
+// Count returns the number of tokens in text without keeping them.
+func Count(text string) int {
+	return len(Encode(nil, text))
+}

@@ -1,0 +1,207 @@
+package tokenizer
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// english is a plain English passage for the tokens-per-word rate.
+const english = `The two-point method is a textbook technique for measuring decode speed. ` +
+	`You send two requests with the same prompt but different output lengths, subtract the ` +
+	`times, and divide by the difference in tokens. It assumes that each request is independent ` +
+	`of the other. A server with a prefix cache breaks that assumption quietly: the second request ` +
+	`finds the prompt already computed and skips the whole prefill, so it finishes sooner than the ` +
+	`first one, even though it produced more tokens. Nothing crashes and nothing warns; the numbers ` +
+	`simply stop making sense. The remedy is to flush the cache between the two requests, and to ` +
+	`put a random nonce at the start of every prompt so that no earlier run can match it.`
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	tests := []string{
+		"",
+		"a",
+		"Hello world",
+		" leading space",
+		"trailing space ",
+		"two  spaces",
+		"extraordinarily long words split",
+		"digits 12345 and punctuation!?",
+		"line\nbreaks\tand tabs",
+		"unicode: naïve café 日本",
+		"<|im_start|>user\nhi<|im_end|>\n",
+		"not special: <|im_", // a cut special is plain bytes
+		"3f2a9c1e-7b4d-4e0a-9c55-0123456789ab nonce",
+		english,
+	}
+	for _, text := range tests {
+		ids := Encode(nil, text)
+		if got := Decode(ids); got != text {
+			t.Errorf("Decode(Encode(%q)): got %q", text, got)
+		}
+		for _, id := range ids {
+			if id < 0 || int64(id) >= VocabSize {
+				t.Errorf("Encode(%q): id %d outside [0, %d)", text, id, VocabSize)
+			}
+		}
+	}
+}
+
+func TestEncodeSplits(t *testing.T) {
+	tests := []struct {
+		text string
+		want []string // decoded pieces
+	}{
+		{"Hello world", []string{"Hello", " world"}},
+		{"extraordinary", []string{"extrao", "rdinar", "y"}},
+		{"HTTP McDonald", []string{"H", "T", "T", "P", " Mc", "Donald"}},
+		{"a, b.", []string{"a", ",", " b", "."}},
+		{"x  y", []string{"x", " ", " y"}},
+		{"42", []string{"4", "2"}},
+		{"<|im_start|>system\n", []string{"<|im_start|>", "system", "\n"}},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, id := range Encode(nil, tt.text) {
+			got = append(got, Decode([]int32{id}))
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Encode(%q): got pieces %q, want %q", tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestSpecialTokens(t *testing.T) {
+	got := Encode(nil, "<|endoftext|><|im_start|><|im_end|>")
+	if want := []int32{EOS, IMStart, IMEnd}; !slices.Equal(got, want) {
+		t.Fatalf("specials: got %v, want %v", got, want)
+	}
+}
+
+func TestDecodeOutOfVocabulary(t *testing.T) {
+	tests := []struct {
+		id   int32
+		want string
+	}{
+		{-1, "<|unk_-1|>"},
+		{300, "<|reserved_300|>"},
+		{int32(VocabSize), "<|unk_" + strconv.FormatInt(VocabSize, 10) + "|>"},
+	}
+	for _, tt := range tests {
+		if got := Decode([]int32{tt.id}); got != tt.want {
+			t.Errorf("Decode(%d): got %q, want %q", tt.id, got, tt.want)
+		}
+	}
+}
+
+func TestPrefixStable(t *testing.T) {
+	full := Encode(nil, english)
+	for cut := 0; cut <= len(english); cut++ {
+		prefix := Encode(nil, english[:cut])
+		// All but the last piece of the prefix's tokens are the full text's.
+		keep := max(len(prefix)-1, 0)
+		if !slices.Equal(prefix[:keep], full[:keep]) {
+			t.Fatalf("cut at %d: prefix tokens diverge before the last piece", cut)
+		}
+	}
+}
+
+func TestTokensPerWord(t *testing.T) {
+	words := len(strings.Fields(english))
+	tokens := Count(english)
+	rate := float64(tokens) / float64(words)
+	// About 1.3 tokens a word is the target: 163 tokens for 122 words.
+	if words != 122 || tokens != 163 {
+		t.Fatalf("got %d words and %d tokens (%.3f per word), want 122 and 163 (1.336)", words, tokens, rate)
+	}
+}
+
+func TestOutputRoundTrips(t *testing.T) {
+	for _, h := range []uint64{0, 1, PromptHash([]int32{1, 2, 3}), PromptHash(Encode(nil, english))} {
+		var ids []int32
+		for i := range 500 {
+			ids = append(ids, OutputToken(h, i))
+		}
+		text := Decode(ids)
+		if got := Encode(nil, text); !slices.Equal(got, ids) {
+			t.Fatalf("hash %d: re-tokenized output differs from the generated ids:\n%q", h, text)
+		}
+		if text[0] < 'A' || text[0] > 'Z' {
+			t.Fatalf("hash %d: output %q does not start with a capital", h, text[:20])
+		}
+	}
+}
+
+func TestOutputDeterministicPerPrompt(t *testing.T) {
+	a, b := PromptHash([]int32{5, 6, 7}), PromptHash([]int32{5, 6, 8})
+	if a == PromptHash([]int32{5, 6}) || a == b {
+		t.Fatal("distinct prompts share a hash")
+	}
+	same := 0
+	for i := range 100 {
+		if OutputToken(a, i) != OutputToken(a, i) {
+			t.Fatalf("position %d: the same prompt gave two tokens", i)
+		}
+		if OutputToken(a, i) == OutputToken(b, i) {
+			same++
+		}
+	}
+	if same > 20 {
+		t.Fatalf("different prompts agree on %d of 100 output tokens, want few", same)
+	}
+}
+
+func TestMultiTurnChatExtendsThePrompt(t *testing.T) {
+	turn1 := []Message{{"system", "You are terse."}, {"user", "Say something."}}
+	prompt1 := Encode(nil, ApplyChatTemplate(turn1, true))
+	h := PromptHash(prompt1)
+	var answer []int32
+	for i := range 12 {
+		answer = append(answer, OutputToken(h, i))
+	}
+	turn2 := append(turn1, Message{"assistant", Decode(answer)}, Message{"user", "More."})
+	prompt2 := Encode(nil, ApplyChatTemplate(turn2, true))
+	want := append(slices.Clone(prompt1), answer...)
+	if !slices.Equal(prompt2[:len(want)], want) {
+		t.Fatalf("turn 2 prompt does not start with turn 1 prompt + answer")
+	}
+}
+
+func TestApplyChatTemplate(t *testing.T) {
+	got := ApplyChatTemplate([]Message{{"user", "Hi"}}, true)
+	want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// BenchmarkEncode reports tokenizer throughput and its ratio to bytes.Count
+// over the same text (a single vectorized pass: the floor for any scan).
+func BenchmarkEncode(b *testing.B) {
+	var sb strings.Builder
+	for sb.Len() < 1<<20 {
+		sb.WriteString(english)
+		sb.WriteByte('\n')
+	}
+	text := sb.String()
+	raw := []byte(text)
+	dst := make([]int32, 0, len(text))
+	var encodeNs, countNs int64
+	var sink int
+	for b.Loop() {
+		b.StopTimer()
+		start := time.Now().UnixNano()
+		sink += bytes.Count(raw, []byte{'\n'})
+		countNs += time.Now().UnixNano() - start
+		b.StartTimer()
+		start = time.Now().UnixNano()
+		dst = Encode(dst[:0], text)
+		encodeNs += time.Now().UnixNano() - start
+	}
+	b.SetBytes(int64(len(text)))
+	b.ReportMetric(float64(encodeNs)/float64(countNs), "x-bytes.Count")
+	b.ReportMetric(float64(len(text))*float64(b.N)/(float64(encodeNs)/1e9)/1e6, "MB/s")
+	_ = sink
+}
