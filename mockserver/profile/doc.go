@@ -1,0 +1,38 @@
+// Package profile describes a simulated deployment — a model on given
+// hardware — as a YAML file: its limits (context length, KV pool, page size,
+// chunked prefill, batch bounds), what each scheduler iteration costs, and how
+// speculative decoding accepts drafts. Every cost is a pure function of token
+// counts and batch state, so the engine's timings are exact and a test can
+// predict them.
+//
+// # Cost model
+//
+// One prefill chunk of m new tokens for a request whose KV already holds p
+// tokens costs
+//
+//	overhead + per_token*m + attention*m*(p + m/2)
+//
+// (the last term is attention over the prefix and causally within the
+// chunk; summed over the chunks of one prompt it is attention*n²/2 whatever
+// the chunking, while each chunk pays one overhead). A prefill batch costs the
+// sum of its chunks. One decode round over B running requests with contexts
+// summing to C costs
+//
+//	step_overhead + per_seq*B + per_ctx_token*C
+//
+// and under speculative decoding one draft+verify round costs
+// round_cost_factor times that, while each request gains k tokens,
+// 1 <= k <= num_steps+1, with P(draft i accepted | drafts before it
+// accepted) = accept_probs[i]. Measured tables (tokens -> seconds,
+// interpolated piecewise-linearly and monotonically) may replace the
+// per-token prefill terms or the per-context decode term; the built-in
+// kimi-k2.6-rtx6000 needs one, since its measured decode rounds are not
+// linear in context.
+//
+// # Files
+//
+// Built-in profiles are embedded from builtin/*.yaml. Unknown keys and
+// impossible values are errors that name the field and the value. The
+// evaluator (Profile.Expect) predicts a lone request's TTFT, decode time and
+// steady-state decode rate from the same functions the engine charges.
+package profile

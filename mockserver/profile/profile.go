@@ -1,0 +1,287 @@
+package profile
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Profile is a served model on given hardware: its limits, what each
+// scheduler iteration costs, and how speculative decoding behaves.
+type Profile struct {
+	Name               string `yaml:"name"`
+	Description        string `yaml:"description"`
+	ServedModelName    string `yaml:"served_model_name"`
+	ContextLength      int    `yaml:"context_length"`
+	MaxTotalTokens     int    `yaml:"max_total_tokens"`     // KV pool size
+	PageSize           int    `yaml:"page_size"`            // radix cache granularity
+	ChunkedPrefillSize int    `yaml:"chunked_prefill_size"` // -1 disables chunking
+	MaxPrefillTokens   int    `yaml:"max_prefill_tokens"`   // tokens per prefill batch
+	MaxRunningRequests int    `yaml:"max_running_requests"`
+
+	Prefill     PrefillCost  `yaml:"prefill"`
+	Decode      DecodeCost   `yaml:"decode"`
+	Speculative *Speculative `yaml:"speculative,omitempty"`
+
+	Seed   uint64  `yaml:"seed"`
+	Jitter float64 `yaml:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
+}
+
+// PrefillCost is the cost of one prefill chunk of m new tokens for a request
+// whose KV already holds p tokens:
+//
+//	overhead + per_token*m + attention*m*(p + m/2)
+//
+// or, with a table T of cold-prefill compute time (overhead excluded):
+//
+//	overhead + T(p+m) - T(p)
+type PrefillCost struct {
+	OverheadS  float64 `yaml:"overhead_s"`
+	PerTokenS  float64 `yaml:"per_token_s"`
+	AttentionS float64 `yaml:"attention_s"`
+	Table      Table   `yaml:"table,omitempty"`
+}
+
+// DecodeCost is the cost of one decode round over a running batch of B
+// requests whose contexts sum to C tokens:
+//
+//	step_overhead + per_seq*B + per_ctx_token*C
+//
+// or, with a table T over C, step_overhead + per_seq*B + T(C). Under
+// speculative decoding the round is one draft+verify pass and costs
+// round_cost_factor times this.
+type DecodeCost struct {
+	StepOverheadS float64 `yaml:"step_overhead_s"`
+	PerSeqS       float64 `yaml:"per_seq_s"`
+	PerCtxTokenS  float64 `yaml:"per_ctx_token_s"`
+	CtxTable      Table   `yaml:"ctx_table,omitempty"`
+}
+
+// Speculative configures speculative decoding as SGLang's flags do. In each
+// round a request gains k tokens, 1 <= k <= num_steps+1: the draft at
+// position i is accepted with probability accept_probs[i] given that every
+// earlier one was, and the target model adds one bonus token.
+type Speculative struct {
+	Algorithm       string    `yaml:"algorithm"`
+	NumSteps        int       `yaml:"num_steps"`
+	EagleTopK       int       `yaml:"eagle_topk"`
+	NumDraftTokens  int       `yaml:"num_draft_tokens"`
+	AcceptProbs     []float64 `yaml:"accept_probs"`
+	RoundCostFactor float64   `yaml:"round_cost_factor"`
+}
+
+// Algorithms are the speculative algorithm names, spelled as SGLang spells them.
+var Algorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DDTREE"}
+
+// Table is a monotone piecewise-linear function given by [tokens, seconds]
+// points with strictly increasing tokens and non-decreasing seconds. It is 0
+// at 0 tokens, linear between points and extends with its last slope.
+type Table [][2]float64
+
+// At evaluates the table at x tokens.
+func (t Table) At(x float64) float64 {
+	if len(t) == 0 || x <= 0 {
+		return 0
+	}
+	x0, y0 := 0.0, 0.0
+	for _, pt := range t {
+		if x <= pt[0] {
+			return y0 + (pt[1]-y0)*(x-x0)/(pt[0]-x0)
+		}
+		x0, y0 = pt[0], pt[1]
+	}
+	// Past the last point: extend the last segment's slope.
+	px, py := 0.0, 0.0
+	if len(t) > 1 {
+		px, py = t[len(t)-2][0], t[len(t)-2][1]
+	}
+	return y0 + (y0-py)/(x0-px)*(x-x0)
+}
+
+//go:embed builtin/*.yaml
+var builtinFS embed.FS
+
+// Builtin is a built-in profile's name and one-line description.
+type Builtin struct {
+	Name, Description string
+}
+
+// Builtins lists the built-in profiles, sorted by name.
+func Builtins() []Builtin {
+	entries, err := builtinFS.ReadDir("builtin")
+	if err != nil {
+		panic(err) // the embedded directory is part of the binary
+	}
+	var out []Builtin
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".yaml")
+		p, err := builtin(name)
+		if err != nil {
+			panic(fmt.Sprintf("built-in profile %s: %v", name, err))
+		}
+		out = append(out, Builtin{p.Name, p.Description})
+	}
+	return out
+}
+
+// BuiltinYAML returns the YAML text of a built-in profile.
+func BuiltinYAML(name string) ([]byte, error) {
+	b, err := builtinFS.ReadFile("builtin/" + name + ".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("no built-in profile %q (built-ins: %s)", name, builtinNames())
+	}
+	return b, nil
+}
+
+func builtinNames() string {
+	var names []string
+	for _, b := range Builtins() {
+		names = append(names, b.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func builtin(name string) (*Profile, error) {
+	b, err := BuiltinYAML(name)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(bytes.NewReader(b), name)
+}
+
+// Load returns a built-in profile by name, or reads a profile file when the
+// argument is a path (it contains a path separator or ends in .yaml/.yml).
+func Load(nameOrPath string) (*Profile, error) {
+	if !strings.ContainsRune(nameOrPath, os.PathSeparator) && !strings.ContainsRune(nameOrPath, '/') &&
+		!strings.HasSuffix(nameOrPath, ".yaml") && !strings.HasSuffix(nameOrPath, ".yml") {
+		return builtin(nameOrPath)
+	}
+	f, err := os.Open(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("profile: %w", err)
+	}
+	defer f.Close()
+	base := strings.TrimSuffix(filepath.Base(nameOrPath), filepath.Ext(nameOrPath))
+	return Parse(f, base)
+}
+
+// Parse reads a profile from YAML and validates it. Unknown keys are errors.
+// defaultName names the profile when the YAML has no name.
+func Parse(r io.Reader, defaultName string) (*Profile, error) {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("profile %q: empty document", defaultName)
+		}
+		return nil, fmt.Errorf("profile %q: %w", defaultName, err)
+	}
+	if p.Name == "" {
+		p.Name = defaultName
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// YAML renders the profile as YAML.
+func (p *Profile) YAML() []byte {
+	b, err := yaml.Marshal(p)
+	if err != nil {
+		panic(err) // a Profile always marshals
+	}
+	return b
+}
+
+// Validate checks every field and names the first one that is impossible.
+func (p *Profile) Validate() error {
+	v := validator{profile: p.Name}
+	v.check(p.Name != "", "name", p.Name, "must not be empty")
+	v.check(p.ServedModelName != "", "served_model_name", p.ServedModelName, "must not be empty")
+	v.check(p.ContextLength >= 2, "context_length", p.ContextLength, "must be >= 2")
+	v.check(p.PageSize >= 1, "page_size", p.PageSize, "must be >= 1")
+	v.check(p.MaxTotalTokens >= p.ContextLength, "max_total_tokens", p.MaxTotalTokens,
+		fmt.Sprintf("must be >= context_length (%d): the KV pool must hold one full-length request", p.ContextLength))
+	if p.ChunkedPrefillSize != -1 {
+		v.check(p.ChunkedPrefillSize >= 1, "chunked_prefill_size", p.ChunkedPrefillSize, "must be -1 (off) or >= 1")
+		if p.PageSize >= 1 {
+			v.check(p.ChunkedPrefillSize%p.PageSize == 0, "chunked_prefill_size", p.ChunkedPrefillSize,
+				fmt.Sprintf("must be a multiple of page_size (%d)", p.PageSize))
+		}
+	}
+	v.check(p.MaxPrefillTokens >= 1, "max_prefill_tokens", p.MaxPrefillTokens, "must be >= 1")
+	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
+	v.cost("prefill.overhead_s", p.Prefill.OverheadS)
+	v.cost("prefill.per_token_s", p.Prefill.PerTokenS)
+	v.cost("prefill.attention_s", p.Prefill.AttentionS)
+	if len(p.Prefill.Table) > 0 {
+		v.check(p.Prefill.PerTokenS == 0 && p.Prefill.AttentionS == 0, "prefill.table", "(set)",
+			"replaces per_token_s and attention_s: set one or the other")
+		v.table("prefill.table", p.Prefill.Table)
+	}
+	v.cost("decode.step_overhead_s", p.Decode.StepOverheadS)
+	v.cost("decode.per_seq_s", p.Decode.PerSeqS)
+	v.cost("decode.per_ctx_token_s", p.Decode.PerCtxTokenS)
+	if len(p.Decode.CtxTable) > 0 {
+		v.check(p.Decode.PerCtxTokenS == 0, "decode.ctx_table", "(set)",
+			"replaces per_ctx_token_s: set one or the other")
+		v.table("decode.ctx_table", p.Decode.CtxTable)
+	}
+	v.check(p.Jitter >= 0 && p.Jitter < 1, "jitter", p.Jitter, "must be in [0, 1)")
+	if s := p.Speculative; s != nil {
+		v.check(slices.Contains(Algorithms, s.Algorithm), "speculative.algorithm", s.Algorithm,
+			"must be one of "+strings.Join(Algorithms, ", "))
+		v.check(s.NumSteps >= 1, "speculative.num_steps", s.NumSteps, "must be >= 1")
+		v.check(s.EagleTopK >= 1, "speculative.eagle_topk", s.EagleTopK, "must be >= 1")
+		if s.EagleTopK == 1 {
+			v.check(s.NumDraftTokens == s.NumSteps+1, "speculative.num_draft_tokens", s.NumDraftTokens,
+				fmt.Sprintf("must be num_steps+1 (%d) when eagle_topk is 1", s.NumSteps+1))
+		} else {
+			v.check(s.NumDraftTokens >= 2, "speculative.num_draft_tokens", s.NumDraftTokens, "must be >= 2")
+		}
+		v.check(len(s.AcceptProbs) == s.NumSteps, "speculative.accept_probs", len(s.AcceptProbs),
+			fmt.Sprintf("must have num_steps (%d) entries", s.NumSteps))
+		for i, a := range s.AcceptProbs {
+			v.check(a >= 0 && a <= 1, fmt.Sprintf("speculative.accept_probs[%d]", i), a, "must be in [0, 1]")
+		}
+		v.check(s.RoundCostFactor > 0 && !math.IsInf(s.RoundCostFactor, 0), "speculative.round_cost_factor",
+			s.RoundCostFactor, "must be > 0")
+	}
+	return v.err
+}
+
+type validator struct {
+	profile string
+	err     error
+}
+
+func (v *validator) check(ok bool, field string, value any, why string) {
+	if !ok && v.err == nil {
+		v.err = fmt.Errorf("profile %q: %s = %v: %s", v.profile, field, value, why)
+	}
+}
+
+func (v *validator) cost(field string, x float64) {
+	v.check(x >= 0 && !math.IsInf(x, 0) && !math.IsNaN(x), field, x, "must be a finite number >= 0")
+}
+
+func (v *validator) table(field string, t Table) {
+	prevX, prevY := 0.0, 0.0
+	for i, pt := range t {
+		name := fmt.Sprintf("%s[%d]", field, i)
+		v.check(pt[0] > prevX || (i == 0 && pt[0] > 0), name, pt, "tokens must be > 0 and strictly increasing")
+		v.check(pt[1] >= prevY, name, pt, "seconds must be >= 0 and non-decreasing")
+		prevX, prevY = pt[0], pt[1]
+	}
+}
