@@ -25,6 +25,7 @@ type Node struct {
 	key      []int32 // the tokens this node adds to its parent's prefix
 	end      int     // tokens from the root to the end of this node
 	ns       string
+	owner    string // who inserted these tokens (the engine's request id)
 	lockRef  int32
 	evicted  bool
 	heapIdx  int    // position in the evictable-leaf heap, -1 when absent
@@ -37,6 +38,10 @@ type Node struct {
 // PrefixLen is the number of tokens from the root to the end of n: the
 // length of the cached prefix that n ends.
 func (n *Node) PrefixLen() int { return n.end }
+
+// Owner is the owner given to InsertOwned when n's tokens were inserted: for
+// the engine, the request whose prefix a later match reuses.
+func (n *Node) Owner() string { return n.owner }
 
 // Stats are the tree's token and node counts.
 type Stats struct {
@@ -139,6 +144,11 @@ func (t *Tree) Match(ns string, key []int32) (int, *Node) {
 // floored to whole pages; a trailing partial page is not cached. Every node on
 // the path becomes most recently used.
 func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
+	return t.InsertOwned(ns, key, "")
+}
+
+// InsertOwned is Insert that records owner on the nodes it creates.
+func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, last *Node) {
 	key = key[:t.floorPage(len(key))]
 	t.tick++
 	node := t.root
@@ -162,6 +172,7 @@ func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
 	}
 	leaf := t.newNode(node, ns, slices.Clone(key))
 	leaf.end = node.end + len(key)
+	leaf.owner = owner
 	if node.children == nil {
 		node.children = make(map[string]*Node, 1)
 	}
@@ -290,6 +301,7 @@ func (t *Tree) split(child *Node, p int) *Node {
 	upper := t.newNode(parent, child.ns, slices.Clone(child.key[:p]))
 	upper.end = child.end - len(child.key) + p
 	upper.lockRef = child.lockRef
+	upper.owner = child.owner
 	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
 	child.key = slices.Clone(child.key[p:])
 	child.parent = upper

@@ -187,6 +187,25 @@ func TestSplitMidEdge(t *testing.T) {
 	wantStats(t, tr, Stats{Tokens: 10, Evictable: 10, Nodes: 2})
 }
 
+func TestOwnerSurvivesSplits(t *testing.T) {
+	tr := mustNew(t, 1)
+	tr.InsertOwned("", seq(1, 10), "req-a")
+	tr.InsertOwned("", cat(seq(1, 10), seq(20, 25)), "req-b")
+	tests := []struct {
+		key  []int32
+		want string
+	}{
+		{seq(1, 4), "req-a"}, // split inside a's node: the upper part is a's
+		{cat(seq(1, 10), seq(20, 22)), "req-b"},
+		{[]int32{99}, ""}, // the root
+	}
+	for _, tt := range tests {
+		if _, n := tr.Match("", tt.key); n.Owner() != tt.want {
+			t.Errorf("match %v: got owner %q, want %q", tt.key, n.Owner(), tt.want)
+		}
+	}
+}
+
 func TestNamespaceIsolation(t *testing.T) {
 	tr := mustNew(t, 1)
 	prompt := seq(1, 100)

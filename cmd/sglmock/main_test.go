@@ -19,6 +19,11 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"nosuch"}, 2, "", `unknown command "nosuch"`},
 		{[]string{"demo", "extra"}, 2, "", "takes no arguments"},
 		{[]string{"demo"}, 0, "45507", ""},
+		{[]string{"profiles"}, 0, "kimi-k2.6-rtx6000", ""},
+		{[]string{"profiles", "kimi-k2.6-rtx6000"}, 0, "algorithm: DDTREE", ""},
+		{[]string{"profiles", "nosuch"}, 1, "", `no built-in profile "nosuch"`},
+		{[]string{"profiles", "/nonexistent/p.yaml"}, 1, "", "no such file"},
+		{[]string{"profiles", "a", "b"}, 2, "", "at most one profile"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

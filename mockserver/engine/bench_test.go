@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"bytes"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
+	"sglmock/radixcache"
+)
+
+// Each benchmark reports a ratio to a floor measured in the same run and
+// interleaved with it, so a noisy shared machine moves both alike.
+
+// BenchmarkDecodeRound256 measures the scheduler's own work for one decode
+// round over 256 running requests: plan, draw, generate a token each, push
+// 256 events. Floor: appending one token and one event to 256 slices, the
+// least any engine must do per round.
+func BenchmarkDecodeRound256(b *testing.B) {
+	p, err := profile.Load("default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.MaxRunningRequests = 256
+	e := &Engine{prof: p}
+	s := newScheduler(p, false, slog.New(slog.DiscardHandler), 40)
+	var reqs []*req
+	for i := range 256 {
+		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, reuseCap: 100, seq: uint64(i)}
+		r.hash = tokenizer.PromptHash(r.tokens)
+		r.stream = newStream(e, r)
+		s.enqueue(r)
+		reqs = append(reqs, r)
+	}
+	for len(s.running) < 256 {
+		it := s.plan()
+		s.inflight = it
+		s.complete(it)
+	}
+	outs := make([][]int32, 256)
+	evs := make([][]Event, 256)
+	var roundNs, floorNs int64
+	for b.Loop() {
+		b.StopTimer()
+		start := time.Now()
+		for i := range outs {
+			outs[i] = append(outs[i], int32(i))
+			evs[i] = append(evs[i], Event{Tokens: outs[i][len(outs[i])-1:]})
+		}
+		floorNs += time.Since(start).Nanoseconds()
+		if len(outs[0]) > 400 {
+			for i := range outs {
+				outs[i], evs[i] = outs[i][:0], evs[i][:0]
+			}
+			for _, r := range reqs {
+				r.outputs = r.outputs[:1]
+				r.stream.events = r.stream.events[:0]
+			}
+		}
+		b.StartTimer()
+		start = time.Now()
+		it := s.plan()
+		s.inflight = it
+		s.complete(it)
+		roundNs += time.Since(start).Nanoseconds()
+	}
+	b.ReportMetric(float64(roundNs)/float64(floorNs), "x-floor")
+	b.ReportMetric(float64(roundNs)/float64(b.N)/256, "ns/request-round")
+}
+
+// BenchmarkPrompt200kPath measures what a 200,000-token text prompt costs
+// the server before any modelled time: tokenize, match the reusable prefix,
+// insert. Floor: one bytes.Count pass over the text plus one bytes.Equal
+// over the token ids, the least any exact path must read.
+func BenchmarkPrompt200kPath(b *testing.B) {
+	var sb strings.Builder
+	for i := 0; tokenizer.Count(sb.String()) < 200_000; i++ {
+		sb.WriteString("The server keeps every prefix of every prompt in a radix tree, and request ")
+		sb.WriteString(strings.Repeat("x", i%7))
+		sb.WriteString(" reuses what it can. ")
+		if sb.Len() > 2_000_000 {
+			break
+		}
+	}
+	text := sb.String()
+	raw := []byte(text)
+	ids := tokenizer.Encode(nil, text)
+	other := slices.Clone(ids)
+	var pathNs, floorNs int64
+	var tokens int
+	for b.Loop() {
+		b.StopTimer()
+		tree, err := radixcache.New(1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		n := bytes.Count(raw, []byte{'\n'})
+		if slices.Equal(ids, other) {
+			n++
+		}
+		floorNs += time.Since(start).Nanoseconds()
+		runtime.KeepAlive(n)
+		b.StartTimer()
+		start = time.Now()
+		toks := tokenizer.Encode(nil, text)
+		tree.Match("", toks[:tree.ReusablePrefixLen(len(toks))])
+		tree.Insert("", toks)
+		pathNs += time.Since(start).Nanoseconds()
+		tokens = len(toks)
+	}
+	b.ReportMetric(float64(pathNs)/float64(b.N)/float64(tokens)/1e3, "µs/token")
+	b.ReportMetric(float64(pathNs)/float64(floorNs), "x-floor")
+}
+
+// BenchmarkWakeLateness measures how late the engine wakes for a deadline
+// in real time, with the spin window the server uses against a plain timer
+// (SpinWindow 0), in the same run. It reports p50 and p99 lateness in
+// microseconds and the p99 ratio.
+func BenchmarkWakeLateness(b *testing.B) {
+	measure := func(spin time.Duration, n int) (p50, p99 float64) {
+		e := &Engine{speedup: 1, spin: spin, inbox: make(chan func(*scheduler)), stop: make(chan struct{}), wallStart: time.Now()}
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		late := make([]float64, 0, n)
+		for range n {
+			target := e.Now() + 3*time.Millisecond
+			e.waitUntil(target, timer)
+			late = append(late, float64(time.Since(e.wallAt(target)).Microseconds()))
+		}
+		slices.Sort(late)
+		return late[len(late)/2], late[len(late)*99/100]
+	}
+	var plain50, plain99, spin50, spin99 float64
+	for b.Loop() {
+		plain50, plain99 = measure(0, 300)
+		spin50, spin99 = measure(DefaultSpinWindow, 300)
+	}
+	b.ReportMetric(plain50, "plain-p50-µs")
+	b.ReportMetric(plain99, "plain-p99-µs")
+	b.ReportMetric(spin50, "spin-p50-µs")
+	b.ReportMetric(spin99, "spin-p99-µs")
+	b.ReportMetric(spin99/max(plain99, 1), "x-plain-p99")
+}

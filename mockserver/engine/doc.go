@@ -1,0 +1,63 @@
+// Package engine is the simulated SGLang scheduler: it admits requests,
+// batches them, charges each iteration what the profile's cost model says,
+// and waits for that long on a clock that runs at a chosen speedup. Given a
+// profile and a seed, its outputs and timings are exact.
+//
+// # Shape
+//
+// An unsynchronized core (scheduler) holds the state: the FCFS waiting
+// queue, the request being prefilled in chunks, the running (decoding)
+// batch, the KV pool and the radix cache. A thin shell (Engine) owns one
+// goroutine that plans an iteration, waits until its modelled end on an
+// absolute deadline, and applies it; calls from other goroutines run on that
+// goroutine between steps, so a request submitted during an iteration joins
+// the next one, as on a GPU.
+//
+// # Scheduling, as SGLang does it
+//
+//   - An iteration is a prefill batch when any waiting prompt can be
+//     admitted, else a decode round over every running request (prefill
+//     first is SGLang's default).
+//   - A prefill batch takes the chunked request's next chunk, then waiting
+//     requests in FCFS order, up to max_prefill_tokens and
+//     chunked_prefill_size tokens and max_running_requests requests. A prompt
+//     that does not fit the rest of the budget is cut into a chunk and
+//     finished in later iterations; with chunking off a prompt runs whole.
+//   - Admission matches the prompt's reusable prefix (all but its last
+//     token, page-floored, capped by logprob_start_len) and locks it; the
+//     cached tokens are counted once, here. After every chunk the prompt so
+//     far is inserted and the lock moves to the new end, so later requests
+//     reuse it at once; chunk self-hits are never counted.
+//   - The KV pool holds the cache's tokens and every request's private
+//     tokens. A request is admitted only when the pool, after evicting
+//     unlocked cache leaves, has room for its whole remaining prompt and all
+//     its possible output beyond what running requests may still need; so a
+//     running request never has to be preempted, and a request that does
+//     not fit waits at the head of the queue.
+//   - The first output token comes out of prefill. Each decode round gives
+//     every running request one token, or k tokens (1 <= k <= num_steps+1)
+//     under speculative decoding, drawn from the request's own RNG seeded by
+//     (profile seed, rid), so concurrency never changes a request's draws.
+//   - A request finishes on max_new_tokens, a stop token id or a stop
+//     string (SGLang's order). Its prompt and output, but the last token,
+//     go into the cache; its lock and private KV are released. An abort
+//     does the same at the next iteration boundary, or at once if the
+//     request is only queued.
+//   - A flush succeeds only when nothing is queued, running or in flight;
+//     with a timeout it waits for idle, checked at every boundary, until its
+//     simulated deadline; one waiting flush at a time.
+//
+// # Time
+//
+// Simulated time is wall time since start times the speedup. Costs are
+// rounded to whole nanoseconds once per iteration and added, so under
+// testing/synctest (speedup 1) a request's TTFT is exactly its modelled
+// prefill. In real time, SpinWindow makes wake-ups precise.
+//
+// # Ground truth
+//
+// Every request records its timeline — arrival, admission, each prefill
+// chunk, each decode round, finish — with the modelled durations, the cached
+// tokens and the request whose prefix it reused. The last event carries it,
+// and Truth returns it by rid afterwards.
+package engine

@@ -1,0 +1,670 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
+)
+
+func loadProfile(t *testing.T, name string) *profile.Profile {
+	t.Helper()
+	p, err := profile.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startEngine(t *testing.T, cfg Config) *Engine {
+	t.Helper()
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// prompt returns n distinct token ids derived from seed.
+func prompt(seed int32, n int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(1024 + (int64(seed)*7919+int64(i)*104729)%1_000_000)
+	}
+	return ids
+}
+
+// drain reads a stream to its end.
+func drain(t *testing.T, s *Stream) []Event {
+	t.Helper()
+	var evs []Event
+	for {
+		ev, err := s.Next(context.Background())
+		if err == io.EOF {
+			return evs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+func submit(t *testing.T, e *Engine, r Request) *Stream {
+	t.Helper()
+	s, err := e.Submit(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// run submits r, reads it to the end and returns its last event and how
+// long it took on the (virtual) clock.
+func run(t *testing.T, e *Engine, r Request) (Event, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	evs := drain(t, submit(t, e, r))
+	return evs[len(evs)-1], time.Since(start)
+}
+
+// checkDrained asserts that nothing is left running, locked or held.
+func checkDrained(t *testing.T, e *Engine) {
+	t.Helper()
+	st := e.Stats()
+	if !st.Idle || st.Running != 0 || st.Queued != 0 || st.CacheProtected != 0 || st.KVUsed != st.CacheTokens {
+		t.Fatalf("engine not drained: idle %v, running %d, queued %d, protected %d, KV used %d vs cache %d",
+			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.CacheTokens)
+	}
+}
+
+func TestTTFTIsTheModelledPrefill(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunk  int
+		prompt int
+		chunks int
+	}{
+		{"chunked 8192", 8192, 20000, 3},
+		{"chunking off", -1, 20000, 1},
+		{"short prompt", 8192, 500, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := loadProfile(t, "default")
+				p.ChunkedPrefillSize = tt.chunk
+				e := startEngine(t, Config{Profile: p})
+				defer e.Close()
+				last, took := run(t, e, Request{RID: "a", InputIDs: prompt(1, tt.prompt), MaxNewTokens: 1})
+				want := p.Expect(tt.prompt, 0, 1).TTFT
+				if took != want || last.Truth.TTFT() != want {
+					t.Fatalf("TTFT: client saw %v, truth says %v, want exactly %v", took, last.Truth.TTFT(), want)
+				}
+				if got := len(last.Truth.Prefill); got != tt.chunks {
+					t.Fatalf("prefill chunks: got %d, want %d", got, tt.chunks)
+				}
+				if last.CompletionTokens != 1 || len(last.Truth.Rounds) != 0 {
+					t.Fatalf("max_new_tokens 1: got %d tokens in %d decode rounds, want 1 token and no round",
+						last.CompletionTokens, len(last.Truth.Rounds))
+				}
+				checkDrained(t, e)
+			})
+		})
+	}
+}
+
+// The seed's table: the kimi profile gives t_a and t_b within 10 %. t_a is
+// deterministic. A single t_b depends on how many speculative rounds the
+// request's draws need for 16 tokens (3 to 5 here), as on real hardware, so
+// its mean over many rids is held to the seed's figure, and every leg to its
+// own modelled timeline exactly.
+func TestKimiReproducesTheSeedTable(t *testing.T) {
+	rows := []struct {
+		prompt int
+		ta, tb float64
+	}{
+		{1407, 0.46, 0.20},
+		{11382, 3.86, 1.57},
+		{45507, 23.72, 4.26},
+	}
+	const legs = 200
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "kimi-k2.6-rtx6000")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		for i, row := range rows {
+			ids := prompt(int32(i), row.prompt)
+			a, ta := run(t, e, Request{RID: fmt.Sprintf("a-%d", i), InputIDs: ids, MaxNewTokens: 1})
+			if a.CachedTokens != 0 || math.Abs(ta.Seconds()-row.ta) > 0.1*row.ta {
+				t.Errorf("prompt %d: t_a got %.3f s with %d cached, want %.2f ± 10%% cold", row.prompt, ta.Seconds(), a.CachedTokens, row.ta)
+			}
+			var sum float64
+			for leg := range legs {
+				b, tb := run(t, e, Request{RID: fmt.Sprintf("b-%d-%d", i, leg), InputIDs: ids, MaxNewTokens: 17})
+				if b.CachedTokens != row.prompt-1 || tb >= ta {
+					t.Fatalf("prompt %d leg %d: cached %d in %v, want %d cached and t_b < t_a (%v): the seed's trap",
+						row.prompt, leg, b.CachedTokens, tb, row.prompt-1, ta)
+				}
+				if tb != b.Truth.E2E() {
+					t.Fatalf("prompt %d leg %d: client saw %v, truth says %v", row.prompt, leg, tb, b.Truth.E2E())
+				}
+				sum += tb.Seconds()
+			}
+			if mean := sum / legs; math.Abs(mean-row.tb) > 0.1*row.tb {
+				t.Errorf("prompt %d: mean t_b over %d rids got %.3f s, want %.2f ± 10%%", row.prompt, legs, mean, row.tb)
+			}
+		}
+	})
+}
+
+func TestSeedTrapAndFixes(t *testing.T) {
+	body := strings.Repeat("The quick brown fox jumps over the lazy dog while the cache keeps every prefix. ", 60)
+	nonce := "3f2a9c1e-7b4d-4e0a-9c55-0123456789ab"
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		n := tokenizer.Count(body)
+
+		// The trap: the same prompt twice, no flush.
+		a, ta := run(t, e, Request{RID: "a", Text: body, MaxNewTokens: 1})
+		b, tb := run(t, e, Request{RID: "b", Text: body, MaxNewTokens: 1})
+		if a.CachedTokens != 0 || b.CachedTokens != n-1 {
+			t.Fatalf("same prompt twice: cached %d then %d, want 0 then %d", a.CachedTokens, b.CachedTokens, n-1)
+		}
+		if tb >= ta || b.Truth.ReusedFrom != "a" {
+			t.Fatalf("second leg: %v (reused from %q), want faster than %v and reusing a", tb, b.Truth.ReusedFrom, ta)
+		}
+
+		// Fix 1: flush between the legs; both legs cost the same.
+		if err := e.Flush(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		c, tc := run(t, e, Request{RID: "c", Text: body, MaxNewTokens: 1})
+		if c.CachedTokens != 0 || tc != ta {
+			t.Fatalf("after flush: cached %d in %v, want 0 in %v", c.CachedTokens, tc, ta)
+		}
+
+		// Fix 2: a nonce at the START: nothing matches, no flush needed.
+		d, td := run(t, e, Request{RID: "d", Text: nonce + " " + body, MaxNewTokens: 1})
+		if d.CachedTokens != 0 || td < ta {
+			t.Fatalf("nonce at the start: cached %d in %v, want 0, at least %v", d.CachedTokens, td, ta)
+		}
+
+		// Not a fix: a nonce at the END leaves the prefix reusable.
+		f, _ := run(t, e, Request{RID: "f", Text: body + " " + nonce, MaxNewTokens: 1})
+		if f.CachedTokens < n-2 || f.Truth.ReusedFrom != "c" {
+			t.Fatalf("nonce at the end: cached %d (from %q), want about %d from c", f.CachedTokens, f.Truth.ReusedFrom, n)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// A request that finishes out of prefill leaves the engine idle at once:
+// no decode round runs for it, so a flush right after its response works.
+func TestIdleRightAfterPrefillOnlyRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		for _, maxNew := range []int{0, 1} {
+			run(t, e, Request{InputIDs: prompt(1, 500), MaxNewTokens: maxNew})
+			synctest.Wait()
+			if err := e.Flush(context.Background(), 0); err != nil {
+				t.Fatalf("max_new_tokens %d: flush right after the response: %v", maxNew, err)
+			}
+		}
+	})
+}
+
+func TestFlushRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		ctx := context.Background()
+		s := submit(t, e, Request{RID: "long", InputIDs: prompt(1, 4000), MaxNewTokens: 200})
+		synctest.Wait()
+
+		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushBusy) {
+			t.Fatalf("flush while running: got %v, want ErrFlushBusy", err)
+		}
+		if err := e.Flush(ctx, time.Millisecond); !errors.Is(err, ErrFlushTimeout) {
+			t.Fatalf("flush with a short timeout: got %v, want ErrFlushTimeout", err)
+		}
+		parked := make(chan error, 1)
+		var flushedAt time.Duration
+		go func() {
+			err := e.Flush(ctx, time.Minute)
+			flushedAt = e.Now()
+			parked <- err
+		}()
+		synctest.Wait()
+		if err := e.Flush(ctx, time.Minute); !errors.Is(err, ErrFlushInProgress) {
+			t.Fatalf("a second waiting flush: got %v, want ErrFlushInProgress", err)
+		}
+		evs := drain(t, s)
+		if err := <-parked; err != nil {
+			t.Fatalf("parked flush: %v", err)
+		}
+		if finished := evs[len(evs)-1].Truth.Finished; flushedAt != finished {
+			t.Fatalf("parked flush answered at %v, want when the request finished (%v)", flushedAt, finished)
+		}
+		st := e.Stats()
+		if st.CacheTokens != 0 || st.KVUsed != 0 {
+			t.Fatalf("after the flush: %d cached tokens, %d KV used, want 0 and 0", st.CacheTokens, st.KVUsed)
+		}
+		var outcomes []string
+		for _, f := range e.FlushHistory() {
+			outcomes = append(outcomes, f.Outcome)
+		}
+		want := []string{ErrFlushBusy.Error(), ErrFlushTimeout.Error(), ErrFlushInProgress.Error(), "flushed"}
+		if !slices.Equal(outcomes, want) {
+			t.Fatalf("flush history: got %q, want %q", outcomes, want)
+		}
+	})
+}
+
+// smallPool is a profile whose KV pool holds only 1000 tokens.
+func smallPool(t *testing.T) *profile.Profile {
+	p := loadProfile(t, "default")
+	p.ContextLength, p.MaxTotalTokens = 1000, 1000
+	return p
+}
+
+func TestEvictionUnderASmallPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: smallPool(t)})
+		defer e.Close()
+		// Three 300-token prompts fill the cache with 3 x 300 tokens.
+		for i := range 3 {
+			run(t, e, Request{RID: string(rune('a' + i)), InputIDs: prompt(int32(i), 300), MaxNewTokens: 1})
+		}
+		if st := e.Stats(); st.CacheTokens != 900 {
+			t.Fatalf("cache after three prompts: got %d tokens, want 900", st.CacheTokens)
+		}
+		// Touch a: b is now least recently used.
+		run(t, e, Request{RID: "a2", InputIDs: prompt(0, 300), MaxNewTokens: 1})
+		// 400 new tokens need 300 evicted: b goes, a and c stay.
+		run(t, e, Request{RID: "d", InputIDs: prompt(9, 399), MaxNewTokens: 1})
+		for _, tt := range []struct {
+			seed   int32
+			cached int
+		}{{2, 299}, {0, 299}, {1, 0}} { // b last: its own prefill evicts
+			last, _ := run(t, e, Request{RID: "probe", InputIDs: prompt(tt.seed, 300), MaxNewTokens: 0})
+			if last.CachedTokens != tt.cached {
+				t.Errorf("prompt %d after eviction: cached %d, want %d", tt.seed, last.CachedTokens, tt.cached)
+			}
+		}
+		checkDrained(t, e)
+	})
+}
+
+func TestLockedPrefixSurvivesAndBigPromptWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := smallPool(t)
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		// a holds 600 prompt tokens and reserves 300 outputs: 900 of 1000.
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 300})
+		time.Sleep(100 * time.Millisecond) // virtual: a is prefilled and decoding
+		// b needs 500+10: it must wait until a finishes.
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 500), MaxNewTokens: 10})
+		synctest.Wait()
+		if st := e.Stats(); st.Queued != 1 || st.CacheProtected < 600 {
+			t.Fatalf("while a runs: queued %d, protected %d, want b queued and a's 600 tokens locked", st.Queued, st.CacheProtected)
+		}
+		ea, eb := drain(t, a), drain(t, b)
+		ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
+		if tb.Admitted != ta.Finished {
+			t.Fatalf("b admitted at %v, want when a finished (%v)", tb.Admitted, ta.Finished)
+		}
+		checkDrained(t, e)
+	})
+}
+
+func TestAbortReleasesEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.MaxRunningRequests = 1
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		running := submit(t, e, Request{RID: "running", InputIDs: prompt(1, 3000), MaxNewTokens: 10000})
+		queued := submit(t, e, Request{RID: "queued", InputIDs: prompt(2, 100), MaxNewTokens: 5})
+		time.Sleep(200 * time.Millisecond) // virtual: a few decode rounds
+		queued.Abort()
+		evq := drain(t, queued)
+		if f := evq[len(evq)-1].Finish; f.Reason != FinishAbort || len(evq) != 1 {
+			t.Fatalf("queued abort: got %d events ending %+v, want one abort", len(evq), f)
+		}
+		running.Abort()
+		evr := drain(t, running)
+		last := evr[len(evr)-1]
+		if last.Finish.Reason != FinishAbort || last.CompletionTokens == 0 {
+			t.Fatalf("running abort: got %+v after %d tokens", last.Finish, last.CompletionTokens)
+		}
+		checkDrained(t, e)
+		if err := e.Flush(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.Stats(); st.KVUsed != 0 || st.Aborted != 2 {
+			t.Fatalf("after flush: KV used %d, aborted %d, want 0 and 2", st.KVUsed, st.Aborted)
+		}
+		if e.Abort("running") {
+			t.Fatal("Abort of a finished rid reported an active request")
+		}
+	})
+}
+
+func TestStopConditions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		ids := prompt(3, 50)
+		full, _ := run(t, e, Request{RID: "full", InputIDs: ids, MaxNewTokens: 40})
+		var out []int32
+		for i := range 40 {
+			out = append(out, tokenizer.OutputToken(tokenizer.PromptHash(ids), i))
+		}
+		if full.Finish.Reason != FinishLength || full.Finish.Length != 40 {
+			t.Fatalf("length finish: got %+v", full.Finish)
+		}
+		// Stop at the 10th token's id.
+		byID, _ := run(t, e, Request{RID: "id", InputIDs: ids, MaxNewTokens: 40, StopTokenIDs: []int32{out[9]}})
+		first := slices.Index(out, out[9])
+		if byID.Finish.Reason != FinishStop || *byID.Finish.MatchedToken != out[9] || byID.CompletionTokens != first+1 {
+			t.Fatalf("stop token: got %+v after %d tokens, want stop at %d", byID.Finish, byID.CompletionTokens, first+1)
+		}
+		// ignore_eos disregards stop_token_ids, as in SGLang.
+		ignored, _ := run(t, e, Request{RID: "ign", InputIDs: ids, MaxNewTokens: 40, StopTokenIDs: []int32{out[9]}, IgnoreEOS: true})
+		if ignored.Finish.Reason != FinishLength {
+			t.Fatalf("stop token with ignore_eos: got %+v", ignored.Finish)
+		}
+		// Stop at a string that spans tokens 5 and 6.
+		text := tokenizer.Decode(out)
+		stop := tokenizer.Decode(out[4:6])
+		byStr, _ := run(t, e, Request{RID: "str", InputIDs: ids, MaxNewTokens: 40, Stop: []string{stop}})
+		wantTokens := len(tokenizer.Encode(nil, text[:strings.Index(text, stop)+len(stop)]))
+		if byStr.Finish.Reason != FinishStop || *byStr.Finish.MatchedString != stop || byStr.CompletionTokens != wantTokens {
+			t.Fatalf("stop string %q: got %+v after %d tokens, want %d", stop, byStr.Finish, byStr.CompletionTokens, wantTokens)
+		}
+		// max_new_tokens 0: prefill only, no token.
+		zero, _ := run(t, e, Request{RID: "zero", InputIDs: ids, MaxNewTokens: 0})
+		if zero.CompletionTokens != 0 || zero.Finish.Reason != FinishLength {
+			t.Fatalf("max_new_tokens 0: got %d tokens, %+v", zero.CompletionTokens, zero.Finish)
+		}
+		checkDrained(t, e)
+	})
+}
+
+func TestValidationErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := smallPool(t)
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		tests := []struct {
+			name string
+			r    Request
+			want string
+		}{
+			{"empty", Request{Text: ""}, "The input is empty"},
+			{"negative max_new_tokens", Request{InputIDs: prompt(1, 5), MaxNewTokens: -1}, "max_new_tokens must be at least 0, got -1."},
+			{"prompt too long", Request{InputIDs: prompt(1, 1000)},
+				"The input (1000 tokens) is longer than the model's context length (1000 tokens)."},
+			{"total too long", Request{InputIDs: prompt(1, 900), MaxNewTokens: 200},
+				"Requested token count exceeds the model's maximum context length of 1000 tokens. You requested a total of 1100 tokens: 900 tokens from the input messages and 200 tokens for the completion."},
+			{"bad id", Request{InputIDs: []int32{5, -3}}, "token id -3 outside the vocabulary"},
+		}
+		for _, tt := range tests {
+			_, err := e.Submit(tt.r)
+			var inv *InvalidRequestError
+			if !errors.As(err, &inv) || !strings.Contains(inv.Message, tt.want) {
+				t.Errorf("%s: got %v, want an InvalidRequestError containing %q", tt.name, err, tt.want)
+			}
+		}
+		s := submit(t, e, Request{RID: "dup", InputIDs: prompt(1, 5), MaxNewTokens: 500})
+		if _, err := e.Submit(Request{RID: "dup", InputIDs: prompt(1, 5)}); err == nil || !strings.Contains(err.Error(), "Duplicate request ID: dup") {
+			t.Errorf("duplicate rid: got %v", err)
+		}
+		drain(t, s)
+		checkDrained(t, e)
+		if st := e.Stats(); st.Requests != 1 {
+			t.Errorf("rejected requests must not count: got %d requests, want 1", st.Requests)
+		}
+	})
+}
+
+func TestSpeculativeDrawsAreDeterministicAndIsolated(t *testing.T) {
+	gains := func(evs []Event) []int {
+		var g []int
+		for _, ev := range evs {
+			g = append(g, len(ev.Tokens))
+		}
+		return g
+	}
+	target := Request{RID: "target", InputIDs: prompt(7, 500), MaxNewTokens: 300}
+	var alone, again, crowded []int
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer e.Close()
+		alone = gains(drain(t, submit(t, e, target)))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer e.Close()
+		again = gains(drain(t, submit(t, e, target)))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer e.Close()
+		var others []*Stream
+		for i := range 63 {
+			if i == 31 {
+				s := submit(t, e, target)
+				defer func() { crowded = gains(drain(t, s)) }()
+			}
+			others = append(others, submit(t, e, Request{RID: "o" + string(rune('A'+i)), InputIDs: prompt(int32(100+i), 400), MaxNewTokens: 150 + i}))
+		}
+		for _, s := range others {
+			drain(t, s)
+		}
+	})
+	if !slices.Equal(alone, again) {
+		t.Fatalf("same seed, same rid: streams differ:\n%v\n%v", alone, again)
+	}
+	if !slices.Equal(alone, crowded) {
+		t.Fatalf("alone vs among 63 others: streams differ:\n%v\n%v", alone, crowded)
+	}
+	if slices.Max(alone) < 2 {
+		t.Fatalf("no event carried several tokens: %v", alone)
+	}
+}
+
+func TestSpeculativeMeanAcceptLength(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "llama-8b-eagle3-h100")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		last, _ := run(t, e, Request{RID: "long", InputIDs: prompt(1, 100), MaxNewTokens: 60001})
+		spec := last.Spec
+		// Every round but the last is uncapped: its gain is a draw of k.
+		var sum, sumSq float64
+		rounds := last.Truth.Rounds[:len(last.Truth.Rounds)-1]
+		for _, r := range rounds {
+			sum += float64(r.Gained)
+			sumSq += float64(r.Gained * r.Gained)
+		}
+		n := float64(len(rounds))
+		mean := sum / n
+		// 4 standard errors of the mean of k (sd of k is about 1.1 here).
+		bound := 4 * math.Sqrt(sumSq/n-mean*mean) / math.Sqrt(n)
+		if want := p.ExpectedAccept(); math.Abs(mean-want) > bound {
+			t.Fatalf("mean accept length over %d rounds: got %.4f, want %.4f ± %.4f", len(rounds), mean, want, bound)
+		}
+		if spec.VerifyCt != len(last.Truth.Rounds) || spec.ProposedDrafts != 3*spec.VerifyCt ||
+			spec.AcceptedDrafts != 60000-spec.VerifyCt {
+			t.Fatalf("spec counts: %+v over %d rounds", *spec, len(last.Truth.Rounds))
+		}
+		if st := e.Stats(); math.Abs(st.AvgSpecAcceptLength-60000/float64(spec.VerifyCt)) > 1e-9 {
+			t.Fatalf("server average accept length: got %v", st.AvgSpecAcceptLength)
+		}
+		if err := e.Flush(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.Stats(); st.SpecRounds != 0 {
+			t.Fatalf("flush must reset the speculative average: %d rounds remain", st.SpecRounds)
+		}
+	})
+}
+
+func TestSixtyFourConcurrentRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		const n, promptLen, outLen = 64, 1000, 20
+		var streams []*Stream
+		for i := range n {
+			streams = append(streams, submit(t, e, Request{RID: string(rune(0x4e00 + i)), InputIDs: prompt(int32(i), promptLen), MaxNewTokens: outLen}))
+		}
+		var truths []*Truth
+		for _, s := range streams {
+			evs := drain(t, s)
+			truths = append(truths, evs[len(evs)-1].Truth)
+		}
+		budget, _ := p.ChunkBudget()
+		batchTokens := map[time.Duration]int{}
+		for i, tr := range truths {
+			if tr.CompletionTokens != outLen {
+				t.Fatalf("request %d starved: %d tokens", i, tr.CompletionTokens)
+			}
+			if i > 0 && tr.Admitted < truths[i-1].Admitted {
+				t.Fatalf("FCFS broken: request %d admitted at %v before request %d at %v", i, tr.Admitted, i-1, truths[i-1].Admitted)
+			}
+			// The first request is scheduled alone, before the rest arrive;
+			// the rest fill each batch's budget, the last one in a batch
+			// cut into a chunk that finishes in the next batch.
+			if i == 0 && tr.Prefill[0].Batch != 1 {
+				t.Fatalf("request 0: prefill batch of %d, want 1", tr.Prefill[0].Batch)
+			}
+			done := 0
+			for _, c := range tr.Prefill {
+				if c.Prefix != done {
+					t.Fatalf("request %d: chunk %+v does not continue at %d", i, c, done)
+				}
+				done += c.Tokens
+				batchTokens[c.Start] += c.Tokens
+			}
+			if done != promptLen {
+				t.Fatalf("request %d: chunks add up to %d tokens, want %d", i, done, promptLen)
+			}
+			// Every decode round is charged as modelled for its batch and
+			// context, and rounds grow with context.
+			for j, r := range tr.Rounds {
+				want := profile.Duration(p.DecodeRoundSeconds(r.Batch, r.Batch*r.Context))
+				if r.Batch == n && r.Duration != want {
+					t.Fatalf("request %d round %d: %v for batch %d at context %d, want %v", i, j, r.Duration, r.Batch, r.Context, want)
+				}
+				if j > 0 && r.Batch == tr.Rounds[j-1].Batch && r.Duration < tr.Rounds[j-1].Duration {
+					t.Fatalf("request %d: round %d shorter than round %d at larger context", i, j, j-1)
+				}
+			}
+		}
+		for start, tokens := range batchTokens {
+			if tokens > budget {
+				t.Fatalf("prefill batch at %v: %d tokens, over the budget of %d", start, tokens, budget)
+			}
+		}
+		if len(batchTokens) != 1+(n-1)*promptLen/budget+1 {
+			t.Fatalf("got %d prefill batches, want the first alone then full %d-token batches", len(batchTokens), budget)
+		}
+		one := profile.Duration(p.DecodeRoundSeconds(1, promptLen+1))
+		if full := truths[0].Rounds[0].Duration; full <= one {
+			t.Fatalf("a round of 64 (%v) must cost more than a round of 1 (%v)", full, one)
+		}
+		checkDrained(t, e)
+	})
+}
+
+func TestPageSize16(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.PageSize = 16
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		ids := prompt(1, 100)
+		run(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 1})
+		b, _ := run(t, e, Request{RID: "b", InputIDs: ids, MaxNewTokens: 1})
+		if b.CachedTokens != 96 {
+			t.Fatalf("page 16, 100-token prompt twice: cached %d, want floor(99/16)*16 = 96", b.CachedTokens)
+		}
+		checkDrained(t, e)
+	})
+}
+
+func TestDisableRadixCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p, DisableRadixCache: true})
+		defer e.Close()
+		ids := prompt(1, 2000)
+		_, ta := run(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 1})
+		b, tb := run(t, e, Request{RID: "b", InputIDs: ids, MaxNewTokens: 1})
+		if b.CachedTokens != 0 || tb != ta {
+			t.Fatalf("disabled cache: second leg cached %d in %v, want 0 in %v", b.CachedTokens, tb, ta)
+		}
+		if st := e.Stats(); st.KVUsed != 0 || st.CacheTokens != 0 {
+			t.Fatalf("disabled cache keeps nothing: KV used %d, cache %d", st.KVUsed, st.CacheTokens)
+		}
+	})
+}
+
+func TestMultiTurnChatHitsTheCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		msgs := []tokenizer.Message{{Role: "user", Content: "Tell me about prefix caches."}}
+		p1 := tokenizer.ApplyChatTemplate(msgs, true)
+		s := submit(t, e, Request{RID: "t1", Text: p1, MaxNewTokens: 30})
+		var answer []int32
+		for _, ev := range drain(t, s) {
+			answer = append(answer, ev.Tokens...)
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: tokenizer.Decode(answer)},
+			tokenizer.Message{Role: "user", Content: "And flushing?"})
+		last, _ := run(t, e, Request{RID: "t2", Text: tokenizer.ApplyChatTemplate(msgs, true), MaxNewTokens: 1})
+		// Turn 1's prompt and all of its answer but the last token.
+		if want := tokenizer.Count(p1) + len(answer) - 1; last.CachedTokens != want {
+			t.Fatalf("turn 2: cached %d, want %d", last.CachedTokens, want)
+		}
+	})
+}
+
+func TestClosedEngineRefusesWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		s := submit(t, e, Request{RID: "x", InputIDs: prompt(1, 100), MaxNewTokens: 1000})
+		e.Close()
+		evs := drain(t, s)
+		if f := evs[len(evs)-1].Finish; f.Reason != FinishAbort {
+			t.Fatalf("request at shutdown: got %+v, want abort", f)
+		}
+		if _, err := e.Submit(Request{InputIDs: prompt(1, 10)}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("submit after close: got %v, want ErrClosed", err)
+		}
+		if err := e.Flush(context.Background(), 0); !errors.Is(err, ErrClosed) {
+			t.Fatalf("flush after close: got %v, want ErrClosed", err)
+		}
+		e.Close()
+	})
+}

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+)
+
+// Request is one generation request, as SGLang's scheduler receives it.
+type Request struct {
+	// RID identifies the request (SGLang's rid). Empty means the engine
+	// assigns one.
+	RID string
+	// Namespace partitions the prefix cache (SGLang's extra_key, cache_salt
+	// or LoRA adapter): requests in different namespaces never share a prefix.
+	Namespace string
+	// InputIDs is the prompt; when nil, Text is tokenized.
+	InputIDs []int32
+	Text     string
+	// MaxNewTokens is the most tokens to generate; 0 runs the prefill only.
+	MaxNewTokens int
+	// StopTokenIDs and Stop end generation at a token id or once the output
+	// text contains a string. The mock never samples EOS, so IgnoreEOS
+	// changes nothing and is accepted for compatibility.
+	StopTokenIDs []int32
+	Stop         []string
+	IgnoreEOS    bool
+	// ReturnLogprob with LogprobStartLen >= 0 caps prefix reuse at
+	// LogprobStartLen tokens, as SGLang does: those logprobs need computing.
+	ReturnLogprob   bool
+	LogprobStartLen int
+}
+
+// Finish reasons, as SGLang spells them.
+const (
+	FinishLength = "length"
+	FinishStop   = "stop"
+	FinishAbort  = "abort"
+)
+
+// Finish says why and how a request ended.
+type Finish struct {
+	Reason string // FinishLength, FinishStop or FinishAbort
+	// Length is the number of generated tokens, for FinishLength.
+	Length int
+	// MatchedToken or MatchedString is what stopped a FinishStop request.
+	MatchedToken  *int32
+	MatchedString *string
+	// Message explains a FinishAbort.
+	Message string
+}
+
+// SpecStats counts a request's speculative decoding rounds.
+type SpecStats struct {
+	VerifyCt       int   // draft+verify rounds
+	AcceptedDrafts int   // drafts accepted over all rounds (bonus tokens excluded)
+	ProposedDrafts int   // drafts proposed: VerifyCt * (num_draft_tokens-1)
+	Histogram      []int // Histogram[a]: rounds that accepted a drafts
+}
+
+// Event is one step of a request's output. The first event comes out of
+// prefill with the first token; the last one carries Finish and Truth.
+type Event struct {
+	Tokens           []int32 // new tokens (several under speculative decoding)
+	CompletionTokens int     // generated so far
+	PromptTokens     int
+	CachedTokens     int
+	At               time.Duration // simulated time since the engine started
+	Finish           *Finish
+	Spec             *SpecStats // on the last event, with speculative decoding
+	Truth            *Truth     // on the last event
+}
+
+// ChunkRecord is one prefill chunk of a request.
+type ChunkRecord struct {
+	Start    time.Duration // batch start, simulated
+	Duration time.Duration // the whole batch's modelled duration
+	Cost     time.Duration // this chunk's own modelled cost
+	Prefix   int           // tokens already in KV
+	Tokens   int           // tokens computed
+	Batch    int           // chunks in the batch
+}
+
+// RoundRecord is one decode round a request took part in.
+type RoundRecord struct {
+	Start    time.Duration
+	Duration time.Duration // the round's modelled duration
+	Gained   int           // tokens this request gained
+	Batch    int           // requests in the round
+	Context  int           // this request's context at the round's start
+}
+
+// Truth is the modelled ground truth of one request.
+type Truth struct {
+	RID              string
+	Namespace        string
+	PromptTokens     int
+	CachedTokens     int
+	CompletionTokens int
+	// ReusedFrom is the request whose inserted tokens the cached prefix
+	// ends in ("" when nothing was cached).
+	ReusedFrom string
+	Arrival    time.Duration // simulated times since the engine started
+	Admitted   time.Duration
+	FirstToken time.Duration
+	Finished   time.Duration
+	Prefill    []ChunkRecord
+	Rounds     []RoundRecord
+	Finish     Finish
+	Spec       SpecStats
+}
+
+// TTFT is the time from arrival to the first token.
+func (t *Truth) TTFT() time.Duration { return t.FirstToken - t.Arrival }
+
+// E2E is the time from arrival to finish.
+func (t *Truth) E2E() time.Duration { return t.Finished - t.Arrival }
+
+// QueueTime is the time from arrival to admission.
+func (t *Truth) QueueTime() time.Duration { return t.Admitted - t.Arrival }
+
+// Stream delivers one request's events. Its mailbox is unbounded so a slow
+// reader never stalls the engine.
+type Stream struct {
+	rid          string
+	promptTokens int
+	engine       *Engine
+	req          *req
+
+	mu     sync.Mutex
+	events []Event
+	ended  bool // the last event has been queued
+	notify chan struct{}
+}
+
+func newStream(e *Engine, r *req) *Stream {
+	return &Stream{rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1)}
+}
+
+// RID is the request's id.
+func (s *Stream) RID() string { return s.rid }
+
+// PromptTokens is the number of prompt tokens after tokenization.
+func (s *Stream) PromptTokens() int { return s.promptTokens }
+
+// Next returns the next event, io.EOF after the last one, or ctx's error.
+func (s *Stream) Next(ctx context.Context) (Event, error) {
+	for {
+		s.mu.Lock()
+		if len(s.events) > 0 {
+			ev := s.events[0]
+			s.events[0] = Event{}
+			s.events = s.events[1:]
+			s.mu.Unlock()
+			return ev, nil
+		}
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
+			return Event{}, io.EOF
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Abort asks the engine to abort the request: it leaves the queue, or its KV
+// and cache locks are released at the next iteration boundary. It is a no-op
+// once the request has finished.
+func (s *Stream) Abort() { s.engine.abort(s.req, "Abort requested by the client.") }
+
+func (s *Stream) push(ev Event) {
+	s.mu.Lock()
+	s.events = append(s.events, ev)
+	if ev.Finish != nil {
+		s.ended = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Errors from Submit and Flush.
+var (
+	ErrClosed          = errors.New("engine: closed")
+	ErrFlushBusy       = errors.New("Cache not flushed because there are pending requests.")
+	ErrFlushTimeout    = errors.New("Timed out waiting for idle state.")
+	ErrFlushInProgress = errors.New("Another flush_cache is already in progress.")
+)
+
+// InvalidRequestError is a request SGLang would refuse before scheduling it;
+// its message is SGLang's.
+type InvalidRequestError struct{ Message string }
+
+func (e *InvalidRequestError) Error() string { return e.Message }
