@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"regexp"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"sglmock/mockserver/profile"
+)
+
+func TestSpeedupScalesWallTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "kimi-k2.6-rtx6000")
+		e := startEngine(t, Config{Profile: p, Speedup: 10})
+		defer e.Close()
+		last, wall := run(t, e, Request{RID: "a", InputIDs: prompt(1, 45507), MaxNewTokens: 1})
+		want := p.Expect(45507, 0, 1).TTFT
+		if last.Truth.TTFT() != want {
+			t.Fatalf("simulated TTFT: got %v, want %v", last.Truth.TTFT(), want)
+		}
+		if d := wall - want/10; d < -time.Nanosecond || d > time.Nanosecond {
+			t.Fatalf("wall time at speedup 10: got %v, want %v", wall, want/10)
+		}
+	})
+}
+
+func TestJitterIsSeededAndOffByDefault(t *testing.T) {
+	durations := func(jitter float64, seed uint64) []time.Duration {
+		var out []time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "default")
+			p.Jitter, p.Seed = jitter, seed
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 3000), MaxNewTokens: 20})
+			for _, r := range last.Truth.Rounds {
+				out = append(out, r.Duration)
+			}
+		})
+		return out
+	}
+	exact, j1, j1again, j2 := durations(0, 1), durations(0.1, 1), durations(0.1, 1), durations(0.1, 2)
+	for i := 1; i < len(exact); i++ {
+		if exact[i] < exact[i-1] {
+			t.Fatalf("without jitter, rounds must grow with context: %v", exact)
+		}
+	}
+	if equalDurations(j1, exact) {
+		t.Fatal("jitter 0.1 changed nothing")
+	}
+	if !equalDurations(j1, j1again) {
+		t.Fatal("same seed, same jitter: different timings")
+	}
+	if equalDurations(j1, j2) {
+		t.Fatal("different seeds gave the same jitter")
+	}
+}
+
+func equalDurations(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCountersAndThroughput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p, DecodeLogInterval: 10})
+		defer e.Close()
+		ids := prompt(1, 1000)
+		run(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 11})
+		last, _ := run(t, e, Request{RID: "b", InputIDs: ids, MaxNewTokens: 11})
+		st := e.Stats()
+		want := Counters{Requests: 2, PromptTokens: 2000, CachedTokens: 999, GenerationTokens: 22}
+		if st.Counters != want {
+			t.Fatalf("counters: got %+v, want %+v", st.Counters, want)
+		}
+		// Every 10th decode round closes a throughput window. a's 10 rounds
+		// closed the first at a's finish, which is b's arrival; b's prefill
+		// token and its 10 rounds' tokens fill the second.
+		b := last.Truth
+		elapsed := (b.Finished - b.Arrival).Seconds()
+		if got, want := st.LastGenThroughput, 11/elapsed; math.Abs(got-want) > 1e-6*want {
+			t.Fatalf("last gen throughput: got %.3f, want %.3f tokens/s (11 tokens over %v)", got, want, b.Finished-b.Arrival)
+		}
+		if st.LastCacheHitRate != 999.0/1000 {
+			t.Fatalf("last prefill hit rate: got %v, want 0.999", st.LastCacheHitRate)
+		}
+	})
+}
+
+func TestLogprobStartLenCapsReuse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		ids := prompt(1, 200)
+		run(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 1})
+		tests := []struct {
+			name       string
+			logprob    bool
+			start      int
+			wantCached int
+		}{
+			{"no logprobs", false, 0, 199},
+			{"logprob_start_len -1", true, -1, 199},
+			{"logprob_start_len 50", true, 50, 50},
+			{"logprob_start_len 0", true, 0, 0},
+		}
+		for _, tt := range tests {
+			last, _ := run(t, e, Request{InputIDs: ids, MaxNewTokens: 1, ReturnLogprob: tt.logprob, LogprobStartLen: tt.start})
+			if last.CachedTokens != tt.wantCached {
+				t.Errorf("%s: cached %d, want %d", tt.name, last.CachedTokens, tt.wantCached)
+			}
+		}
+	})
+}
+
+func TestNamespacesNeverShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		ids := prompt(1, 300)
+		run(t, e, Request{RID: "a", Namespace: "salt-1", InputIDs: ids, MaxNewTokens: 1})
+		other, _ := run(t, e, Request{RID: "b", Namespace: "salt-2", InputIDs: ids, MaxNewTokens: 1})
+		same, _ := run(t, e, Request{RID: "c", Namespace: "salt-1", InputIDs: ids, MaxNewTokens: 1})
+		if other.CachedTokens != 0 || same.CachedTokens != 299 {
+			t.Fatalf("cached: other namespace %d, same namespace %d, want 0 and 299", other.CachedTokens, same.CachedTokens)
+		}
+	})
+}
+
+func TestSGLangLogLines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, nil))
+		p := loadProfile(t, "llama-8b-eagle3-h100")
+		e := startEngine(t, Config{Profile: p, Logger: logger, DecodeLogInterval: 2})
+		defer e.Close()
+		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
+		e.Flush(context.Background(), 0)
+		for _, re := range []string{
+			`Prefill batch\. #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0`,
+			`Decode batch\. #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0`,
+			`Cache flushed successfully!`,
+		} {
+			if !regexp.MustCompile(re).Match(buf.Bytes()) {
+				t.Errorf("log lacks a line matching %q:\n%s", re, buf.String())
+			}
+		}
+	})
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	p, err := profile.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := *p
+	bad.PageSize = 0
+	for name, cfg := range map[string]Config{
+		"no profile":       {},
+		"invalid profile":  {Profile: &bad},
+		"negative speedup": {Profile: p, Speedup: -1},
+		"negative spin":    {Profile: p, SpinWindow: -time.Millisecond},
+	} {
+		if e, err := New(cfg); err == nil {
+			e.Close()
+			t.Errorf("%s: got no error", name)
+		}
+	}
+}
