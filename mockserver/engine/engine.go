@@ -47,6 +47,11 @@ type Config struct {
 	// TruthCapacity bounds how many finished requests' ground truths are
 	// kept for Truth; 0 means 10000.
 	TruthCapacity int
+	// OnFinish, if set, is called with every finished request's truth
+	// (internal requests included) on the engine goroutine, before the
+	// last event is delivered. It must be fast and must not call the
+	// engine.
+	OnFinish func(*Truth)
 }
 
 // Engine is the simulated SGLang scheduler: one goroutine owns the
@@ -107,7 +112,12 @@ func New(cfg Config) (*Engine, error) {
 		wallStart: time.Now(),
 		truths:    truths,
 	}
-	e.s.onFinish = func(t *Truth) { e.truths.Add(t.RID, t) }
+	e.s.onFinish = func(t *Truth) {
+		e.truths.Add(t.RID, t)
+		if cfg.OnFinish != nil {
+			cfg.OnFinish(t)
+		}
+	}
 	go e.loop()
 	return e, nil
 }
@@ -164,6 +174,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		return nil, err
 	}
 	q := &req{
+		internal: r.Internal,
 		seq:      seq,
 		rid:      r.RID,
 		ns:       r.Namespace,
@@ -191,7 +202,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
-	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival}
+	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
 	q.stream = newStream(e, q)
 	var dup bool
 	err := e.do(func(s *scheduler) {

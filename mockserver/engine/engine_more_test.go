@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -179,4 +180,20 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Errorf("%s: got no error", name)
 		}
 	}
+}
+
+func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen []string
+		e := startEngine(t, Config{Profile: loadProfile(t, "default"), OnFinish: func(tr *Truth) { seen = append(seen, tr.RID) }})
+		defer e.Close()
+		run(t, e, Request{RID: "health", InputIDs: []int32{0}, MaxNewTokens: 1, Internal: true})
+		run(t, e, Request{RID: "user", InputIDs: prompt(1, 10), MaxNewTokens: 2})
+		if st := e.Stats(); st.Counters != (Counters{Requests: 1, PromptTokens: 10, GenerationTokens: 2}) {
+			t.Fatalf("counters: got %+v, want only the user request", st.Counters)
+		}
+		if !slices.Equal(seen, []string{"health", "user"}) {
+			t.Fatalf("OnFinish saw %q, want both requests", seen)
+		}
+	})
 }

@@ -31,6 +31,10 @@ type Request struct {
 	// LogprobStartLen tokens, as SGLang does: those logprobs need computing.
 	ReturnLogprob   bool
 	LogprobStartLen int
+	// Internal marks the server's own requests (health checks, warmup):
+	// they run like any other but stay out of Counters, as SGLang's
+	// log_metrics=false keeps them out of its metrics.
+	Internal bool
 }
 
 // Finish reasons, as SGLang spells them.
@@ -110,6 +114,7 @@ type Truth struct {
 	Rounds     []RoundRecord
 	Finish     Finish
 	Spec       SpecStats
+	Internal   bool
 }
 
 // TTFT is the time from arrival to the first token.

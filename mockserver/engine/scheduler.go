@@ -26,6 +26,7 @@ type req struct {
 	maxStop  int // longest stop string
 	reuseCap int // longest prefix it may take from the cache
 	stream   *Stream
+	internal bool       // kept out of Counters
 	rng      *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64           // arrival order
@@ -137,9 +138,10 @@ type Counters struct {
 // window holds what a flush resets: the speculative averages and the
 // generation-throughput window.
 type window struct {
-	specTokens, specRounds int64
-	genTokens              int64
-	genSince               time.Duration
+	specTokens, specRounds     int64
+	specAccepted, specProposed int64
+	genTokens                  int64
+	genSince                   time.Duration
 }
 
 const maxFlushRecords = 1000
@@ -434,6 +436,8 @@ func (s *scheduler) completeDecode(it *iteration) {
 			r.spec.Histogram[g.n-1]++
 			s.window.specTokens += int64(g.n)
 			s.window.specRounds++
+			s.window.specAccepted += int64(g.n - 1)
+			s.window.specProposed += int64(spec.NumDraftTokens - 1)
 		}
 		s.emit(r, g.n)
 	}
@@ -455,7 +459,9 @@ func (s *scheduler) emit(r *req, n int) {
 	}
 	s.setPrivate(r, r.seqKV()-r.lockedLen())
 	added := len(r.outputs) - start
-	s.counters.GenerationTokens += int64(added)
+	if !r.internal {
+		s.counters.GenerationTokens += int64(added)
+	}
 	s.window.genTokens += int64(added)
 	if fin != nil {
 		s.finish(r, *fin, r.outputs[start:])
@@ -524,11 +530,13 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	r.truth.Finished = s.now
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
-	s.counters.Requests++
-	s.counters.PromptTokens += int64(len(r.tokens))
-	s.counters.CachedTokens += int64(r.cached)
-	if fin.Reason == FinishAbort {
-		s.counters.Aborted++
+	if !r.internal {
+		s.counters.Requests++
+		s.counters.PromptTokens += int64(len(r.tokens))
+		s.counters.CachedTokens += int64(r.cached)
+		if fin.Reason == FinishAbort {
+			s.counters.Aborted++
+		}
 	}
 	truth := r.truth
 	ev := Event{
@@ -714,6 +722,13 @@ func (s *scheduler) avgAccept() float64 {
 	return float64(s.window.specTokens) / float64(s.window.specRounds)
 }
 
+func (s *scheduler) avgAcceptRate() float64 {
+	if s.window.specProposed == 0 {
+		return 0
+	}
+	return float64(s.window.specAccepted) / float64(s.window.specProposed)
+}
+
 // Stats is a snapshot of the engine's state.
 type Stats struct {
 	Counters
@@ -732,7 +747,9 @@ type Stats struct {
 	// AvgSpecAcceptLength means nothing while SpecRounds is 0.
 	SpecRounds          int64
 	AvgSpecAcceptLength float64
-	Idle                bool
+	// AvgSpecAcceptRate is accepted / proposed drafts over the same window.
+	AvgSpecAcceptRate float64
+	Idle              bool
 }
 
 func (s *scheduler) stats() Stats {
@@ -755,6 +772,7 @@ func (s *scheduler) stats() Stats {
 		LastCacheHitRate:    s.lastHitRate,
 		SpecRounds:          s.window.specRounds,
 		AvgSpecAcceptLength: s.avgAccept(),
+		AvgSpecAcceptRate:   s.avgAcceptRate(),
 		Idle:                s.idle(),
 	}
 }
