@@ -16,6 +16,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "show the cache-poisoning trap and its fix (status of the project for now)", runDemo},
+		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
 		{"help", "show this help", nil},
 	}

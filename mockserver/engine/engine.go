@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -186,7 +187,8 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	rngKey := r.RID
 	if q.rid == "" {
-		q.rid = uuid.NewString()
+		id := uuid.New()
+		q.rid = hex.EncodeToString(id[:]) // SGLang's uuid4().hex
 		rngKey = "#" + strconv.FormatUint(seq, 10)
 	}
 	if !r.IgnoreEOS {

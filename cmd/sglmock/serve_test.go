@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestServeFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(*serveOptions) bool
+	}{
+		{"defaults", nil, "", func(o *serveOptions) bool {
+			return o.host == "127.0.0.1" && o.port == 30000 && o.profile.Name == "default" && o.speedup == 1
+		}},
+		{"a flag overrides the profile", []string{"--profile", "kimi-k2.6-rtx6000", "--page-size", "16", "--chunked-prefill-size", "4096", "--max-total-tokens", "500000"}, "",
+			func(o *serveOptions) bool {
+				return o.profile.PageSize == 16 && o.profile.ChunkedPrefillSize == 4096 && o.profile.MaxTotalTokens == 500000 &&
+					o.profile.ContextLength == 200000
+			}},
+		{"speculative on a plain profile", []string{"--speculative-algorithm", "eagle3", "--speculative-num-steps", "4"}, "",
+			func(o *serveOptions) bool {
+				s := o.profile.Speculative
+				return s.Algorithm == "EAGLE3" && s.NumSteps == 4 && s.NumDraftTokens == 5 && len(s.AcceptProbs) == 4
+			}},
+		{"fewer steps on a speculative profile", []string{"--profile", "kimi-k2.6-rtx6000", "--speculative-num-steps", "2"}, "",
+			func(o *serveOptions) bool {
+				s := o.profile.Speculative
+				return s.NumSteps == 2 && len(s.AcceptProbs) == 2 && s.AcceptProbs[1] == 0.9 && s.Algorithm == "DDTREE"
+			}},
+		{"seed", []string{"--seed", "7"}, "", func(o *serveOptions) bool { return o.profile.Seed == 7 }},
+		{"unknown flag", []string{"--tp-size", "8"}, "flag provided but not defined: -tp-size", nil},
+		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag -port`, nil},
+		{"port range", []string{"--port", "70000"}, "--port 70000", nil},
+		{"speedup", []string{"--speedup", "0"}, "--speedup 0", nil},
+		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`, nil},
+		{"stray argument", []string{"serve"}, `unexpected argument "serve"`, nil},
+		{"unknown profile", []string{"--profile", "nosuch"}, `--profile: no built-in profile "nosuch"`, nil},
+		{"impossible override", []string{"--page-size", "0"}, "page_size = 0", nil},
+		{"pool below context", []string{"--max-total-tokens", "100"}, "max_total_tokens = 100", nil},
+		{"spec steps without algorithm", []string{"--speculative-num-steps", "3"}, "need --speculative-algorithm", nil},
+		{"unknown algorithm", []string{"--speculative-algorithm", "MEDUSA"}, "speculative.algorithm = MEDUSA", nil},
+	}
+	for _, tt := range tests {
+		o, err := parseServeFlags(tt.args, io.Discard)
+		switch {
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.wantErr)
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.wantErr == "" && !tt.check(o):
+			t.Errorf("%s: options not applied: %+v", tt.name, o.profile)
+		}
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run([]string{"serve", "--help"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("serve --help: exit %d", code)
+	}
+	for _, want := range []string{"-chunked-prefill-size", "-speculative-algorithm", "-speedup", "-enable-metrics"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("help lacks %s", want)
+		}
+	}
+	if code := run([]string{"serve", "--nope"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("serve with an unknown flag: exit %d, want 2", code)
+	}
+}
+
+// TestServeOverTCP runs the real server on a loopback port: warmup, a
+// request, then a graceful shutdown that aborts a stream still running.
+func TestServeOverTCP(t *testing.T) {
+	o, err := parseServeFlags([]string{"--port", "0", "--speedup", "1000", "--shutdown-grace", "0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	o.ready = ready
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, o, &logs) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended early: %v\n%s", err, logs.String())
+	}
+	base := "http://" + addr
+	resp, err := http.Get(base + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(base+"/generate", "application/json",
+		strings.NewReader(`{"text": "Hello", "sampling_params": {"max_new_tokens": 30000}, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {\"text\"") {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	cancel() // as SIGTERM does
+	rest, _ := io.ReadAll(r)
+	if !strings.Contains(string(rest), `"type":"abort"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream in flight at shutdown must end with an abort and [DONE]; got ...%q", tail(string(rest)))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"The server is fired up and ready to roll!", "Prefill batch.", "Shutdown complete."} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+func tail(s string) string { return s[max(0, len(s)-200):] }

@@ -1,0 +1,618 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
+)
+
+func ids(from, n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(2000 + from + i*37)
+	}
+	return out
+}
+
+func jsonOf(v any) string { return string(marshal(v)) }
+
+// expectedOutput is what the mock generates for a prompt: the tokens, and
+// the simulated time of each, for a lone request on an idle server.
+func expectedOutput(p *profile.Profile, prompt []int32, n int) ([]int32, []time.Duration) {
+	h := tokenizer.PromptHash(prompt)
+	var toks []int32
+	var at []time.Duration
+	t := profile.Duration(p.PrefillChunkSeconds(0, len(prompt)))
+	for i := range n {
+		if i > 0 {
+			t += profile.Duration(p.DecodeRoundSeconds(1, len(prompt)+i))
+		}
+		toks = append(toks, tokenizer.OutputToken(h, i))
+		at = append(at, t)
+	}
+	return toks, at
+}
+
+func TestGenerateNonStreamBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		prompt := ids(0, 100)
+		start := time.Now()
+		code, body, resp := ts.do(t, "POST", "/generate",
+			fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "rid": "r1", "unknown_field": [1]}`, jsonOf(prompt)))
+		took := time.Since(start)
+		toks, at := expectedOutput(ts.cfg.Profile, prompt, 3)
+		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
+			`"prompt_tokens":100,"weight_version":"default","completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
+			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
+		if code != 200 || body != want {
+			t.Fatalf("got %d\n%s\nwant 200\n%s", code, body, want)
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("content type: got %q", ct)
+		}
+		if took != at[2] {
+			t.Fatalf("client latency: got %v, want exactly the modelled %v", took, at[2])
+		}
+	})
+}
+
+func TestGenerateStreamBytesAndTiming(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		prompt := ids(1, 300)
+		toks, at := expectedOutput(ts.cfg.Profile, prompt, 3)
+		req, _ := http.NewRequest("POST", ts.base+"/generate", strings.NewReader(fmt.Sprintf(
+			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt))))
+		start := time.Now()
+		resp, err := ts.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" {
+			t.Fatalf("content type: got %q", ct)
+		}
+		r := bufio.NewReader(resp.Body)
+		var got strings.Builder
+		var arrivals []time.Duration
+		for {
+			line, err := r.ReadString('\n')
+			if strings.HasPrefix(line, "data: ") {
+				arrivals = append(arrivals, time.Since(start))
+			}
+			got.WriteString(line)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		var want strings.Builder
+		for k := 1; k <= 3; k++ {
+			fin, e2e := "null", ""
+			if k == 3 {
+				fin = `{"type":"length","length":3}`
+				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
+			}
+			fmt.Fprintf(&want, `data: {"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
+				`"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}`+"\n\n",
+				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e)
+		}
+		want.WriteString("data: [DONE]\n\n")
+		if got.String() != want.String() {
+			t.Fatalf("stream bytes:\n%q\nwant\n%q", got.String(), want.String())
+		}
+		// The first event comes out of prefill; each later one a round after.
+		for k := range 3 {
+			if arrivals[k] != at[k] {
+				t.Fatalf("event %d arrived at %v, want exactly %v", k+1, arrivals[k], at[k])
+			}
+		}
+	})
+}
+
+func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer stop()
+		_, before, _ := ts.do(t, "GET", "/server_info", "")
+		if strings.Contains(before, "avg_spec_accept_length") {
+			t.Fatal("avg_spec_accept_length must be absent before any speculative round")
+		}
+		_, body, _ := ts.do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60}, "stream": true, "rid": "spec"}`)
+		events := sseEvents(t, body)
+		var prev, jumps int
+		var last generateResponse
+		for _, e := range events[:len(events)-1] {
+			if err := json.Unmarshal([]byte(e), &last); err != nil {
+				t.Fatal(err)
+			}
+			if last.MetaInfo.CompletionTokens-prev > 1 {
+				jumps++
+			}
+			if len(last.OutputIDs) != last.MetaInfo.CompletionTokens {
+				t.Fatalf("cumulative output_ids: %d ids for %d tokens", len(last.OutputIDs), last.MetaInfo.CompletionTokens)
+			}
+			prev = last.MetaInfo.CompletionTokens
+		}
+		if jumps == 0 {
+			t.Fatal("no event carried several speculative tokens")
+		}
+		m := last.MetaInfo
+		if m.SpecVerifyCt == nil || *m.SpecAcceptLength != 60/float64(*m.SpecVerifyCt) ||
+			*m.SpecAcceptedDrafts != 60-1-*m.SpecVerifyCt || *m.SpecProposedDrafts != 3**m.SpecVerifyCt {
+			t.Fatalf("spec fields: %s", events[len(events)-2])
+		}
+		if len(events)-1 != *m.SpecVerifyCt+1 {
+			t.Fatalf("got %d events, want one per verify round plus the prefill one (%d)", len(events)-1, *m.SpecVerifyCt+1)
+		}
+		_, after, _ := ts.do(t, "GET", "/server_info", "")
+		if !strings.Contains(after, `"avg_spec_accept_length":`) {
+			t.Fatalf("server_info lacks avg_spec_accept_length after speculative rounds")
+		}
+		// stream_interval 4: the first token, then every 4th step, and the finish.
+		_, body, _ = ts.do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)
+		events = sseEvents(t, body)
+		var final generateResponse
+		json.Unmarshal([]byte(events[len(events)-2]), &final)
+		v := *final.MetaInfo.SpecVerifyCt
+		want := 1 + v/4
+		if v%4 != 0 {
+			want++ // the finish is always sent
+		}
+		if got := len(events) - 1; got != want {
+			t.Fatalf("stream_interval 4 over %d rounds: got %d events, want %d", v, got, want)
+		}
+	})
+}
+
+// sseEvents splits an SSE body into its data payloads, checking framing.
+func sseEvents(t *testing.T, body string) []string {
+	t.Helper()
+	if !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("stream does not end with [DONE]: %q", body[max(0, len(body)-80):])
+	}
+	var out []string
+	for _, part := range strings.SplitAfter(body, "\n\n") {
+		if part == "" {
+			continue
+		}
+		if !strings.HasPrefix(part, "data: ") || !strings.HasSuffix(part, "\n\n") || strings.Count(part, "\n") != 2 {
+			t.Fatalf("bad SSE framing: %q", part)
+		}
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(part, "data: "), "\n\n"))
+	}
+	return out
+}
+
+func TestGenerateBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		code, body, _ := ts.do(t, "POST", "/generate", `{"text": ["one prompt", "another prompt"], "sampling_params": {"max_new_tokens": 4}, "rid": ["b0", "b1"]}`)
+		var list []generateResponse
+		if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list) != 2 {
+			t.Fatalf("batch: got %d %s", code, body)
+		}
+		if list[0].MetaInfo.ID != "b0" || list[1].MetaInfo.ID != "b1" || list[1].MetaInfo.CompletionTokens != 4 {
+			t.Fatalf("batch results out of order or incomplete: %s", body)
+		}
+		_, body, _ = ts.do(t, "POST", "/generate", `{"input_ids": [[5000, 5001, 5002], [6000, 6001]], "sampling_params": [{"max_new_tokens": 2}, {"max_new_tokens": 3}], "stream": true}`)
+		seen := map[int]int{}
+		for _, e := range sseEvents(t, body) {
+			if e == "[DONE]" {
+				continue
+			}
+			var ev generateResponse
+			json.Unmarshal([]byte(e), &ev)
+			if ev.Index == nil {
+				t.Fatalf("batch stream event without index: %s", e)
+			}
+			seen[*ev.Index] = ev.MetaInfo.CompletionTokens
+		}
+		if seen[0] != 2 || seen[1] != 3 {
+			t.Fatalf("batch stream: final tokens per index %v, want 0:2 1:3", seen)
+		}
+		// n copies of one prompt.
+		_, body, _ = ts.do(t, "POST", "/generate", `{"text": "same", "sampling_params": {"max_new_tokens": 2, "n": 3}}`)
+		if err := json.Unmarshal([]byte(body), &list); err != nil || len(list) != 3 {
+			t.Fatalf("n=3: got %s", body)
+		}
+		checkIdle(t, ts.Engine())
+	})
+}
+
+func TestFlushCacheOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		prompt := jsonOf(ids(2, 500))
+		gen := func(rid string) generateResponse {
+			_, body, _ := ts.do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": %q}`, prompt, rid))
+			var r generateResponse
+			if err := json.Unmarshal([]byte(body), &r); err != nil {
+				t.Fatal(body)
+			}
+			return r
+		}
+		if a, b := gen("a"), gen("b"); a.MetaInfo.CachedTokens != 0 || b.MetaInfo.CachedTokens != 499 {
+			t.Fatalf("cached: %d then %d, want 0 then 499", a.MetaInfo.CachedTokens, b.MetaInfo.CachedTokens)
+		}
+		for _, method := range []string{"GET", "POST"} {
+			code, body, _ := ts.do(t, method, "/flush_cache", "")
+			if code != 200 || body != flushedText {
+				t.Fatalf("%s /flush_cache when idle: got %d %q", method, code, body)
+			}
+		}
+		if c := gen("c"); c.MetaInfo.CachedTokens != 0 {
+			t.Fatalf("after flush: cached %d, want 0", c.MetaInfo.CachedTokens)
+		}
+		// Busy: a long request runs in the background.
+		go ts.send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 300}}`, jsonOf(ids(3, 400))))
+		time.Sleep(50 * time.Millisecond)
+		tests := []struct {
+			query string
+			code  int
+			body  string
+		}{
+			{"", 400, engine.ErrFlushBusy.Error() + "\n"},
+			{"?timeout=0.01", 400, "Timed out waiting for idle state.\n"},
+			{"?timeout=-1", 400, `"type":"Bad Request"`},
+			{"?timeout=abc", 400, `"type":"Bad Request"`},
+			{"?timeout=60", 200, flushedText},
+		}
+		for _, tt := range tests {
+			code, body, _ := ts.do(t, "POST", "/flush_cache"+tt.query, "")
+			if code != tt.code || !strings.Contains(body, tt.body) {
+				t.Fatalf("flush%s: got %d %q, want %d containing %q", tt.query, code, body, tt.code, tt.body)
+			}
+		}
+		_, body, _ := ts.do(t, "GET", "/sim/flushes", "")
+		var hist []map[string]any
+		json.Unmarshal([]byte(body), &hist)
+		if len(hist) != 5 || hist[2]["ok"] != false || hist[4]["ok"] != true {
+			t.Fatalf("flush history: %s", body)
+		}
+		checkIdle(t, ts.Engine())
+	})
+}
+
+func TestBadInputLeavesNothingBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.ContextLength = 1000
+		ts, stop := startServer(t, Config{Profile: p, MaxBodyBytes: 64 << 10})
+		defer stop()
+		long := jsonOf(ids(0, 1000))
+		tests := []struct {
+			name, method, path, body string
+			header                   []string
+			code                     int
+			want                     string
+		}{
+			{"malformed JSON", "POST", "/generate", `{"text": "x"`, nil, 400, `{"object":"error","message":"`},
+			{"wrong type", "POST", "/generate", `{"text": "x", "stream": "yes"}`, nil, 400, `"type":"Bad Request","param":null,"code":400}`},
+			{"text and input_ids", "POST", "/generate", `{"text": "x", "input_ids": [1]}`, nil, 400,
+				`{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}`},
+			{"neither", "POST", "/generate", `{"sampling_params": {}}`, nil, 400,
+				`{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}`},
+			{"negative max_new_tokens", "POST", "/generate", `{"text": "x", "sampling_params": {"max_new_tokens": -1}}`, nil, 400,
+				`{"error":{"message":"max_new_tokens must be at least 0, got -1."}}`},
+			{"prompt too long", "POST", "/generate", `{"input_ids": ` + long + `}`, nil, 400,
+				`{"error":{"message":"The input (1000 tokens) is longer than the model's context length (1000 tokens)."}}`},
+			{"prompt too long, streaming", "POST", "/generate", `{"input_ids": ` + long + `, "stream": true}`, nil, 200,
+				"data: {\"error\":{\"message\":\"The input (1000 tokens) is longer than the model's context length (1000 tokens).\"}}\n\ndata: [DONE]\n\n"},
+			{"batch with one bad prompt", "POST", "/generate", `{"input_ids": [[1, 2], ` + long + `]}`, nil, 400, `longer than the model's context length`},
+			{"empty body", "POST", "/generate", ``, nil, 400, `"type":"Bad Request"`},
+			{"v1 without JSON content type", "POST", "/v1/completions", `{"prompt": "x"}`, []string{"Content-Type", "text/plain"}, 400,
+				`Unsupported Media Type: Only 'application/json' is allowed`},
+			{"v1 max_tokens 0", "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`, nil, 400,
+				`{"object":"error","message":"max_tokens must be positive, got 0.","type":"BadRequestError","param":null,"code":400}`},
+			{"v1 prompt too long", "POST", "/v1/completions", `{"prompt": ` + long + `}`, nil, 400, `"type":"BadRequestError"`},
+			{"v1 missing prompt", "POST", "/v1/completions", `{"model": "m"}`, nil, 400, `prompt: Field required`},
+			{"chat without messages", "POST", "/v1/chat/completions", `{"messages": []}`, nil, 400, `"type":"Bad Request"`},
+			{"chat bad content", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": 5}]}`, nil, 400, `content must be a string`},
+			{"unknown route", "GET", "/nope", ``, nil, 404, `{"detail":"Not Found"}`},
+			{"wrong method", "DELETE", "/generate", ``, nil, 405, `{"detail":"Method Not Allowed"}`},
+			{"unknown model", "GET", "/v1/models/other", ``, nil, 404, `"code":"model_not_found"`},
+			{"body too large", "POST", "/generate", `{"text": "` + strings.Repeat("a", 70<<10) + `"}`, nil, 413, `"code":413`},
+			{"bearer None without a key", "GET", "/v1/models", ``, []string{"Authorization", "Bearer None"}, 200, `"object":"list"`},
+			{"bad sim query", "GET", "/sim/expect?prompt_tokens=x", ``, nil, 400, `prompt_tokens`},
+			{"unknown rid", "GET", "/sim/requests/nope", ``, nil, 404, `no finished request`},
+		}
+		for _, tt := range tests {
+			code, body, _ := ts.do(t, tt.method, tt.path, tt.body, tt.header...)
+			if code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("%s: got %d %s\nwant %d containing %s", tt.name, code, body, tt.code, tt.want)
+			}
+			// A refused batch aborts the prompts it had already queued; an
+			// abort lands at the engine's next iteration boundary.
+			time.Sleep(time.Second)
+			checkIdle(t, ts.Engine())
+		}
+		if st := ts.Engine().Stats(); st.Requests != st.Aborted || st.Aborted != 1 {
+			t.Fatalf("only the refused batch's good prompt ran, aborted: got %d requests, %d aborted", st.Requests, st.Aborted)
+		}
+	})
+}
+
+func TestAPIKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{APIKey: "sk-test"})
+		defer stop()
+		tests := []struct {
+			path, auth string
+			code       int
+		}{
+			{"/v1/models", "", 401},
+			{"/v1/models", "Bearer wrong", 401},
+			{"/v1/models", "Bearer sk-test", 200},
+			{"/health", "", 200},
+			{"/metrics", "", 404}, // open, but off
+			{"/flush_cache", "", 401},
+		}
+		for _, tt := range tests {
+			code, body, _ := ts.do(t, "GET", tt.path, "", "Authorization", tt.auth)
+			if code != tt.code || (code == 401 && body != `{"error":"Unauthorized"}`) {
+				t.Errorf("%s with %q: got %d %s, want %d", tt.path, tt.auth, code, body, tt.code)
+			}
+		}
+	})
+}
+
+func TestDisconnectAbortsTheRequest(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ts, stop := startServer(t, Config{})
+				defer stop()
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, "POST", ts.base+"/generate", strings.NewReader(fmt.Sprintf(
+					`{"input_ids": %s, "sampling_params": {"max_new_tokens": 5000}, "rid": "gone", "stream": %v}`, jsonOf(ids(4, 2000)), stream)))
+				go func() {
+					time.Sleep(200 * time.Millisecond) // virtual: prefilled and decoding
+					cancel()
+				}()
+				resp, err := ts.client.Do(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				time.Sleep(100 * time.Millisecond) // virtual: the next iteration boundary
+				checkIdle(t, ts.Engine())
+				code, body, _ := ts.do(t, "GET", "/sim/requests/gone", "")
+				if code != 200 || !strings.Contains(body, `"finish_reason":"abort"`) {
+					t.Fatalf("truth of the abandoned request: %d %s", code, body)
+				}
+				if st := ts.Engine().Stats(); st.Aborted != 1 {
+					t.Fatalf("aborted counter: got %d, want 1", st.Aborted)
+				}
+			})
+		})
+	}
+}
+
+func TestHealthAndStates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(Config{Profile: loadProfile(t, "default")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newPipeListener()
+		hs := &http.Server{Handler: s.Handler()}
+		go hs.Serve(l)
+		tr := &http.Transport{DialContext: l.dial}
+		ts := &testServer{Server: s, client: &http.Client{Transport: tr}, base: "http://sglmock.test:30000"}
+		defer func() {
+			tr.CloseIdleConnections()
+			hs.Close()
+			l.Close()
+			s.Close()
+		}()
+		check := func(stage, path string, want int) {
+			t.Helper()
+			if code, _, _ := ts.do(t, "GET", path, ""); code != want {
+				t.Fatalf("%s: %s got %d, want %d", stage, path, code, want)
+			}
+		}
+		check("starting", "/health", 503)
+		check("starting", "/health_generate", 503)
+		check("starting", "/v1/models", 200)
+		if err := s.Warmup(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		check("ready", "/health", 200)
+		check("ready", "/health_generate", 200)
+		if st := s.Engine().Stats(); st.Requests != 0 || st.CacheTokens == 0 {
+			t.Fatalf("warmup and health checks must stay out of the counters but warm the cache: %+v", st)
+		}
+		s.BeginShutdown()
+		check("shutting down", "/health", 503)
+		if code, body, _ := ts.do(t, "POST", "/generate", `{"text": "x"}`); code != 503 || !strings.Contains(body, "shutting down") {
+			t.Fatalf("generate while shutting down: %d %s", code, body)
+		}
+	})
+}
+
+func TestInfoEndpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000"), Speedup: 1})
+		defer stop()
+		decode := func(path string) map[string]any {
+			t.Helper()
+			code, body, _ := ts.do(t, "GET", path, "")
+			var m map[string]any
+			if err := json.Unmarshal([]byte(body), &m); code != 200 || err != nil {
+				t.Fatalf("%s: %d %s", path, code, body)
+			}
+			return m
+		}
+		for _, path := range []string{"/server_info", "/get_server_info"} {
+			info := decode(path)
+			states, _ := info["internal_states"].([]any)
+			if len(states) != 1 || info["version"] != Version || info["max_total_num_tokens"] != 420000.0 ||
+				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
+				t.Fatalf("%s: %v", path, info)
+			}
+			st := states[0].(map[string]any)
+			if _, ok := st["last_gen_throughput"]; !ok {
+				t.Fatalf("%s: internal_states[0] lacks last_gen_throughput", path)
+			}
+			if sim := info["sim"].(map[string]any); sim["profile"] != "kimi-k2.6-rtx6000" || sim["speedup"] != 1.0 {
+				t.Fatalf("%s: sim %v", path, sim)
+			}
+		}
+		for _, path := range []string{"/model_info", "/get_model_info"} {
+			if m := decode(path); m["model_path"] != "moonshotai/Kimi-K2.6" || m["is_generation"] != true {
+				t.Fatalf("%s: %v", path, m)
+			}
+		}
+		models := decode("/v1/models")
+		card := models["data"].([]any)[0].(map[string]any)
+		if card["id"] != "moonshotai/Kimi-K2.6" || card["owned_by"] != "sglang" || card["max_model_len"] != 200000.0 {
+			t.Fatalf("/v1/models: %v", models)
+		}
+		if m := decode("/v1/models/moonshotai/Kimi-K2.6"); m["id"] != "moonshotai/Kimi-K2.6" {
+			t.Fatalf("/v1/models/{model}: %v", m)
+		}
+		for _, path := range []string{"/get_load", "/v1/loads"} {
+			code, body, _ := ts.do(t, "GET", path, "")
+			if code != 200 || body != `[{"dp_rank":0,"num_reqs":0,"num_tokens":0,"num_waiting_reqs":0}]` {
+				t.Fatalf("%s: %d %s", path, code, body)
+			}
+		}
+		texts := map[string]string{"/start_profile": "Start profiling.\n", "/stop_profile": "Stop profiling. This will take some time.\n"}
+		for path, want := range texts {
+			for _, m := range []string{"GET", "POST"} {
+				if code, body, _ := ts.do(t, m, path, ""); code != 200 || body != want {
+					t.Fatalf("%s %s: %d %q", m, path, code, body)
+				}
+			}
+		}
+		if code, _, _ := ts.do(t, "GET", "/ping", ""); code != 200 {
+			t.Fatalf("/ping: %d", code)
+		}
+		code, body, _ := ts.do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
+		if code != 200 || body != fmt.Sprintf(`{"count":2,"max_model_len":200000,"tokens":%s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))) {
+			t.Fatalf("/tokenize: %d %s", code, body)
+		}
+		code, body, _ = ts.do(t, "POST", "/v1/detokenize", fmt.Sprintf(`{"tokens": %s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))))
+		if code != 200 || body != `{"text":"Hello world"}` {
+			t.Fatalf("/detokenize: %d %s", code, body)
+		}
+		exp := decode("/sim/expect?prompt_tokens=45507&cached_tokens=0&completion_tokens=1")
+		if ttft := exp["ttft_s"].(float64); ttft < 23.7 || ttft > 23.75 {
+			t.Fatalf("/sim/expect: %v", exp)
+		}
+		if prof := decode("/sim/profile"); prof["name"] != "kimi-k2.6-rtx6000" || prof["speedup"] != 1.0 {
+			t.Fatalf("/sim/profile: %v", prof)
+		}
+	})
+}
+
+func TestAbortRequestEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		done := make(chan string)
+		for _, rid := range []string{"x1", "x2"} {
+			go func() {
+				_, body, _, _ := ts.send("POST", "/generate", fmt.Sprintf(`{"text": "go on", "rid": %q, "sampling_params": {"max_new_tokens": 10000}}`, rid))
+				done <- body
+			}()
+		}
+		time.Sleep(100 * time.Millisecond)
+		if code, _, _ := ts.do(t, "POST", "/abort_request", `{"rid": "x1"}`); code != 200 {
+			t.Fatalf("abort_request: %d", code)
+		}
+		first := <-done
+		if !strings.Contains(first, `"finish_reason":{"type":"abort"`) {
+			t.Fatalf("aborted request body: %s", first)
+		}
+		ts.do(t, "POST", "/abort_request", `{"abort_all": true}`)
+		<-done
+		synctest.Wait()
+		checkIdle(t, ts.Engine())
+	})
+}
+
+func TestPageSizeAndDisabledCacheOverHTTP(t *testing.T) {
+	tests := []struct {
+		name    string
+		page    int
+		disable bool
+		want    int
+	}{
+		{"page 16", 16, false, 96},
+		{"radix cache disabled", 1, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := loadProfile(t, "default")
+				p.PageSize = tt.page
+				ts, stop := startServer(t, Config{Profile: p, DisableRadixCache: tt.disable})
+				defer stop()
+				req := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(ids(5, 100)))
+				ts.do(t, "POST", "/generate", req)
+				_, body, _ := ts.do(t, "POST", "/generate", req)
+				var r generateResponse
+				json.Unmarshal([]byte(body), &r)
+				if r.MetaInfo.CachedTokens != tt.want {
+					t.Fatalf("second identical request: cached %d, want %d", r.MetaInfo.CachedTokens, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100"), EnableMetrics: true})
+		defer stop()
+		req := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 20}}`, jsonOf(ids(6, 300)))
+		for range 3 {
+			ts.do(t, "POST", "/generate", req)
+		}
+		code, body, _ := ts.do(t, "GET", "/metrics", "")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+		for _, want := range []string{
+			"sglang:prompt_tokens_total" + label + " 900",
+			"sglang:cached_tokens_total" + label + " 598",
+			"sglang:generation_tokens_total" + label + " 60",
+			"sglang:num_requests_total" + label + " 3",
+			"sglang:num_aborted_requests_total" + label + " 0",
+			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 598`,
+			"sglang:num_running_reqs" + label + " 0",
+			"sglang:max_total_num_tokens" + label + " 600000",
+			"sglang:time_to_first_token_seconds_count" + label + " 3",
+			"sglang:e2e_request_latency_seconds_count" + label + " 3",
+			"sglang:inter_token_latency_seconds_count" + label + " 57",
+			"sglang:queue_time_seconds_count" + label + " 3",
+			"sglang:spec_accept_length" + label,
+			"sglang:cache_hit_rate" + label,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}

@@ -1,0 +1,207 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/tokenizer"
+)
+
+// flushedText is SGLang's /flush_cache reply on success.
+const flushedText = "Cache flushed.\nPlease check backend logs for more details. " +
+	"(When there are running or waiting requests, the operation will not be performed.)\n"
+
+// flushCache flushes the radix cache: 200 when idle, else 400 with the
+// reason; ?timeout=S (simulated seconds) waits for idle up to S.
+func (s *Server) flushCache(c *gin.Context) {
+	var timeout time.Duration
+	if raw := c.Query("timeout"); raw != "" {
+		secs, err := strconv.ParseFloat(raw, 64)
+		if err != nil || secs < 0 || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			writeValidationError(c, fmt.Sprintf("timeout: Input should be a finite number >= 0, got %q", raw))
+			return
+		}
+		timeout = time.Duration(secs * float64(time.Second))
+	}
+	err := s.eng.Flush(c.Request.Context(), timeout)
+	switch {
+	case err == nil:
+		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(flushedText))
+	case errors.Is(err, c.Request.Context().Err()):
+		// The client left while the flush waited; nobody reads a reply.
+	default:
+		c.Data(http.StatusBadRequest, "text/plain; charset=utf-8", []byte(err.Error()+"\n"))
+	}
+}
+
+// health answers 200 at once when serving (the stateGate answers 503 while
+// starting or shutting down), as current SGLang does.
+func (s *Server) health(c *gin.Context) { c.Status(http.StatusOK) }
+
+// healthGenerate runs a one-token generation unless something already runs,
+// as SGLang does; the request stays out of the metrics.
+func (s *Server) healthGenerate(c *gin.Context) {
+	if !s.eng.Stats().Idle {
+		c.Status(http.StatusOK)
+		return
+	}
+	st, err := s.eng.Submit(engine.Request{
+		RID:          fmt.Sprintf("HEALTH_CHECK_%d", time.Now().UnixNano()),
+		InputIDs:     []int32{0},
+		MaxNewTokens: 1,
+		Internal:     true,
+	})
+	if err != nil {
+		c.Status(http.StatusServiceUnavailable)
+		return
+	}
+	for {
+		ev, err := st.Next(c.Request.Context())
+		if err != nil {
+			st.Abort()
+			return
+		}
+		if ev.Finish != nil {
+			break
+		}
+	}
+	c.Status(http.StatusOK)
+}
+
+func (s *Server) modelInfo(c *gin.Context) {
+	writeJSON(c, http.StatusOK, gin.H{
+		"model_path":                s.args.ModelPath,
+		"tokenizer_path":            s.args.TokenizerPath,
+		"is_generation":             true,
+		"preferred_sampling_params": nil,
+		"weight_version":            weightVersion,
+		"has_image_understanding":   false,
+		"has_audio_understanding":   false,
+		"model_type":                "sglmock",
+		"architectures":             []string{"SGLMockForCausalLM"},
+	})
+}
+
+// flatArgs renders the server args as a JSON object map.
+func (s *Server) flatArgs() map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(marshal(s.args), &m); err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// simInfo is the "sim" section: what SGLang does not have.
+func (s *Server) simInfo() gin.H {
+	return gin.H{"profile": s.cfg.Profile.Name, "speedup": s.eng.Speedup(), "version": SimVersion}
+}
+
+func (s *Server) serverInfo(c *gin.Context) {
+	st := s.eng.Stats()
+	state := s.flatArgs()
+	state["last_gen_throughput"] = st.LastGenThroughput
+	if st.SpecRounds > 0 {
+		state["avg_spec_accept_length"] = st.AvgSpecAcceptLength
+	}
+	state["memory_usage"] = gin.H{"weight": 0.0, "kvcache": 0.0, "token_capacity": st.KVCapacity, "graph": 0.0}
+	state["effective_max_running_requests_per_dp"] = s.args.MaxRunningRequests
+	info := s.flatArgs()
+	info["max_total_num_tokens"] = s.args.MaxTotalTokens
+	info["max_req_input_len"] = s.args.ContextLength - 1
+	info["internal_states"] = []map[string]any{state}
+	info["version"] = Version
+	info["sim"] = s.simInfo()
+	writeJSON(c, http.StatusOK, info)
+}
+
+func (s *Server) load(c *gin.Context) {
+	st := s.eng.Stats()
+	writeJSON(c, http.StatusOK, []gin.H{{
+		"dp_rank":          0,
+		"num_reqs":         st.Running + st.Queued,
+		"num_waiting_reqs": st.Queued,
+		"num_tokens":       st.KVUsed,
+	}})
+}
+
+func (s *Server) abortRequest(c *gin.Context) {
+	var body struct {
+		RID      string `json:"rid"`
+		AbortAll bool   `json:"abort_all"`
+	}
+	if !s.readBody(c, &body) {
+		return
+	}
+	if body.AbortAll {
+		s.eng.AbortAll()
+	} else if body.RID != "" {
+		s.eng.Abort(body.RID)
+	}
+	c.Status(http.StatusOK)
+}
+
+// startProfile and stopProfile accept SGLang's profiler calls: the mock has
+// nothing to profile, so they only answer as SGLang does.
+func (s *Server) startProfile(c *gin.Context) {
+	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("Start profiling.\n"))
+}
+
+func (s *Server) stopProfile(c *gin.Context) {
+	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("Stop profiling. This will take some time.\n"))
+}
+
+func (s *Server) tokenize(c *gin.Context) {
+	var body struct {
+		Prompt   json.RawMessage `json:"prompt"`
+		Messages []chatMessage   `json:"messages"`
+	}
+	if !s.readBody(c, &body) {
+		return
+	}
+	var text string
+	switch {
+	case body.Messages != nil:
+		msgs := make([]tokenizer.Message, len(body.Messages))
+		for i, m := range body.Messages {
+			t, err := messageText(m.Content)
+			if err != nil {
+				writeValidationError(c, err.Error())
+				return
+			}
+			msgs[i] = tokenizer.Message{Role: m.Role, Content: t}
+		}
+		text = tokenizer.ApplyChatTemplate(msgs, true)
+	case !isNull(body.Prompt):
+		if err := json.Unmarshal(body.Prompt, &text); err != nil {
+			writeValidationError(c, "prompt: Input should be a valid string")
+			return
+		}
+	default:
+		writeValidationError(c, "prompt or messages: Field required")
+		return
+	}
+	ids := tokenizer.Encode(nil, text)
+	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
+}
+
+func (s *Server) detokenize(c *gin.Context) {
+	var body struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	if !s.readBody(c, &body) {
+		return
+	}
+	if body.Tokens == nil {
+		writeValidationError(c, "tokens: Field required")
+		return
+	}
+	writeJSON(c, http.StatusOK, gin.H{"text": tokenizer.Decode(body.Tokens)})
+}

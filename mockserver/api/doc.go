@@ -1,0 +1,44 @@
+// Package api is sglmock's HTTP layer: SGLang's endpoints, JSON and
+// Server-Sent Events, served with gin over a simulated engine. Benchmark
+// scripts written for real SGLang run against it unmodified.
+//
+// # Surface
+//
+// Native: /generate (text or input_ids, single or batch, stream or not),
+// /flush_cache (GET/POST, ?timeout=), /health, /health_generate,
+// /model_info and /get_model_info, /server_info and /get_server_info,
+// /get_load and /v1/loads, /abort_request, /start_profile and
+// /stop_profile, /tokenize and /detokenize (also under /v1), /ping, and
+// /metrics with --enable-metrics. OpenAI: /v1/models, /v1/models/{model},
+// /v1/completions, /v1/chat/completions. Old and new endpoint names both
+// work, so clients of every SGLang era do.
+//
+// Simulation: /sim/profile (active profile and speedup), /sim/expect (the
+// model evaluator), /sim/requests/{rid} (a request's ground truth) and
+// /sim/flushes (flush history). SGLang has none of these; the harness uses
+// them when present. /server_info carries the profile and speedup under
+// "sim".
+//
+// # Behaviour, as SGLang's
+//
+//   - Streams are "data: {json}\n\n" events ending with "data: [DONE]\n\n";
+//     the first event comes out of prefill with the first token; native
+//     events carry cumulative text and output_ids and meta_info in every
+//     event; under speculative decoding one event carries several tokens.
+//     OpenAI streams carry text deltas; chat opens with a role delta and
+//     closes with an empty delta carrying finish_reason.
+//   - A request refused before scheduling gets 400: the validation envelope
+//     {"object":"error",...,"code":400} for malformed bodies, {"error":
+//     {"message"}} from /generate, the ErrorResponse with type
+//     "BadRequestError" from /v1. A streaming request refused inside the
+//     generator gets 200 with one error event and [DONE], as SGLang's do.
+//   - 401 {"error":"Unauthorized"} without the --api-key bearer token
+//     (health checks and metrics are open); 404 {"detail":"Not Found"};
+//     413 past the body limit; 503 while starting (until the warmup
+//     request finishes) and while shutting down.
+//   - A client that disconnects aborts its requests: their KV, locks and
+//     queue slots are released at the engine's next iteration boundary.
+//   - Times in responses (e2e_latency, /sim/) are simulated seconds.
+//
+// Only this package imports gin.
+package api

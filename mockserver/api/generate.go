@@ -1,0 +1,569 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/tokenizer"
+)
+
+// stringOrList is a JSON string or list of strings (SGLang's stop).
+type stringOrList []string
+
+func (s *stringOrList) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		*s = nil
+		return nil
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("stop: must be a string or a list of strings")
+	}
+	*s = many
+	return nil
+}
+
+// samplingParams are the sampling_params a mock honours; the rest are
+// accepted and ignored (the mock's output does not depend on sampling).
+type samplingParams struct {
+	MaxNewTokens   *int         `json:"max_new_tokens"`
+	Temperature    *float64     `json:"temperature"`
+	Stop           stringOrList `json:"stop"`
+	StopTokenIDs   []int32      `json:"stop_token_ids"`
+	IgnoreEOS      bool         `json:"ignore_eos"`
+	N              *int         `json:"n"`
+	StreamInterval *int         `json:"stream_interval"`
+	NoStopTrim     bool         `json:"no_stop_trim"`
+}
+
+// generateBody is GenerateReqInput; unknown keys are ignored.
+type generateBody struct {
+	Text            json.RawMessage `json:"text"`
+	InputIDs        json.RawMessage `json:"input_ids"`
+	InputEmbeds     json.RawMessage `json:"input_embeds"`
+	SamplingParams  json.RawMessage `json:"sampling_params"`
+	RID             json.RawMessage `json:"rid"`
+	Stream          bool            `json:"stream"`
+	ReturnLogprob   json.RawMessage `json:"return_logprob"`
+	LogprobStartLen json.RawMessage `json:"logprob_start_len"`
+	LoraPath        json.RawMessage `json:"lora_path"`
+	ExtraKey        *string         `json:"extra_key"`
+	CacheSalt       *string         `json:"cache_salt"`
+}
+
+// item is one sequence to generate, with what the HTTP layer needs to
+// render it.
+type item struct {
+	req            engine.Request
+	index          int
+	noStopTrim     bool
+	streamInterval int
+}
+
+func isNull(b json.RawMessage) bool { return len(b) == 0 || bytes.Equal(b, []byte("null")) }
+
+func isList(b json.RawMessage) bool { return len(b) > 0 && b[0] == '[' }
+
+// perItem decodes a field that is either one value for every item or a
+// list with one value per item.
+func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error) {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = def
+	}
+	if isNull(raw) {
+		return out, nil
+	}
+	if isList(raw) {
+		var list []T
+		if err := json.Unmarshal(raw, &list); err == nil {
+			if len(list) != n {
+				return nil, fmt.Errorf("%s: got %d values for a batch of %d", field, len(list), n)
+			}
+			return list, nil
+		}
+	}
+	var one T
+	if err := json.Unmarshal(raw, &one); err != nil {
+		return nil, fmt.Errorf("%s: %v", field, err)
+	}
+	for i := range out {
+		out[i] = one
+	}
+	return out, nil
+}
+
+// namespace joins SGLang's three cache partitions: LoRA adapter, extra_key
+// and cache_salt. Requests that differ in any never share a prefix.
+func namespace(lora, extraKey, cacheSalt string) string {
+	if lora == "" && extraKey == "" && cacheSalt == "" {
+		return ""
+	}
+	return lora + "\x00" + extraKey + "\x00" + cacheSalt
+}
+
+// parseGenerate turns a /generate body into items. Type errors are
+// validation errors (first return); semantic ones are /generate errors.
+func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, validation, semantic error) {
+	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
+	if hasText == hasIDs || !isNull(b.InputEmbeds) {
+		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
+			return nil, false, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
+		}
+		return nil, false, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
+	}
+	var texts []string
+	var ids [][]int32
+	switch {
+	case hasText && isList(b.Text):
+		if err := json.Unmarshal(b.Text, &texts); err != nil {
+			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+		}
+		batch = true
+	case hasText:
+		var one string
+		if err := json.Unmarshal(b.Text, &one); err != nil {
+			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+		}
+		texts = []string{one}
+	default:
+		var one []int32
+		if err := json.Unmarshal(b.InputIDs, &one); err == nil {
+			ids = [][]int32{one}
+		} else if err := json.Unmarshal(b.InputIDs, &ids); err == nil {
+			batch = true
+		} else {
+			return nil, false, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
+		}
+	}
+	n := max(len(texts), len(ids))
+	if n == 0 {
+		return nil, false, nil, errors.New("The batch is empty.")
+	}
+	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
+	if err != nil {
+		return nil, false, err, nil
+	}
+	rids, err := perItem(b.RID, n, "rid", "")
+	if err != nil {
+		return nil, false, err, nil
+	}
+	logprob, err := perItem(b.ReturnLogprob, n, "return_logprob", false)
+	if err != nil {
+		return nil, false, err, nil
+	}
+	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", -1)
+	if err != nil {
+		return nil, false, err, nil
+	}
+	loras, err := perItem(b.LoraPath, n, "lora_path", "")
+	if err != nil {
+		return nil, false, err, nil
+	}
+	ns := func(i int) string {
+		return namespace(loras[i], deref(b.ExtraKey), deref(b.CacheSalt))
+	}
+	for i := range n {
+		p := params[i]
+		copies := 1
+		if p.N != nil {
+			if *p.N < 1 {
+				return nil, false, nil, fmt.Errorf("n must be at least 1, got %d.", *p.N)
+			}
+			copies = *p.N
+		}
+		for c := range copies {
+			it := s.itemFrom(p, len(items))
+			if texts != nil {
+				it.req.Text = texts[i]
+			} else {
+				it.req.InputIDs = ids[i]
+			}
+			if rids[i] != "" && copies == 1 {
+				it.req.RID = rids[i]
+			} else if rids[i] != "" {
+				it.req.RID = fmt.Sprintf("%s-%d", rids[i], c)
+			}
+			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
+			it.req.Namespace = ns(i)
+			items = append(items, it)
+		}
+		batch = batch || copies > 1
+	}
+	return items, batch, nil, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// itemFrom maps sampling params onto an engine request.
+func (s *Server) itemFrom(p samplingParams, index int) item {
+	it := item{index: index, noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+	it.req.MaxNewTokens = 128
+	if p.MaxNewTokens != nil {
+		it.req.MaxNewTokens = *p.MaxNewTokens
+	}
+	it.req.Stop = p.Stop
+	it.req.StopTokenIDs = p.StopTokenIDs
+	it.req.IgnoreEOS = p.IgnoreEOS
+	if p.StreamInterval != nil && *p.StreamInterval > 0 {
+		it.streamInterval = *p.StreamInterval
+	}
+	return it
+}
+
+// submitAll submits every item; on the first refusal it aborts those it
+// already submitted and returns the refusal.
+func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
+	streams := make([]*engine.Stream, 0, len(items))
+	for _, it := range items {
+		st, err := s.eng.Submit(it.req)
+		if err != nil {
+			for _, prev := range streams {
+				prev.Abort()
+			}
+			return nil, err
+		}
+		streams = append(streams, st)
+	}
+	return streams, nil
+}
+
+// output accumulates one sequence's output for rendering.
+type output struct {
+	item   item
+	rid    string
+	ids    []int32
+	last   engine.Event
+	events int
+}
+
+func (o *output) add(ev engine.Event) {
+	o.ids = append(o.ids, ev.Tokens...)
+	o.last = ev
+	o.events++
+}
+
+// text is the cumulative output text, trimmed at a matched stop string or
+// stop token unless no_stop_trim, as SGLang's detokenizer trims.
+func (o *output) text() string {
+	ids := o.ids
+	f := o.last.Finish
+	if f != nil && f.MatchedToken != nil && !o.item.noStopTrim && len(ids) > 0 {
+		ids = ids[:len(ids)-1]
+	}
+	t := tokenizer.Decode(ids)
+	if f != nil && f.MatchedString != nil && !o.item.noStopTrim {
+		if i := strings.Index(t, *f.MatchedString); i >= 0 {
+			t = t[:i]
+		}
+	}
+	return t
+}
+
+// Finish reasons, with fields in SGLang's order.
+type (
+	finishLength struct {
+		Type   string `json:"type"`
+		Length int    `json:"length"`
+	}
+	finishStop struct {
+		Type    string `json:"type"`
+		Matched any    `json:"matched"`
+	}
+	finishAbort struct {
+		Type       string `json:"type"`
+		Message    string `json:"message"`
+		StatusCode int    `json:"status_code"`
+		ErrType    string `json:"err_type"`
+	}
+)
+
+// finishReason renders SGLang's finish_reason object, or nil while running.
+func finishReason(f *engine.Finish) any {
+	if f == nil {
+		return nil
+	}
+	switch f.Reason {
+	case engine.FinishLength:
+		return finishLength{"length", f.Length}
+	case engine.FinishStop:
+		if f.MatchedToken != nil {
+			return finishStop{"stop", *f.MatchedToken}
+		}
+		return finishStop{"stop", *f.MatchedString}
+	default:
+		return finishAbort{"abort", f.Message, 400, "BadRequestError"}
+	}
+}
+
+// metaInfo is meta_info, in SGLang's field order.
+type metaInfo struct {
+	ID               string  `json:"id"`
+	FinishReason     any     `json:"finish_reason"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	WeightVersion    string  `json:"weight_version"`
+	CompletionTokens int     `json:"completion_tokens"`
+	CachedTokens     int     `json:"cached_tokens"`
+	E2ELatency       float64 `json:"e2e_latency,omitempty"`
+	// Speculative decoding, final event only: the v0.4/v0.5 names and the
+	// current ones, so clients of every era find theirs.
+	SpecVerifyCt          *int     `json:"spec_verify_ct,omitempty"`
+	SpecAcceptRate        *float64 `json:"spec_accept_rate,omitempty"`
+	SpecAcceptLength      *float64 `json:"spec_accept_length,omitempty"`
+	SpecAcceptTokenNum    *int     `json:"spec_accept_token_num,omitempty"`
+	SpecDraftTokenNum     *int     `json:"spec_draft_token_num,omitempty"`
+	SpecNumCorrectDrafts  *int     `json:"spec_num_correct_drafts,omitempty"`
+	SpecNumProposedDrafts *int     `json:"spec_num_proposed_drafts,omitempty"`
+	SpecAcceptedDrafts    *int     `json:"spec_accepted_drafts,omitempty"`
+	SpecProposedDrafts    *int     `json:"spec_proposed_drafts,omitempty"`
+	SpecAcceptHistogram   []int    `json:"spec_accept_histogram,omitempty"`
+}
+
+func (o *output) meta() metaInfo {
+	ev := o.last
+	m := metaInfo{
+		ID:               o.rid,
+		FinishReason:     finishReason(ev.Finish),
+		PromptTokens:     ev.PromptTokens,
+		WeightVersion:    weightVersion,
+		CompletionTokens: ev.CompletionTokens,
+		CachedTokens:     ev.CachedTokens,
+	}
+	if ev.Truth != nil {
+		m.E2ELatency = ev.Truth.E2E().Seconds()
+	}
+	if sp := ev.Spec; sp != nil && sp.VerifyCt > 0 {
+		verify, accepted, proposed := sp.VerifyCt, sp.AcceptedDrafts, sp.ProposedDrafts
+		length := float64(ev.CompletionTokens) / float64(verify)
+		rate := 0.0
+		if proposed > 0 {
+			rate = float64(accepted) / float64(proposed)
+		}
+		m.SpecVerifyCt, m.SpecAcceptLength, m.SpecAcceptRate = &verify, &length, &rate
+		m.SpecAcceptTokenNum, m.SpecDraftTokenNum = &accepted, &proposed
+		m.SpecNumCorrectDrafts, m.SpecNumProposedDrafts = &accepted, &proposed
+		m.SpecAcceptedDrafts, m.SpecProposedDrafts = &accepted, &proposed
+		m.SpecAcceptHistogram = sp.Histogram
+	}
+	return m
+}
+
+// generateResponse is one /generate result object.
+type generateResponse struct {
+	Text      string   `json:"text"`
+	OutputIDs []int32  `json:"output_ids"`
+	MetaInfo  metaInfo `json:"meta_info"`
+	Index     *int     `json:"index,omitempty"`
+}
+
+func (o *output) response(withIndex bool) generateResponse {
+	r := generateResponse{Text: o.text(), OutputIDs: o.ids, MetaInfo: o.meta()}
+	if r.OutputIDs == nil {
+		r.OutputIDs = []int32{}
+	}
+	if withIndex {
+		idx := o.item.index
+		r.Index = &idx
+	}
+	return r
+}
+
+func (s *Server) generate(c *gin.Context) {
+	var body generateBody
+	if !s.readBody(c, &body) {
+		return
+	}
+	items, batch, verr, serr := s.parseGenerate(&body)
+	switch {
+	case verr != nil:
+		writeValidationError(c, verr.Error())
+		return
+	case serr != nil && body.Stream:
+		s.streamError(c, serr.Error())
+		return
+	case serr != nil:
+		writeGenerateError(c, serr.Error())
+		return
+	}
+	streams, err := s.submitAll(items)
+	if err != nil {
+		if body.Stream {
+			s.streamError(c, err.Error())
+		} else {
+			writeGenerateError(c, err.Error())
+		}
+		return
+	}
+	if body.Stream {
+		s.streamGenerate(c, items, streams, batch)
+		return
+	}
+	outs, ok := collect(c.Request.Context(), items, streams)
+	if !ok {
+		return // the client left; its requests are aborted
+	}
+	if !batch {
+		writeJSON(c, http.StatusOK, outs[0].response(false))
+		return
+	}
+	resps := make([]generateResponse, len(outs))
+	for i, o := range outs {
+		resps[i] = o.response(false)
+	}
+	writeJSON(c, http.StatusOK, resps)
+}
+
+// collect reads every stream to its end. If ctx ends first (the client
+// disconnected), it aborts them all and reports false.
+func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
+	outs := make([]*output, len(streams))
+	for i, st := range streams {
+		outs[i] = &output{item: items[i], rid: st.RID()}
+		for {
+			ev, err := st.Next(ctx)
+			if err != nil {
+				for _, other := range streams {
+					other.Abort()
+				}
+				return nil, false
+			}
+			outs[i].add(ev)
+			if ev.Finish != nil {
+				break
+			}
+		}
+	}
+	return outs, true
+}
+
+// sse writes Server-Sent Events: "data: " + payload + "\n\n", flushed.
+type sse struct {
+	c       *gin.Context
+	started bool
+}
+
+func (w *sse) start() {
+	if w.started {
+		return
+	}
+	w.started = true
+	h := w.c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.c.Status(http.StatusOK)
+}
+
+func (w *sse) data(payload []byte) error {
+	w.start()
+	buf := make([]byte, 0, len(payload)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, payload...)
+	buf = append(buf, "\n\n"...)
+	if _, err := w.c.Writer.Write(buf); err != nil {
+		return err
+	}
+	w.c.Writer.Flush()
+	return nil
+}
+
+func (w *sse) done() error { return w.data([]byte("[DONE]")) }
+
+// streamError is SGLang's stream answer to a request refused inside the
+// generator: status 200, one error event, then [DONE].
+func (s *Server) streamError(c *gin.Context, message string) {
+	w := &sse{c: c}
+	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
+	w.done()
+}
+
+// tagged is one event from one of several merged streams.
+type tagged struct {
+	i  int
+	ev engine.Event
+}
+
+// merge fans streams into one channel until ctx ends. The returned wait
+// blocks until every reader goroutine has stopped.
+func merge(ctx context.Context, streams []*engine.Stream) (<-chan tagged, func()) {
+	ch := make(chan tagged)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		wg.Go(func() {
+			for {
+				ev, err := st.Next(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case ch <- tagged{i, ev}:
+				case <-ctx.Done():
+					return
+				}
+				if ev.Finish != nil {
+					return
+				}
+			}
+		})
+	}
+	return ch, wg.Wait
+}
+
+func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.Stream, batch bool) {
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	events, wait := merge(ctx, streams)
+	defer func() {
+		cancel()
+		wait()
+	}()
+	outs := make([]*output, len(streams))
+	for i, st := range streams {
+		outs[i] = &output{item: items[i], rid: st.RID()}
+	}
+	w := &sse{c: c}
+	for left := len(streams); left > 0; {
+		var t tagged
+		select {
+		case t = <-events:
+		case <-ctx.Done():
+			for _, st := range streams {
+				st.Abort()
+			}
+			return
+		}
+		o := outs[t.i]
+		o.add(t.ev)
+		if t.ev.Finish != nil {
+			left--
+		}
+		// First token, finish, and every stream_interval-th step.
+		if o.events != 1 && t.ev.Finish == nil && (o.events-1)%o.item.streamInterval != 0 {
+			continue
+		}
+		if err := w.data(marshal(o.response(batch))); err != nil {
+			for _, st := range streams {
+				st.Abort()
+			}
+			return
+		}
+	}
+	w.done()
+}

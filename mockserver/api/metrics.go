@@ -1,0 +1,137 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"sglmock/mockserver/engine"
+)
+
+// metrics are SGLang's Prometheus metrics. Counters and gauges are read
+// from the engine at scrape time (engineCollector), so no update can be
+// lost; histograms are observed from each finished request's truth on the
+// engine goroutine.
+type metrics struct {
+	registry *prometheus.Registry
+	handler  http.Handler
+	ttft     prometheus.Observer
+	itl      prometheus.Observer
+	e2e      prometheus.Observer
+	queue    prometheus.Observer
+}
+
+// Bucket bounds as SGLang's collector defines them, in seconds.
+var (
+	ttftBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400}
+	itlBuckets  = []float64{0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
+		0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1, 2, 4, 6, 8}
+	e2eBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800,
+		1200, 1600, 2000, 2400}
+)
+
+func newMetrics(model string) *metrics {
+	reg := prometheus.NewRegistry()
+	labels := prometheus.Labels{"model_name": model}
+	hist := func(name, help string, buckets []float64) prometheus.Observer {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
+		reg.MustRegister(h)
+		return h
+	}
+	return &metrics{
+		registry: reg,
+		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		ttft:     hist("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
+		itl:      hist("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
+		e2e:      hist("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
+		queue:    hist("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", e2eBuckets),
+	}
+}
+
+// observe records a finished request. Each output token after the first
+// gets one inter-token latency: its round's gap since the previous output,
+// shared among the tokens the round gave.
+func (m *metrics) observe(t *engine.Truth) {
+	if t.Internal {
+		return
+	}
+	m.e2e.Observe(t.E2E().Seconds())
+	m.queue.Observe(t.QueueTime().Seconds())
+	if t.CompletionTokens == 0 || t.Finish.Reason == engine.FinishAbort && t.FirstToken == 0 {
+		return
+	}
+	m.ttft.Observe(t.TTFT().Seconds())
+	prev := t.FirstToken
+	for _, r := range t.Rounds {
+		end := r.Start + r.Duration
+		per := (end - prev).Seconds() / float64(r.Gained)
+		for range r.Gained {
+			m.itl.Observe(per)
+		}
+		prev = end
+	}
+}
+
+// engineCollector exposes the engine's counters and gauges.
+type engineCollector struct {
+	eng   *engine.Engine
+	model string
+}
+
+var (
+	labelNames = []string{"model_name"}
+	desc       = func(name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(append([]string{}, labelNames...), extra...), nil)
+	}
+	descPromptTokens     = desc("sglang:prompt_tokens_total", "Number of prefill tokens processed.")
+	descGenerationTokens = desc("sglang:generation_tokens_total", "Number of generation tokens processed.")
+	descCachedTokens     = desc("sglang:cached_tokens_total", "Number of cached prompt tokens.")
+	descRequests         = desc("sglang:num_requests_total", "Number of requests processed.")
+	descAborted          = desc("sglang:num_aborted_requests_total", "Number of requests aborted.")
+	descRealtimeTokens   = desc("sglang:realtime_tokens_total", "Total number of tokens processed, by mode.", "mode")
+	descRunning          = desc("sglang:num_running_reqs", "The number of running requests.")
+	descQueued           = desc("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+	descUsedTokens       = desc("sglang:num_used_tokens", "The number of used tokens.")
+	descTokenUsage       = desc("sglang:token_usage", "The token usage.")
+	descGenThroughput    = desc("sglang:gen_throughput", "The generation throughput (token/s).")
+	descCacheHitRate     = desc("sglang:cache_hit_rate", "The prefix cache hit rate of the last prefill batch.")
+	descMaxTotalTokens   = desc("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.")
+	descSpecAcceptLength = desc("sglang:spec_accept_length", "The average acceptance length of speculative decoding.")
+	descSpecAcceptRate   = desc("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPromptTokens, descGenerationTokens, descCachedTokens, descRequests,
+		descAborted, descRealtimeTokens, descRunning, descQueued, descUsedTokens, descTokenUsage, descGenThroughput,
+		descCacheHitRate, descMaxTotalTokens, descSpecAcceptLength, descSpecAcceptRate} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.eng.Stats()
+	counter := func(d *prometheus.Desc, v int64, extra ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{c.model}, extra...)...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, c.model)
+	}
+	counter(descPromptTokens, st.PromptTokens)
+	counter(descGenerationTokens, st.GenerationTokens)
+	counter(descCachedTokens, st.CachedTokens)
+	counter(descRequests, st.Requests)
+	counter(descAborted, st.Aborted)
+	counter(descRealtimeTokens, st.PromptTokens-st.CachedTokens, "prefill_compute")
+	counter(descRealtimeTokens, st.CachedTokens, "prefill_cache")
+	counter(descRealtimeTokens, st.GenerationTokens, "decode")
+	gauge(descRunning, float64(st.Running))
+	gauge(descQueued, float64(st.Queued))
+	gauge(descUsedTokens, float64(st.KVUsed))
+	gauge(descTokenUsage, float64(st.KVUsed)/float64(st.KVCapacity))
+	gauge(descGenThroughput, st.LastGenThroughput)
+	gauge(descCacheHitRate, st.LastCacheHitRate)
+	gauge(descMaxTotalTokens, float64(st.KVCapacity))
+	gauge(descSpecAcceptLength, st.AvgSpecAcceptLength)
+	gauge(descSpecAcceptRate, st.AvgSpecAcceptRate)
+}

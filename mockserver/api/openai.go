@@ -1,0 +1,516 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/tokenizer"
+)
+
+type streamOptions struct {
+	IncludeUsage         bool `json:"include_usage"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
+}
+
+// openAICommon are the fields completions and chat share.
+type openAICommon struct {
+	Model         string         `json:"model"`
+	MaxTokens     *int           `json:"max_tokens"`
+	N             *int           `json:"n"`
+	Stop          stringOrList   `json:"stop"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options"`
+	IgnoreEOS     bool           `json:"ignore_eos"`
+	StopTokenIDs  []int32        `json:"stop_token_ids"`
+	NoStopTrim    bool           `json:"no_stop_trim"`
+	RID           *string        `json:"rid"`
+	ExtraKey      *string        `json:"extra_key"`
+	CacheSalt     *string        `json:"cache_salt"`
+	LoraPath      *string        `json:"lora_path"`
+	Temperature   *float64       `json:"temperature"`
+}
+
+type completionBody struct {
+	openAICommon
+	Prompt json.RawMessage `json:"prompt"`
+	Echo   bool            `json:"echo"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type chatBody struct {
+	openAICommon
+	Messages            []chatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	InputIDs            []int32       `json:"input_ids"`
+}
+
+// usage is SGLang's UsageInfo, in its field order.
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	ReasoningTokens int `json:"reasoning_tokens"`
+}
+
+// usageOf sums usage over outputs, counting each prompt once (n copies of a
+// prompt share it). Cached tokens appear only under --enable-cache-report
+// and when there are some, as in SGLang.
+func (s *Server) usageOf(outs []*output, copies int, withCached bool) usage {
+	var u usage
+	cached := 0
+	for i, o := range outs {
+		if i%copies == 0 {
+			u.PromptTokens += o.last.PromptTokens
+			cached += o.last.CachedTokens
+		}
+		u.CompletionTokens += o.last.CompletionTokens
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if withCached && s.cfg.EnableCacheReport && cached > 0 {
+		u.PromptTokensDetails = &struct {
+			CachedTokens int `json:"cached_tokens"`
+		}{cached}
+	}
+	return u
+}
+
+// openAIFinish maps a finish to OpenAI's finish_reason and matched_stop.
+func openAIFinish(f *engine.Finish) (reason any, matched any) {
+	if f == nil {
+		return nil, nil
+	}
+	switch {
+	case f.Reason == engine.FinishLength:
+		return "length", nil
+	case f.Reason == engine.FinishAbort:
+		return "abort", nil
+	case f.MatchedToken != nil:
+		return "stop", *f.MatchedToken
+	default:
+		return "stop", *f.MatchedString
+	}
+}
+
+// prepare validates the shared fields and builds items for prompts.
+func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) ([]item, int, error) {
+	copies := 1
+	if b.N != nil {
+		if *b.N < 1 {
+			return nil, 0, fmt.Errorf("n must be at least 1, got %d.", *b.N)
+		}
+		copies = *b.N
+	}
+	maxNew := 128
+	if maxTokens != nil {
+		if *maxTokens <= 0 {
+			return nil, 0, fmt.Errorf("max_tokens must be positive, got %d.", *maxTokens)
+		}
+		maxNew = *maxTokens
+	}
+	ns := namespace(deref(b.LoraPath), deref(b.ExtraKey), deref(b.CacheSalt))
+	var items []item
+	for i, p := range prompts {
+		for c := range copies {
+			it := item{index: len(items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+			it.req = p
+			it.req.MaxNewTokens = maxNew
+			it.req.Stop = b.Stop
+			it.req.StopTokenIDs = b.StopTokenIDs
+			it.req.IgnoreEOS = b.IgnoreEOS
+			it.req.Namespace = ns
+			if b.RID != nil && len(prompts) == 1 && copies == 1 {
+				it.req.RID = *b.RID
+			} else if b.RID != nil {
+				it.req.RID = fmt.Sprintf("%s-%d-%d", *b.RID, i, c)
+			}
+			items = append(items, it)
+		}
+	}
+	return items, copies, nil
+}
+
+// parsePrompt reads a completions prompt: a string, a list of strings, a
+// list of token ids or a list of such lists.
+func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []engine.Request{{Text: one}}, nil
+	}
+	var texts []string
+	if err := json.Unmarshal(raw, &texts); err == nil && len(texts) > 0 {
+		out := make([]engine.Request, len(texts))
+		for i, t := range texts {
+			out[i].Text = t
+		}
+		return out, nil
+	}
+	var ids []int32
+	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
+		return []engine.Request{{InputIDs: ids}}, nil
+	}
+	var batch [][]int32
+	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) > 0 {
+		out := make([]engine.Request, len(batch))
+		for i, b := range batch {
+			out[i].InputIDs = b
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
+}
+
+func (s *Server) completions(c *gin.Context) {
+	var body completionBody
+	if !s.readBody(c, &body) {
+		return
+	}
+	if isNull(body.Prompt) {
+		writeValidationError(c, "prompt: Field required")
+		return
+	}
+	prompts, err := parsePrompt(body.Prompt)
+	if err != nil {
+		writeValidationError(c, err.Error())
+		return
+	}
+	items, copies, err := s.prepareOpenAI(&body.openAICommon, body.MaxTokens, prompts)
+	if err != nil {
+		writeOpenAIError(c, err.Error())
+		return
+	}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "text_completion"}
+	if body.Echo {
+		r.echo = func(i int) string {
+			p := items[i].req
+			if p.InputIDs != nil {
+				return tokenizer.Decode(p.InputIDs)
+			}
+			return p.Text
+		}
+	}
+	r.run()
+}
+
+// messageText flattens a chat message's content: a string or a list of
+// parts, of which the text parts count.
+func messageText(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return text, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("messages: content must be a string or a list of content parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+func (s *Server) chatCompletions(c *gin.Context) {
+	var body chatBody
+	if !s.readBody(c, &body) {
+		return
+	}
+	var prompt engine.Request
+	if body.InputIDs != nil {
+		prompt.InputIDs = body.InputIDs
+	} else {
+		if len(body.Messages) == 0 {
+			writeValidationError(c, "messages: Field required: a chat needs at least one message")
+			return
+		}
+		msgs := make([]tokenizer.Message, len(body.Messages))
+		for i, m := range body.Messages {
+			text, err := messageText(m.Content)
+			if err != nil {
+				writeValidationError(c, err.Error())
+				return
+			}
+			msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
+		}
+		prompt.Text = tokenizer.ApplyChatTemplate(msgs, true)
+	}
+	maxTokens := body.MaxTokens
+	if body.MaxCompletionTokens != nil {
+		maxTokens = body.MaxCompletionTokens
+	}
+	items, copies, err := s.prepareOpenAI(&body.openAICommon, maxTokens, []engine.Request{prompt})
+	if err != nil {
+		writeOpenAIError(c, err.Error())
+		return
+	}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "chat.completion", chat: true}
+	r.run()
+}
+
+// openAIRun serves one completions or chat request.
+type openAIRun struct {
+	s      *Server
+	c      *gin.Context
+	common *openAICommon
+	items  []item
+	copies int
+	object string
+	chat   bool
+	echo   func(i int) string
+}
+
+func (r *openAIRun) model() string {
+	if r.common.Model != "" {
+		return r.common.Model
+	}
+	return "default"
+}
+
+func (r *openAIRun) run() {
+	streams, err := r.s.submitAll(r.items)
+	if err != nil {
+		if r.common.Stream {
+			w := &sse{c: r.c}
+			w.data(marshal(errorObject(err.Error(), "BadRequestError", 400)))
+			w.done()
+		} else {
+			writeOpenAIError(r.c, err.Error())
+		}
+		return
+	}
+	if r.common.Stream {
+		r.stream(streams)
+		return
+	}
+	outs, ok := collect(r.c.Request.Context(), r.items, streams)
+	if !ok {
+		return
+	}
+	choices := make([]any, len(outs))
+	for i, o := range outs {
+		reason, matched := openAIFinish(o.last.Finish)
+		text := o.text()
+		if r.echo != nil {
+			text = r.echo(i) + text
+		}
+		if r.chat {
+			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text},
+				FinishReason: reason, MatchedStop: matched}
+		} else {
+			choices[i] = completionChoice{Index: i, Text: text, FinishReason: reason, MatchedStop: matched}
+		}
+	}
+	u := r.s.usageOf(outs, r.copies, true)
+	writeJSON(r.c, http.StatusOK, openAIResponse{
+		ID:       outs[0].rid,
+		Object:   r.object,
+		Created:  time.Now().Unix(),
+		Model:    r.model(),
+		Choices:  choices,
+		Usage:    &u,
+		Metadata: &metadata{WeightVersion: weightVersion},
+	})
+}
+
+// The response shapes, with fields in SGLang's order.
+type (
+	openAIResponse struct {
+		ID       string    `json:"id"`
+		Object   string    `json:"object"`
+		Created  int64     `json:"created"`
+		Model    string    `json:"model"`
+		Choices  []any     `json:"choices"`
+		Usage    *usage    `json:"usage,omitempty"`
+		Metadata *metadata `json:"metadata,omitempty"`
+	}
+	metadata struct {
+		WeightVersion string `json:"weight_version"`
+	}
+	completionChoice struct {
+		Index        int    `json:"index"`
+		Text         string `json:"text"`
+		Logprobs     any    `json:"logprobs"`
+		FinishReason any    `json:"finish_reason"`
+		MatchedStop  any    `json:"matched_stop"`
+	}
+	chatMessageOut struct {
+		Role             string `json:"role"`
+		Content          string `json:"content"`
+		ReasoningContent any    `json:"reasoning_content"`
+		ToolCalls        any    `json:"tool_calls"`
+	}
+	chatChoice struct {
+		Index        int            `json:"index"`
+		Message      chatMessageOut `json:"message"`
+		Logprobs     any            `json:"logprobs"`
+		FinishReason any            `json:"finish_reason"`
+		MatchedStop  any            `json:"matched_stop"`
+	}
+	chatDelta struct {
+		Role    string  `json:"role,omitempty"`
+		Content *string `json:"content,omitempty"`
+	}
+	chatChunkChoice struct {
+		Index        int       `json:"index"`
+		Delta        chatDelta `json:"delta"`
+		Logprobs     any       `json:"logprobs"`
+		FinishReason any       `json:"finish_reason"`
+		MatchedStop  any       `json:"matched_stop"`
+	}
+)
+
+// A streaming chunk is an openAIResponse without metadata. It has no
+// "error" key: clients such as the official Go one fail a stream on
+// "error": null.
+
+func (r *openAIRun) stream(streams []*engine.Stream) {
+	ctx, cancel := context.WithCancel(r.c.Request.Context())
+	events, wait := merge(ctx, streams)
+	defer func() {
+		cancel()
+		wait()
+	}()
+	created := time.Now().Unix()
+	object := "text_completion"
+	if r.chat {
+		object = "chat.completion.chunk"
+	}
+	outs := make([]*output, len(streams))
+	sent := make([]string, len(streams)) // text already sent per choice
+	for i, st := range streams {
+		outs[i] = &output{item: r.items[i], rid: st.RID()}
+	}
+	w := &sse{c: r.c}
+	opts := r.common.StreamOptions
+	continuous := opts != nil && opts.ContinuousUsageStats
+	send := func(choice any, u *usage) bool {
+		ch := openAIResponse{ID: outs[0].rid, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+		if choice != nil {
+			ch.Choices = []any{choice}
+		}
+		return w.data(marshal(ch)) == nil
+	}
+	abortAll := func() {
+		for _, st := range streams {
+			st.Abort()
+		}
+	}
+	if r.chat {
+		for i := range outs {
+			empty := ""
+			if !send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil) {
+				abortAll()
+				return
+			}
+		}
+	}
+	for left := len(streams); left > 0; {
+		var t tagged
+		select {
+		case t = <-events:
+		case <-ctx.Done():
+			abortAll()
+			return
+		}
+		o := outs[t.i]
+		o.add(t.ev)
+		fin := t.ev.Finish
+		if fin != nil {
+			left--
+		}
+		if o.events != 1 && fin == nil && (o.events-1)%o.item.streamInterval != 0 {
+			continue
+		}
+		text := o.text()
+		delta := strings.TrimPrefix(text, sent[t.i])
+		if o.events == 1 && r.echo != nil {
+			delta = r.echo(t.i) + delta
+		}
+		sent[t.i] = text
+		var u *usage
+		if continuous {
+			cu := r.s.usageOf([]*output{o}, 1, false)
+			u = &cu
+		}
+		reason, matched := openAIFinish(fin)
+		if !r.chat {
+			if !send(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u) {
+				abortAll()
+				return
+			}
+			continue
+		}
+		if delta != "" || fin == nil {
+			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u) {
+				abortAll()
+				return
+			}
+		}
+		if fin != nil {
+			// Current SGLang ends a chat choice with an empty delta.
+			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, u) {
+				abortAll()
+				return
+			}
+		}
+	}
+	if opts != nil && opts.IncludeUsage {
+		u := r.s.usageOf(outs, r.copies, true)
+		if !send(nil, &u) {
+			return
+		}
+	}
+	w.done()
+}
+
+// modelCard is one /v1/models entry.
+func (s *Server) modelCard() gin.H {
+	return gin.H{
+		"id":            s.args.ServedModelName,
+		"object":        "model",
+		"created":       time.Now().Unix(),
+		"owned_by":      "sglang",
+		"root":          s.args.ServedModelName,
+		"parent":        nil,
+		"max_model_len": s.args.ContextLength,
+	}
+}
+
+func (s *Server) listModels(c *gin.Context) {
+	writeJSON(c, http.StatusOK, gin.H{"object": "list", "data": []gin.H{s.modelCard()}})
+}
+
+func (s *Server) getModel(c *gin.Context) {
+	name := strings.TrimPrefix(c.Param("model"), "/")
+	if name != s.args.ServedModelName {
+		writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
+			"message": fmt.Sprintf("The model '%s' does not exist", name),
+			"type":    "invalid_request_error",
+			"param":   "model",
+			"code":    "model_not_found",
+		}})
+		return
+	}
+	writeJSON(c, http.StatusOK, s.modelCard())
+}

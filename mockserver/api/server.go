@@ -1,0 +1,427 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/profile"
+)
+
+// Version is the SGLang API version the mock speaks, reported as "version"
+// by /server_info (clients compare it); sglmock's own version is under "sim".
+const (
+	Version        = "0.5.23"
+	SimVersion     = "0.1.0"
+	weightVersion  = "default"
+	defaultMaxBody = 256 << 20 // a 200k-token prompt as input_ids is about 2 MB
+)
+
+// ServerArgs are the launch arguments, named as SGLang's server args, that
+// /server_info reports flattened. The simulation fills those SGLang infers
+// from the GPU.
+type ServerArgs struct {
+	Host                      string  `json:"host"`
+	Port                      int     `json:"port"`
+	ModelPath                 string  `json:"model_path"`
+	TokenizerPath             string  `json:"tokenizer_path"`
+	ServedModelName           string  `json:"served_model_name"`
+	ContextLength             int     `json:"context_length"`
+	PageSize                  int     `json:"page_size"`
+	ChunkedPrefillSize        int     `json:"chunked_prefill_size"`
+	MaxPrefillTokens          int     `json:"max_prefill_tokens"`
+	MaxRunningRequests        int     `json:"max_running_requests"`
+	MaxTotalTokens            int     `json:"max_total_tokens"`
+	DisableRadixCache         bool    `json:"disable_radix_cache"`
+	EnableCacheReport         bool    `json:"enable_cache_report"`
+	EnableMetrics             bool    `json:"enable_metrics"`
+	APIKey                    *string `json:"api_key"` // always reported as null: it is a secret
+	SpeculativeAlgorithm      *string `json:"speculative_algorithm"`
+	SpeculativeNumSteps       *int    `json:"speculative_num_steps"`
+	SpeculativeEagleTopK      *int    `json:"speculative_eagle_topk"`
+	SpeculativeNumDraftTokens *int    `json:"speculative_num_draft_tokens"`
+	StreamInterval            int     `json:"stream_interval"`
+	LogLevel                  string  `json:"log_level"`
+	RandomSeed                uint64  `json:"random_seed"`
+	SchedulePolicy            string  `json:"schedule_policy"`
+	RadixEvictionPolicy       string  `json:"radix_eviction_policy"`
+	DecodeLogInterval         int     `json:"decode_log_interval"`
+	SkipTokenizerInit         bool    `json:"skip_tokenizer_init"`
+	TPSize                    int     `json:"tp_size"`
+	DPSize                    int     `json:"dp_size"`
+}
+
+// Config configures a Server.
+type Config struct {
+	// Profile is the deployment, with any launch flags already applied.
+	Profile *profile.Profile
+	// Args are reported by /server_info; New fills what the profile says.
+	Args ServerArgs
+	// APIKey, when set, is required as "Authorization: Bearer KEY".
+	APIKey string
+	// Speedup, SpinWindow and DisableRadixCache configure the engine.
+	Speedup           float64
+	SpinWindow        time.Duration
+	DisableRadixCache bool
+	EnableCacheReport bool
+	EnableMetrics     bool
+	// StreamInterval sends a stream event every this many decode steps
+	// (the first token and the finish are always sent); 0 means 1.
+	StreamInterval int
+	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
+	// 256 MiB.
+	MaxBodyBytes int64
+	// Logger receives the engine's SGLang-style lines; nil discards them.
+	Logger *slog.Logger
+}
+
+const (
+	stateStarting int32 = iota
+	stateReady
+	stateShuttingDown
+)
+
+// Server is an SGLang-compatible HTTP server over a simulated engine.
+type Server struct {
+	cfg     Config
+	args    ServerArgs
+	eng     *engine.Engine
+	router  *gin.Engine
+	state   atomic.Int32
+	metrics *metrics
+}
+
+// New creates a server in the starting state: /health answers 503 until
+// Warmup or MarkReady.
+func New(cfg Config) (*Server, error) {
+	if cfg.Profile == nil {
+		return nil, errors.New("api: no profile")
+	}
+	if cfg.StreamInterval == 0 {
+		cfg.StreamInterval = 1
+	}
+	if cfg.StreamInterval < 0 {
+		return nil, fmt.Errorf("api: stream interval must be >= 1, got %d", cfg.StreamInterval)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = defaultMaxBody
+	}
+	s := &Server{cfg: cfg}
+	s.args = s.fillArgs(cfg.Args)
+	var onFinish func(*engine.Truth)
+	if cfg.EnableMetrics {
+		s.metrics = newMetrics(s.args.ServedModelName)
+		onFinish = s.metrics.observe
+	}
+	eng, err := engine.New(engine.Config{
+		Profile:           cfg.Profile,
+		Speedup:           cfg.Speedup,
+		SpinWindow:        cfg.SpinWindow,
+		DisableRadixCache: cfg.DisableRadixCache,
+		Logger:            cfg.Logger,
+		OnFinish:          onFinish,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.eng = eng
+	if s.metrics != nil {
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName})
+	}
+	s.router = s.routes()
+	return s, nil
+}
+
+func (s *Server) fillArgs(a ServerArgs) ServerArgs {
+	p := s.cfg.Profile
+	if a.ModelPath == "" {
+		a.ModelPath = p.ServedModelName
+	}
+	if a.ServedModelName == "" {
+		a.ServedModelName = a.ModelPath
+	}
+	if a.TokenizerPath == "" {
+		a.TokenizerPath = a.ModelPath
+	}
+	a.ContextLength = p.ContextLength
+	a.PageSize = p.PageSize
+	a.ChunkedPrefillSize = p.ChunkedPrefillSize
+	a.MaxPrefillTokens = p.MaxPrefillTokens
+	a.MaxRunningRequests = p.MaxRunningRequests
+	a.MaxTotalTokens = p.MaxTotalTokens
+	a.DisableRadixCache = s.cfg.DisableRadixCache
+	a.EnableCacheReport = s.cfg.EnableCacheReport
+	a.EnableMetrics = s.cfg.EnableMetrics
+	a.APIKey = nil
+	if spec := p.Speculative; spec != nil {
+		alg, steps, topk, draft := spec.Algorithm, spec.NumSteps, spec.EagleTopK, spec.NumDraftTokens
+		a.SpeculativeAlgorithm, a.SpeculativeNumSteps, a.SpeculativeEagleTopK, a.SpeculativeNumDraftTokens = &alg, &steps, &topk, &draft
+	}
+	a.StreamInterval = s.cfg.StreamInterval
+	if a.LogLevel == "" {
+		a.LogLevel = "info"
+	}
+	a.RandomSeed = p.Seed
+	a.SchedulePolicy, a.RadixEvictionPolicy = "fcfs", "lru"
+	a.DecodeLogInterval = 40
+	a.TPSize, a.DPSize = 1, 1
+	return a
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Engine returns the simulated engine.
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Args returns the server args /server_info reports.
+func (s *Server) Args() ServerArgs { return s.args }
+
+// MarkReady makes the server answer health checks with 200.
+func (s *Server) MarkReady() { s.state.CompareAndSwap(stateStarting, stateReady) }
+
+// Warmup runs SGLang's warmup request (a short generation of "The capital
+// city of France is") and marks the server ready, as launch_server does.
+// Like SGLang's, the warmup prompt stays in the prefix cache.
+func (s *Server) Warmup(ctx context.Context) error {
+	st, err := s.eng.Submit(engine.Request{Text: "The capital city of France is", MaxNewTokens: 8, Internal: true})
+	if err != nil {
+		return err
+	}
+	for {
+		ev, err := st.Next(ctx)
+		if err != nil {
+			st.Abort()
+			return err
+		}
+		if ev.Finish != nil {
+			break
+		}
+	}
+	s.MarkReady()
+	return nil
+}
+
+// BeginShutdown makes new requests and health checks answer 503 while
+// in-flight requests finish.
+func (s *Server) BeginShutdown() { s.state.Store(stateShuttingDown) }
+
+// Close aborts whatever still runs and stops the engine.
+func (s *Server) Close() {
+	s.BeginShutdown()
+	s.eng.Close()
+}
+
+// routes builds the router. Old and new endpoint names are both served.
+func (s *Server) routes() *gin.Engine {
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) { writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"}) })
+	r.NoMethod(func(c *gin.Context) {
+		writeJSON(c, http.StatusMethodNotAllowed, gin.H{"detail": "Method Not Allowed"})
+	})
+	r.Use(gin.CustomRecovery(func(c *gin.Context, err any) {
+		writeJSON(c, http.StatusInternalServerError, errorObject(fmt.Sprint(err), "Internal Server Error", 500))
+	}))
+	r.Use(s.stateGate, s.authenticate, s.limitBody)
+
+	any2 := func(path string, h gin.HandlerFunc, methods ...string) {
+		for _, m := range methods {
+			r.Handle(m, path, h)
+		}
+	}
+	any2("/generate", s.generate, http.MethodPost, http.MethodPut)
+	r.POST("/v1/completions", requireJSON, s.completions)
+	r.POST("/v1/chat/completions", requireJSON, s.chatCompletions)
+	r.GET("/v1/models", s.listModels)
+	r.GET("/v1/models/*model", s.getModel)
+	any2("/flush_cache", s.flushCache, http.MethodGet, http.MethodPost)
+	r.GET("/health", s.health)
+	r.GET("/health_generate", s.healthGenerate)
+	r.GET("/get_model_info", s.modelInfo)
+	r.GET("/model_info", s.modelInfo)
+	r.GET("/get_server_info", s.serverInfo)
+	r.GET("/server_info", s.serverInfo)
+	r.GET("/get_load", s.load)
+	r.GET("/v1/loads", s.load)
+	r.GET("/metrics", s.serveMetrics)
+	any2("/start_profile", s.startProfile, http.MethodGet, http.MethodPost)
+	any2("/stop_profile", s.stopProfile, http.MethodGet, http.MethodPost)
+	r.POST("/abort_request", s.abortRequest)
+	r.POST("/tokenize", s.tokenize)
+	r.POST("/v1/tokenize", s.tokenize)
+	r.POST("/detokenize", s.detokenize)
+	r.POST("/v1/detokenize", s.detokenize)
+	any2("/ping", func(c *gin.Context) { c.Status(http.StatusOK) }, http.MethodGet, http.MethodPost)
+	r.GET("/sim/profile", s.simProfile)
+	r.GET("/sim/expect", s.simExpect)
+	r.GET("/sim/requests/:rid", s.simRequest)
+	r.GET("/sim/flushes", s.simFlushes)
+	return r
+}
+
+// stateGate answers 503 while starting or shutting down, except for the
+// endpoints that describe the server.
+func (s *Server) stateGate(c *gin.Context) {
+	state := s.state.Load()
+	if state == stateReady {
+		return
+	}
+	path := c.Request.URL.Path
+	if path == "/metrics" || path == "/ping" || strings.HasPrefix(path, "/sim/") ||
+		strings.HasSuffix(path, "server_info") || strings.HasSuffix(path, "model_info") || path == "/v1/models" {
+		return
+	}
+	if state == stateStarting && path == "/generate" {
+		return // SGLang's own warmup goes through /generate while starting
+	}
+	msg := "The server is starting."
+	if state == stateShuttingDown {
+		msg = "The server is shutting down."
+	}
+	c.Header("Retry-After", "1")
+	writeJSON(c, http.StatusServiceUnavailable, errorObject(msg, "Service Unavailable", 503))
+	c.Abort()
+}
+
+// authenticate checks --api-key as SGLang does: health checks and metrics
+// are open, everything else needs the bearer token.
+func (s *Server) authenticate(c *gin.Context) {
+	if s.cfg.APIKey == "" || c.Request.Method == http.MethodOptions {
+		return
+	}
+	path := c.Request.URL.Path
+	if strings.HasPrefix(path, "/health") || strings.HasPrefix(path, "/metrics") {
+		return
+	}
+	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
+		writeJSON(c, http.StatusUnauthorized, gin.H{"error": "Unauthorized"})
+		c.Abort()
+	}
+}
+
+// limitBody bounds the request body; readers past the bound get a
+// *http.MaxBytesError, which readBody turns into 413.
+func (s *Server) limitBody(c *gin.Context) {
+	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
+		writeTooLarge(c, s.cfg.MaxBodyBytes)
+		c.Abort()
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
+}
+
+func writeTooLarge(c *gin.Context, limit int64) {
+	writeJSON(c, http.StatusRequestEntityTooLarge,
+		errorObject(fmt.Sprintf("Request body too large: the limit is %d bytes.", limit), "Request Entity Too Large", 413))
+}
+
+// requireJSON is SGLang's check on /v1 POST endpoints.
+func requireJSON(c *gin.Context) {
+	media, _, _ := strings.Cut(strings.ToLower(c.GetHeader("Content-Type")), ";")
+	if strings.TrimSpace(media) != "application/json" {
+		writeValidationError(c, "[{'loc': ('header', 'content-type'), 'msg': \"Unsupported Media Type: Only 'application/json' is allowed\", 'type': 'value_error'}]")
+		c.Abort()
+	}
+}
+
+// readBody decodes the JSON body into v. On failure it has written the
+// response (400 or 413) and returns false.
+func (s *Server) readBody(c *gin.Context, v any) bool {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(c.Request.Body); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeTooLarge(c, tooLarge.Limit)
+		} else {
+			writeValidationError(c, "could not read the request body: "+err.Error())
+		}
+		return false
+	}
+	dec := json.NewDecoder(&buf)
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		writeValidationError(c, describeJSONError(err))
+		return false
+	}
+	return true
+}
+
+func describeJSONError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", typ.Type, typ.Field, typ.Value)
+	case errors.Is(err, io.EOF):
+		return "Field required: the request body is empty"
+	}
+	return err.Error()
+}
+
+// writeJSON writes v as one line of JSON without HTML escaping, as orjson
+// and pydantic do.
+func writeJSON(c *gin.Context, status int, v any) {
+	c.Data(status, "application/json", marshal(v))
+}
+
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // every response type marshals
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// errorResponse is SGLang's ErrorResponse envelope.
+type errorResponse struct {
+	Object  string `json:"object"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   any    `json:"param"`
+	Code    int    `json:"code"`
+}
+
+func errorObject(message, typ string, code int) errorResponse {
+	return errorResponse{Object: "error", Message: message, Type: typ, Code: code}
+}
+
+// writeValidationError is the 400 SGLang returns for a request that fails
+// validation (FastAPI's 422, turned into 400).
+func writeValidationError(c *gin.Context, message string) {
+	writeJSON(c, http.StatusBadRequest, errorObject(message, "Bad Request", 400))
+}
+
+// writeGenerateError is /generate's 400 envelope for errors raised while
+// handling the request.
+func writeGenerateError(c *gin.Context, message string) {
+	writeJSON(c, http.StatusBadRequest, gin.H{"error": gin.H{"message": message}})
+}
+
+// writeOpenAIError is the OpenAI endpoints' 400 for a refused request.
+func writeOpenAIError(c *gin.Context, message string) {
+	writeJSON(c, http.StatusBadRequest, errorObject(message, "BadRequestError", 400))
+}
+
+func (s *Server) serveMetrics(c *gin.Context) {
+	if s.metrics == nil {
+		writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"})
+		return
+	}
+	s.metrics.handler.ServeHTTP(c.Writer, c.Request)
+}
