@@ -29,13 +29,13 @@ import (
 // launch_server spells them, plus --profile, --speedup and --seed.
 type serveOptions struct {
 	host, modelPath, servedModelName, apiKey, logLevel, profileName string
-	port                                                             int
-	speedup, shutdownGrace                                           float64
-	skipWarmup                                                       bool
-	disableRadixCache, enableCacheReport, enableMetrics              bool
-	streamInterval                                                   int
-	maxBodyBytes                                                     int64
-	profile                                                          *profile.Profile
+	port                                                            int
+	speedup, shutdownGrace                                          float64
+	skipWarmup                                                      bool
+	disableRadixCache, enableCacheReport, enableMetrics             bool
+	streamInterval                                                  int
+	maxBodyBytes                                                    int64
+	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
 	ready chan<- string
 }
