@@ -3,9 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	json "github.com/goccy/go-json"
 	"net/http"
 	"strings"
 	"sync"
@@ -438,18 +438,15 @@ func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*ou
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
 		outs[i] = &output{item: items[i], rid: st.RID()}
-		for {
-			ev, err := st.Next(ctx)
-			if err != nil {
-				for _, other := range streams {
-					other.Abort()
-				}
-				return nil, false
+		evs, err := st.Collect(ctx)
+		if err != nil {
+			for _, other := range streams {
+				other.Abort()
 			}
+			return nil, false
+		}
+		for _, ev := range evs {
 			outs[i].add(ev)
-			if ev.Finish != nil {
-				break
-			}
 		}
 	}
 	return outs, true
@@ -501,9 +498,17 @@ type tagged struct {
 	ev engine.Event
 }
 
-// merge fans streams into one channel until ctx ends. The returned wait
-// blocks until every reader goroutine has stopped.
-func merge(ctx context.Context, streams []*engine.Stream) (<-chan tagged, func()) {
+// events delivers the streams' events, tagged with their stream's index,
+// until ctx ends. One stream is read directly; several are merged by one
+// goroutine each. The returned wait blocks until those goroutines stop.
+func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged, error), wait func()) {
+	if len(streams) == 1 {
+		st := streams[0]
+		return func() (tagged, error) {
+			ev, err := st.Next(ctx)
+			return tagged{0, ev}, err
+		}, func() {}
+	}
 	ch := make(chan tagged)
 	var wg sync.WaitGroup
 	for i, st := range streams {
@@ -524,12 +529,19 @@ func merge(ctx context.Context, streams []*engine.Stream) (<-chan tagged, func()
 			}
 		})
 	}
-	return ch, wg.Wait
+	return func() (tagged, error) {
+		select {
+		case t := <-ch:
+			return t, nil
+		case <-ctx.Done():
+			return tagged{}, ctx.Err()
+		}
+	}, wg.Wait
 }
 
 func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.Stream, batch bool) {
 	ctx, cancel := context.WithCancel(c.Request.Context())
-	events, wait := merge(ctx, streams)
+	next, wait := events(ctx, streams)
 	defer func() {
 		cancel()
 		wait()
@@ -540,10 +552,8 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	}
 	w := &sse{c: c}
 	for left := len(streams); left > 0; {
-		var t tagged
-		select {
-		case t = <-events:
-		case <-ctx.Done():
+		t, err := next()
+		if err != nil {
 			for _, st := range streams {
 				st.Abort()
 			}

@@ -2,8 +2,8 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	json "github.com/goccy/go-json"
 	"net/http"
 	"strings"
 	"time"
@@ -386,7 +386,7 @@ type (
 
 func (r *openAIRun) stream(streams []*engine.Stream) {
 	ctx, cancel := context.WithCancel(r.c.Request.Context())
-	events, wait := merge(ctx, streams)
+	next, wait := events(ctx, streams)
 	defer func() {
 		cancel()
 		wait()
@@ -426,10 +426,8 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		}
 	}
 	for left := len(streams); left > 0; {
-		var t tagged
-		select {
-		case t = <-events:
-		case <-ctx.Done():
+		t, err := next()
+		if err != nil {
 			abortAll()
 			return
 		}

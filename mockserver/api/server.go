@@ -3,7 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	json "github.com/goccy/go-json"
 
 	"sglmock/mockserver/engine"
 	"sglmock/mockserver/profile"
@@ -340,6 +341,9 @@ func requireJSON(c *gin.Context) {
 // response (400 or 413) and returns false.
 func (s *Server) readBody(c *gin.Context, v any) bool {
 	var buf bytes.Buffer
+	if n := c.Request.ContentLength; n > 0 && n <= s.cfg.MaxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
 	if _, err := buf.ReadFrom(c.Request.Body); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -361,7 +365,10 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 func describeJSONError(err error) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var stdTyp *stdjson.UnmarshalTypeError
 	switch {
+	case errors.As(err, &stdTyp):
+		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", stdTyp.Type, stdTyp.Field, stdTyp.Value)
 	case errors.As(err, &syn):
 		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):

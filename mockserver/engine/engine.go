@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,9 @@ type Engine struct {
 	wallStart time.Time
 	truths    *lru.Cache[string, *Truth]
 	arrivals  atomic.Uint64
+
+	ridsMu sync.Mutex
+	rids   map[string]struct{} // active request ids, for the duplicate check
 }
 
 // New starts an engine. Close stops it.
@@ -112,8 +116,12 @@ func New(cfg Config) (*Engine, error) {
 		done:      make(chan struct{}),
 		wallStart: time.Now(),
 		truths:    truths,
+		rids:      make(map[string]struct{}),
 	}
 	e.s.onFinish = func(t *Truth) {
+		e.ridsMu.Lock()
+		delete(e.rids, t.RID)
+		e.ridsMu.Unlock()
 		e.truths.Add(t.RID, t)
 		if cfg.OnFinish != nil {
 			cfg.OnFinish(t)
@@ -148,6 +156,17 @@ func (e *Engine) wallAt(sim time.Duration) time.Time {
 	return e.wallStart.Add(time.Duration(float64(sim) / e.speedup))
 }
 
+// send hands op to the loop goroutine, which runs it before its next
+// step; it does not wait for op to run.
+func (e *Engine) send(op func(*scheduler)) error {
+	select {
+	case e.inbox <- op:
+		return nil
+	case <-e.done:
+		return ErrClosed
+	}
+}
+
 // do runs op on the loop goroutine and waits for it.
 func (e *Engine) do(op func(*scheduler)) error {
 	ran := make(chan struct{})
@@ -167,7 +186,8 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	seq := e.arrivals.Add(1)
 	tokens := r.InputIDs
 	if tokens == nil {
-		tokens = tokenizer.Encode(nil, r.Text)
+		// About one token per 4 bytes of English: one allocation, usually.
+		tokens = tokenizer.Encode(make([]int32, 0, len(r.Text)/4+8), r.Text)
 	} else {
 		tokens = slices.Clone(tokens)
 	}
@@ -205,18 +225,26 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
 	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	// Sized for short generations; long ones grow as they go.
+	q.outputs = make([]int32, 0, min(r.MaxNewTokens, 256))
+	q.truth.Rounds = make([]RoundRecord, 0, min(max(r.MaxNewTokens-1, 0), 64))
 	q.stream = newStream(e, q)
-	var dup bool
-	err := e.do(func(s *scheduler) {
-		if _, dup = s.active[q.rid]; !dup {
-			s.enqueue(q)
-		}
-	})
-	if err != nil {
-		return nil, err
+	e.ridsMu.Lock()
+	_, dup := e.rids[q.rid]
+	if !dup {
+		e.rids[q.rid] = struct{}{}
 	}
+	e.ridsMu.Unlock()
 	if dup {
 		return nil, &InvalidRequestError{Message: fmt.Sprintf("Duplicate request ID: %s", q.rid)}
+	}
+	// Hand the request over without waiting for the loop to run it: the
+	// loop takes it before its next step, and the stream reports the rest.
+	if err := e.send(func(s *scheduler) { s.enqueue(q) }); err != nil {
+		e.ridsMu.Lock()
+		delete(e.rids, q.rid)
+		e.ridsMu.Unlock()
+		return nil, err
 	}
 	return q.stream, nil
 }

@@ -134,14 +134,18 @@ type Stream struct {
 	engine       *Engine
 	req          *req
 
-	mu     sync.Mutex
-	events []Event
-	ended  bool // the last event has been queued
-	notify chan struct{}
+	mu       sync.Mutex
+	events   []Event
+	ended    bool // the last event has been queued
+	onlyLast bool // Collect waits: wake the reader for the last event only
+	notify   chan struct{}
 }
 
 func newStream(e *Engine, r *req) *Stream {
-	return &Stream{rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1)}
+	return &Stream{
+		rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1),
+		events: make([]Event, 0, min(r.maxNew+1, 32)),
+	}
 }
 
 // RID is the request's id.
@@ -179,13 +183,41 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 // once the request has finished.
 func (s *Stream) Abort() { s.engine.abort(s.req, "Abort requested by the client.") }
 
+// Collect waits for the last event and returns every event not yet read,
+// waking once rather than per event. It returns ctx's error if ctx ends
+// first.
+func (s *Stream) Collect(ctx context.Context) ([]Event, error) {
+	s.mu.Lock()
+	s.onlyLast = true
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		if s.ended {
+			evs := s.events
+			s.events = nil
+			s.mu.Unlock()
+			return evs, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 func (s *Stream) push(ev Event) {
 	s.mu.Lock()
 	s.events = append(s.events, ev)
 	if ev.Finish != nil {
 		s.ended = true
 	}
+	quiet := s.onlyLast && !s.ended
 	s.mu.Unlock()
+	if quiet {
+		return
+	}
 	select {
 	case s.notify <- struct{}{}:
 	default:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -115,10 +116,14 @@ type scheduler struct {
 	active       map[string]*req
 	privateKV    int
 	inflight     *iteration
+	aborts       int // active requests with an abort pending
 	flush        *pendingFlush
 	flushes      []FlushRecord
 	onFinish     func(*Truth)
 	counters     Counters
+	chunkBuf     []chunk // reused: one iteration is in flight at a time
+	gainBuf      []gain
+	seqBuf       []int32 // builds prompt+output for the finish insert
 	window       window
 	lastHitRate  float64
 	lastThruput  float64
@@ -200,6 +205,9 @@ func (s *scheduler) setPrivate(r *req, private int) {
 }
 
 func (s *scheduler) enqueue(r *req) {
+	if _, dup := s.active[r.rid]; dup {
+		panic("engine: duplicate rid " + r.rid) // Submit checks rids first
+	}
 	s.active[r.rid] = r
 	s.waiting = append(s.waiting, r)
 }
@@ -219,7 +227,8 @@ func (s *scheduler) plan() *iteration {
 func (s *scheduler) planPrefill() *iteration {
 	budget, chunking := s.prof.ChunkBudget()
 	page := s.prof.PageSize
-	it := &iteration{start: s.now}
+	it := &iteration{start: s.now, prefill: s.chunkBuf[:0]}
+	defer func() { s.chunkBuf = it.prefill[:0] }()
 	reserved := 0
 	for _, r := range s.running {
 		reserved += r.reservation()
@@ -322,7 +331,8 @@ func (s *scheduler) planDecode() *iteration {
 	if len(s.running) == 0 {
 		return nil
 	}
-	it := &iteration{start: s.now}
+	it := &iteration{start: s.now, decode: s.gainBuf[:0]}
+	defer func() { s.gainBuf = it.decode[:0] }()
 	ctx := 0
 	for _, r := range s.running {
 		n := min(s.drawAccept(r), r.maxNew-len(r.outputs))
@@ -514,9 +524,12 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		return
 	}
 	r.done = true
+	if r.abortMsg != "" {
+		s.aborts--
+	}
 	if s.tree != nil && r.admitted() {
-		all := append(slices.Clip(r.tokens), r.outputs...)
-		s.tree.InsertOwned(r.ns, all[:r.seqKV()], r.rid)
+		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
+		s.tree.InsertOwned(r.ns, s.seqBuf[:r.seqKV()], r.rid)
 		s.unlock(r)
 	}
 	s.setPrivate(r, 0)
@@ -567,6 +580,7 @@ func (s *scheduler) requestAbort(r *req, msg string) {
 	}
 	if r.abortMsg == "" {
 		r.abortMsg = msg
+		s.aborts++
 	}
 	if s.inflight == nil || !r.inFlight(s.inflight) {
 		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
@@ -592,6 +606,9 @@ func (r *req) inFlight(it *iteration) bool {
 // order so that their cache inserts, and so eviction order, are
 // deterministic.
 func (s *scheduler) reapAborted() {
+	if s.aborts == 0 {
+		return
+	}
 	var aborted []*req
 	for _, r := range s.active {
 		if r.abortMsg != "" {
@@ -609,6 +626,7 @@ func (s *scheduler) abortAll(msg string) {
 	for _, r := range s.active {
 		if r.abortMsg == "" {
 			r.abortMsg = msg
+			s.aborts++
 		}
 	}
 	if s.inflight == nil {
@@ -681,6 +699,12 @@ func (s *scheduler) doFlush() {
 
 func (s *scheduler) logPrefill(it *iteration) {
 	newSeq, newTok, cached := 0, 0, 0
+	defer func() {
+		if s.log.Enabled(context.Background(), slog.LevelInfo) {
+			s.log.Info(fmt.Sprintf("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, #queue-req: %d",
+				newSeq, newTok, cached, s.tokenUsage(), len(s.running), len(s.waiting)))
+		}
+	}()
 	for _, c := range it.prefill {
 		newTok += c.m
 		if c.newAdmit {
@@ -691,8 +715,6 @@ func (s *scheduler) logPrefill(it *iteration) {
 	if newTok+cached > 0 {
 		s.lastHitRate = float64(cached) / float64(newTok+cached)
 	}
-	s.log.Info(fmt.Sprintf("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, #queue-req: %d",
-		newSeq, newTok, cached, s.tokenUsage(), len(s.running), len(s.waiting)))
 }
 
 func (s *scheduler) logDecode() {
@@ -701,6 +723,9 @@ func (s *scheduler) logDecode() {
 		s.lastThruput = float64(s.window.genTokens) / elapsed
 	}
 	s.window.genTokens, s.window.genSince = 0, s.now
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	accept := ""
 	if s.prof.Speculative != nil {
 		accept = fmt.Sprintf("accept len: %.2f, ", s.avgAccept())

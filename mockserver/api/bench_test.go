@@ -1,0 +1,182 @@
+package api
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/profile"
+)
+
+// These benchmarks use real loopback TCP: they measure what a benchmark
+// client on this machine sees. Run them with -benchtime=1x.
+
+// serveTCP serves h on a loopback port until the returned stop runs.
+func serveTCP(b *testing.B, h http.Handler) (string, func()) {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { hs.Close() }
+}
+
+func constantPrefill(b *testing.B, seconds float64) *profile.Profile {
+	p, err := profile.Load("default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Prefill = profile.PrefillCost{OverheadS: seconds}
+	p.Decode = profile.DecodeCost{}
+	return p
+}
+
+// BenchmarkLoopbackTTFT measures, over real loopback, how far the
+// client-measured TTFT of a 150 ms modelled prefill lands from 150 ms
+// (in simulated ms: wall time times the speedup), for 20 sequential
+// requests. The engine's spin window is compared with a plain timer
+// (SpinWindow 0) in the same run.
+func BenchmarkLoopbackTTFT(b *testing.B) {
+	const modelled = 150 * time.Millisecond
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	measure := func(speedup float64, spin time.Duration) (mean, worst float64) {
+		s, err := New(Config{Profile: constantPrefill(b, modelled.Seconds()), Speedup: speedup, SpinWindow: spin})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		s.MarkReady()
+		base, stop := serveTCP(b, s.Handler())
+		defer stop()
+		var sum float64
+		for i := range 20 {
+			body := fmt.Sprintf(`{"text": "request %d", "sampling_params": {"max_new_tokens": 1}, "stream": true}`, i)
+			start := time.Now()
+			resp, err := client.Post(base+"/generate", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+				b.Fatal(err)
+			}
+			wall := time.Since(start)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			errMs := (float64(wall)*speedup - float64(modelled)) / 1e6
+			sum += errMs
+			worst = max(worst, errMs)
+		}
+		return sum / 20, worst
+	}
+	for _, speedup := range []float64{1, 10} {
+		b.Run(fmt.Sprintf("speedup=%g", speedup), func(b *testing.B) {
+			var spinMean, spinMax, plainMean, plainMax float64
+			for b.Loop() {
+				spinMean, spinMax = measure(speedup, engine.DefaultSpinWindow)
+				plainMean, plainMax = measure(speedup, 0)
+			}
+			b.ReportMetric(spinMean, "spin-mean-ms")
+			b.ReportMetric(spinMax, "spin-max-ms")
+			b.ReportMetric(plainMean, "plain-mean-ms")
+			b.ReportMetric(plainMax, "plain-max-ms")
+			b.ReportMetric(spinMean/plainMean, "x-plain-mean")
+		})
+	}
+}
+
+// hundredWords is a 100-word prompt.
+var hundredWords = strings.TrimSpace(strings.Repeat("the cache keeps every prefix so later requests skip prefill. ", 10))
+
+// load runs n requests from 64 concurrent clients and returns requests/s.
+func load(b *testing.B, client *http.Client, url, body string, n int) float64 {
+	b.Helper()
+	var wg sync.WaitGroup
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	start := time.Now()
+	var failed sync.Once
+	for range 64 {
+		wg.Go(func() {
+			for range jobs {
+				resp, err := client.Post(url, "application/json", strings.NewReader(body))
+				if err != nil {
+					failed.Do(func() { b.Error(err) })
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkThroughput64 measures /generate requests/s at concurrency 64
+// (100-word prompt, 16 output tokens, zero-cost profile) against a bare
+// gin handler that answers the same bytes, non-streaming and streaming.
+func BenchmarkThroughput64(b *testing.B) {
+	if len(strings.Fields(hundredWords)) != 100 {
+		b.Fatalf("prompt has %d words", len(strings.Fields(hundredWords)))
+	}
+	p := constantPrefill(b, 0)
+	for _, stream := range []bool{false, true} {
+		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
+			s, err := New(Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			s.MarkReady()
+			mockURL, stopMock := serveTCP(b, s.Handler())
+			defer stopMock()
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}}
+			body := fmt.Sprintf(`{"text": %q, "sampling_params": {"max_new_tokens": 16}, "stream": %v}`, hundredWords, stream)
+			// The bare handler replays a real response's bytes.
+			resp, err := client.Post(mockURL+"/generate", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sample, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			events := strings.SplitAfter(string(sample), "\n\n")
+			bare := gin.New()
+			bare.POST("/generate", func(c *gin.Context) {
+				io.Copy(io.Discard, c.Request.Body)
+				if !stream {
+					c.Data(http.StatusOK, "application/json", sample)
+					return
+				}
+				c.Header("Content-Type", "text/event-stream; charset=utf-8")
+				for _, ev := range events {
+					c.Writer.WriteString(ev)
+					c.Writer.Flush()
+				}
+			})
+			bareURL, stopBare := serveTCP(b, bare)
+			defer stopBare()
+			var mockRPS, bareRPS float64
+			for b.Loop() {
+				bareRPS = load(b, client, bareURL+"/generate", body, 6400)
+				mockRPS = load(b, client, mockURL+"/generate", body, 6400)
+			}
+			b.ReportMetric(mockRPS, "mock-req/s")
+			b.ReportMetric(bareRPS, "bare-req/s")
+			b.ReportMetric(mockRPS/bareRPS, "x-bare")
+		})
+	}
+}
