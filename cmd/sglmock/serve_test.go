@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -102,6 +104,33 @@ func TestServeOverTCP(t *testing.T) {
 		t.Fatalf("/health: %v %v", err, resp)
 	}
 	resp.Body.Close()
+	// Benchmark clients open a connection per request: 400 fresh
+	// connections from 100 goroutines must all be served.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var wg sync.WaitGroup
+	failures := make(chan error, 400)
+	for w := range 100 {
+		wg.Go(func() {
+			for i := range 4 {
+				r, err := fresh.Post(base+"/generate", "application/json",
+					strings.NewReader(fmt.Sprintf(`{"text": "burst %d %d", "sampling_params": {"max_new_tokens": 2}}`, w, i)))
+				if err != nil {
+					failures <- err
+					return
+				}
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+				if r.StatusCode != 200 {
+					failures <- fmt.Errorf("status %d", r.StatusCode)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for err := range failures {
+		t.Fatalf("connection burst: %v", err)
+	}
 	resp, err = http.Post(base+"/generate", "application/json",
 		strings.NewReader(`{"text": "Hello", "sampling_params": {"max_new_tokens": 30000}, "stream": true}`))
 	if err != nil {

@@ -616,3 +616,77 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// No update is lost under load: 64 concurrent requests, then every counter
+// and histogram count is exact.
+func TestMetricsUnderConcurrentLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{EnableMetrics: true})
+		defer stop()
+		done := make(chan error, 64)
+		for i := range 64 {
+			go func() {
+				code, _, _, err := ts.send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 10}}`, jsonOf(ids(i*1000, 50))))
+				if err == nil && code != 200 {
+					err = fmt.Errorf("status %d", code)
+				}
+				done <- err
+			}()
+		}
+		for range 64 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, body, _ := ts.do(t, "GET", "/metrics", "")
+		label := `{model_name="sglmock/small-1b"}`
+		for _, want := range []string{
+			"sglang:num_requests_total" + label + " 64",
+			"sglang:prompt_tokens_total" + label + " 3200",
+			"sglang:generation_tokens_total" + label + " 640",
+			"sglang:time_to_first_token_seconds_count" + label + " 64",
+			"sglang:inter_token_latency_seconds_count" + label + " 576",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}
+
+// The OpenAI shapes byte for byte. Under synctest the clock starts at
+// 2000-01-01 UTC, so "created" is 946684800.
+func TestOpenAIBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{EnableCacheReport: true})
+		defer stop()
+		prompt := ids(7, 20)
+		toks, _ := expectedOutput(ts.cfg.Profile, prompt, 2)
+		_, body, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model": "m", "prompt": %s, "max_tokens": 2, "rid": "c1"}`, jsonOf(prompt)))
+		want := fmt.Sprintf(`{"id":"c1","object":"text_completion","created":946684800,"model":"m","choices":[{"index":0,"text":%s,`+
+			`"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":{"prompt_tokens":20,"total_tokens":22,`+
+			`"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0},"metadata":{"weight_version":"default"}}`,
+			jsonOf(tokenizer.Decode(toks)))
+		if body != want {
+			t.Fatalf("completion:\n%s\nwant\n%s", body, want)
+		}
+
+		msgs := `[{"role": "user", "content": "Hi"}]`
+		chatPrompt := tokenizer.Encode(nil, tokenizer.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: "Hi"}}, true))
+		ctoks, _ := expectedOutput(ts.cfg.Profile, chatPrompt, 2)
+		_, body, _ = ts.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(
+			`{"model": "m", "messages": %s, "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`, msgs))
+		head := `{"id":"k1","object":"chat.completion.chunk","created":946684800,"model":"m","choices":`
+		n := len(chatPrompt)
+		var w strings.Builder
+		w.WriteString("data: " + head + `[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"matched_stop":null}]}` + "\n\n")
+		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[:1]))) + "\n\n")
+		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[1:2]))) + "\n\n")
+		w.WriteString("data: " + head + `[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length","matched_stop":null}]}` + "\n\n")
+		w.WriteString("data: " + head + fmt.Sprintf(`[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0}}`, n, n+2) + "\n\n")
+		w.WriteString("data: [DONE]\n\n")
+		if body != w.String() {
+			t.Fatalf("chat stream:\n%s\nwant\n%s", body, w.String())
+		}
+	})
+}
