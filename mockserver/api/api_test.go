@@ -433,16 +433,20 @@ func TestHealthAndStates(t *testing.T) {
 		check("starting", "/health", 503)
 		check("starting", "/health_generate", 503)
 		check("starting", "/v1/models", 200)
+		if code, _, _ := ts.do(t, "POST", "/generate", `{"text": "early", "sampling_params": {"max_new_tokens": 1}}`); code != 200 {
+			t.Fatalf("starting: /generate got %d, want 200 (SGLang serves it while warming up)", code)
+		}
 		if err := s.Warmup(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		check("ready", "/health", 200)
 		check("ready", "/health_generate", 200)
-		if st := s.Engine().Stats(); st.Requests != 0 || st.CacheTokens == 0 {
-			t.Fatalf("warmup and health checks must stay out of the counters but warm the cache: %+v", st)
+		if st := s.Engine().Stats(); st.Requests != 1 || st.CacheTokens == 0 {
+			t.Fatalf("only the user request counts (warmup and health checks do not), and the cache is warm: %+v", st)
 		}
 		s.BeginShutdown()
 		check("shutting down", "/health", 503)
+		check("shutting down", "/server_info", 200)
 		if code, body, _ := ts.do(t, "POST", "/generate", `{"text": "x"}`); code != 503 || !strings.Contains(body, "shutting down") {
 			t.Fatalf("generate while shutting down: %d %s", code, body)
 		}

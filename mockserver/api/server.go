@@ -272,20 +272,23 @@ func (s *Server) routes() *gin.Engine {
 	return r
 }
 
-// stateGate answers 503 while starting or shutting down, except for the
-// endpoints that describe the server.
+// stateGate answers 503 as SGLang does: while starting, the health checks
+// fail (clients poll them to know when to begin; SGLang's own warmup request
+// goes through /generate meanwhile); while shutting down, everything but
+// the endpoints that describe the server refuses new work.
 func (s *Server) stateGate(c *gin.Context) {
 	state := s.state.Load()
-	if state == stateReady {
-		return
-	}
 	path := c.Request.URL.Path
-	if path == "/metrics" || path == "/ping" || strings.HasPrefix(path, "/sim/") ||
-		strings.HasSuffix(path, "server_info") || strings.HasSuffix(path, "model_info") || path == "/v1/models" {
+	health := strings.HasPrefix(path, "/health")
+	switch {
+	case state == stateReady:
 		return
-	}
-	if state == stateStarting && path == "/generate" {
-		return // SGLang's own warmup goes through /generate while starting
+	case state == stateStarting && !health:
+		return
+	case state == stateShuttingDown && !health && (path == "/metrics" || path == "/ping" ||
+		strings.HasPrefix(path, "/sim/") || strings.HasSuffix(path, "server_info") ||
+		strings.HasSuffix(path, "model_info") || strings.HasPrefix(path, "/v1/models")):
+		return
 	}
 	msg := "The server is starting."
 	if state == stateShuttingDown {
