@@ -121,22 +121,7 @@ func ReusablePrefixLen(n, pageSize int) int {
 func (t *Tree) Match(ns string, key []int32) (int, *Node) {
 	key = key[:t.floorPage(len(key))]
 	t.tick++
-	node, matched := t.root, 0
-	for len(key) > 0 {
-		child := t.child(node, ns, key)
-		if child == nil {
-			break
-		}
-		t.touch(child)
-		p := t.commonPrefix(child.key, key)
-		matched += p
-		if p < len(child.key) {
-			node = t.split(child, p)
-			break
-		}
-		node, key = child, key[p:]
-	}
-	return matched, node
+	return t.descend(ns, key)
 }
 
 // Insert caches key in namespace ns and returns how many of its leading
@@ -151,7 +136,31 @@ func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
 func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, last *Node) {
 	key = key[:t.floorPage(len(key))]
 	t.tick++
-	node := t.root
+	existed, node := t.descend(ns, key)
+	rest := key[existed:]
+	if len(rest) == 0 {
+		return existed, node
+	}
+	leaf := t.newNode(node, ns, slices.Clone(rest))
+	leaf.end = node.end + len(rest)
+	leaf.owner = owner
+	if node.children == nil {
+		node.children = make(map[string]*Node, 1)
+	}
+	node.children[string(t.childKey(node, ns, rest))] = leaf
+	t.evictable += len(rest)
+	t.nodes++
+	t.updateLeafStatus(node)
+	t.updateLeafStatus(leaf)
+	return existed, leaf
+}
+
+// descend walks key from the root as SGLang's match and insert both do:
+// each node on the path becomes most recently used, and a node the key
+// leaves part-way is split there. It returns the length walked and the node
+// that ends exactly there.
+func (t *Tree) descend(ns string, key []int32) (int, *Node) {
+	node, walked := t.root, 0
 	for len(key) > 0 {
 		child := t.child(node, ns, key)
 		if child == nil {
@@ -159,29 +168,13 @@ func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, l
 		}
 		t.touch(child)
 		p := t.commonPrefix(child.key, key)
-		existed += p
-		key = key[p:]
+		walked += p
 		if p < len(child.key) {
-			node = t.split(child, p)
-			break
+			return walked, t.split(child, p)
 		}
-		node = child
+		node, key = child, key[p:]
 	}
-	if len(key) == 0 {
-		return existed, node
-	}
-	leaf := t.newNode(node, ns, slices.Clone(key))
-	leaf.end = node.end + len(key)
-	leaf.owner = owner
-	if node.children == nil {
-		node.children = make(map[string]*Node, 1)
-	}
-	node.children[string(t.childKey(node, ns, key))] = leaf
-	t.evictable += len(key)
-	t.nodes++
-	t.updateLeafStatus(node)
-	t.updateLeafStatus(leaf)
-	return existed, leaf
+	return walked, node
 }
 
 // Lock adds a reference to n and every ancestor, protecting their tokens from

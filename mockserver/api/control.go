@@ -169,16 +169,11 @@ func (s *Server) tokenize(c *gin.Context) {
 	var text string
 	switch {
 	case body.Messages != nil:
-		msgs := make([]tokenizer.Message, len(body.Messages))
-		for i, m := range body.Messages {
-			t, err := messageText(m.Content)
-			if err != nil {
-				writeValidationError(c, err.Error())
-				return
-			}
-			msgs[i] = tokenizer.Message{Role: m.Role, Content: t}
+		var err error
+		if text, err = renderChat(body.Messages); err != nil {
+			writeValidationError(c, err.Error())
+			return
 		}
-		text = tokenizer.ApplyChatTemplate(msgs, true)
 	case !isNull(body.Prompt):
 		if err := json.Unmarshal(body.Prompt, &text); err != nil {
 			writeValidationError(c, "prompt: Input should be a valid string")

@@ -231,6 +231,20 @@ func messageText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
+// renderChat applies the chat template to messages, with the generation
+// prompt, as the server does before tokenizing a chat.
+func renderChat(messages []chatMessage) (string, error) {
+	msgs := make([]tokenizer.Message, len(messages))
+	for i, m := range messages {
+		text, err := messageText(m.Content)
+		if err != nil {
+			return "", err
+		}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
+	}
+	return tokenizer.ApplyChatTemplate(msgs, true), nil
+}
+
 func (s *Server) chatCompletions(c *gin.Context) {
 	var body chatBody
 	if !s.readBody(c, &body) {
@@ -244,16 +258,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			writeValidationError(c, "messages: Field required: a chat needs at least one message")
 			return
 		}
-		msgs := make([]tokenizer.Message, len(body.Messages))
-		for i, m := range body.Messages {
-			text, err := messageText(m.Content)
-			if err != nil {
-				writeValidationError(c, err.Error())
-				return
-			}
-			msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
+		text, err := renderChat(body.Messages)
+		if err != nil {
+			writeValidationError(c, err.Error())
+			return
 		}
-		prompt.Text = tokenizer.ApplyChatTemplate(msgs, true)
+		prompt.Text = text
 	}
 	maxTokens := body.MaxTokens
 	if body.MaxCompletionTokens != nil {

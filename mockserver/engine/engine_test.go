@@ -113,6 +113,11 @@ func TestTTFTIsTheModelledPrefill(t *testing.T) {
 				if got := len(last.Truth.Prefill); got != tt.chunks {
 					t.Fatalf("prefill chunks: got %d, want %d", got, tt.chunks)
 				}
+				// Each chunk matches the chunks before it in the cache; those
+				// self-hits are never cached tokens (SGLang PR #2555).
+				if last.CachedTokens != 0 || e.Stats().CachedTokens != 0 {
+					t.Fatalf("cold prompt: cached %d (counter %d), want 0", last.CachedTokens, e.Stats().CachedTokens)
+				}
 				if last.CompletionTokens != 1 || len(last.Truth.Rounds) != 0 {
 					t.Fatalf("max_new_tokens 1: got %d tokens in %d decode rounds, want 1 token and no round",
 						last.CompletionTokens, len(last.Truth.Rounds))
