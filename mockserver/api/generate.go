@@ -90,7 +90,7 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 	}
 	if isList(raw) {
 		var list []T
-		if err := json.Unmarshal(raw, &list); err == nil {
+		if err := decodeJSON(raw, &list); err == nil {
 			if len(list) != n {
 				return nil, fmt.Errorf("%s: got %d values for a batch of %d", field, len(list), n)
 			}
@@ -98,8 +98,8 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 		}
 	}
 	var one T
-	if err := json.Unmarshal(raw, &one); err != nil {
-		return nil, fmt.Errorf("%s: %v", field, err)
+	if err := decodeJSON(raw, &one); err != nil {
+		return nil, fmt.Errorf("%s: %s", field, describeJSONError(err))
 	}
 	for i := range out {
 		out[i] = one
@@ -158,6 +158,9 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 	if err != nil {
 		return nil, false, err, nil
 	}
+	if batch && !isNull(b.RID) && !isList(b.RID) {
+		return nil, false, nil, errors.New("The rid should be a list for batch processing.")
+	}
 	rids, err := perItem(b.RID, n, "rid", "")
 	if err != nil {
 		return nil, false, err, nil
@@ -179,12 +182,9 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 	}
 	for i := range n {
 		p := params[i]
-		copies := 1
-		if p.N != nil {
-			if *p.N < 1 {
-				return nil, false, nil, fmt.Errorf("n must be at least 1, got %d.", *p.N)
-			}
-			copies = *p.N
+		copies, err := copiesOf(p.N)
+		if err != nil {
+			return nil, false, nil, err
 		}
 		for c := range copies {
 			it := s.itemFrom(p, len(items))
@@ -205,6 +205,22 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 		batch = batch || copies > 1
 	}
 	return items, batch, nil, nil
+}
+
+// maxN bounds n (parallel samples per prompt), as OpenAI does, so one
+// request cannot ask for unbounded work.
+const maxN = 128
+
+func copiesOf(n *int) (int, error) {
+	switch {
+	case n == nil:
+		return 1, nil
+	case *n < 1:
+		return 0, fmt.Errorf("n must be at least 1, got %d.", *n)
+	case *n > maxN:
+		return 0, fmt.Errorf("n must be at most %d, got %d.", maxN, *n)
+	}
+	return *n, nil
 }
 
 func deref(s *string) string {

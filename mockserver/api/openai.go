@@ -107,12 +107,9 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 
 // prepare validates the shared fields and builds items for prompts.
 func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) ([]item, int, error) {
-	copies := 1
-	if b.N != nil {
-		if *b.N < 1 {
-			return nil, 0, fmt.Errorf("n must be at least 1, got %d.", *b.N)
-		}
-		copies = *b.N
+	copies, err := copiesOf(b.N)
+	if err != nil {
+		return nil, 0, err
 	}
 	maxNew := 128
 	if maxTokens != nil {

@@ -6,7 +6,6 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -356,28 +355,35 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 		}
 		return false
 	}
-	dec := json.NewDecoder(&buf)
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
+	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
+		writeValidationError(c, "Field required: the request body is empty")
+		return false
+	}
+	if err := decodeJSON(buf.Bytes(), v); err != nil {
 		writeValidationError(c, describeJSONError(err))
 		return false
 	}
 	return true
 }
 
+// decodeJSON decodes with goccy/go-json, which is fast, and on failure
+// decodes again with encoding/json, whose errors name the field and the
+// types clearly: the slow path runs only for bad input.
+func decodeJSON(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err == nil {
+		return nil
+	}
+	return stdjson.Unmarshal(b, v)
+}
+
 func describeJSONError(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	var stdTyp *stdjson.UnmarshalTypeError
+	var syn *stdjson.SyntaxError
+	var typ *stdjson.UnmarshalTypeError
 	switch {
-	case errors.As(err, &stdTyp):
-		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", stdTyp.Type, stdTyp.Field, stdTyp.Value)
-	case errors.As(err, &syn):
-		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
 		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", typ.Type, typ.Field, typ.Value)
-	case errors.Is(err, io.EOF):
-		return "Field required: the request body is empty"
+	case errors.As(err, &syn):
+		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)
 	}
 	return err.Error()
 }
