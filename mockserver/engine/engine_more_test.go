@@ -197,3 +197,24 @@ func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
 		}
 	})
 }
+
+// Admission counts each KV token once: what this batch computes, plus what
+// requests may still need after it. A and B together need exactly the pool
+// (600+100 and 100+200 of 1000 tokens), so B joins A's last chunk.
+func TestAdmissionFillsThePoolExactly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.ContextLength, p.MaxTotalTokens, p.ChunkedPrefillSize = 1000, 1000, 400
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 100})
+		synctest.Wait() // a's first chunk is in flight
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: 200})
+		ea, eb := drain(t, a), drain(t, b)
+		ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
+		if len(ta.Prefill) != 2 || tb.Prefill[0].Start != ta.Prefill[1].Start || tb.Prefill[0].Batch != 2 {
+			t.Fatalf("b's prefill %+v, want it batched with a's last chunk %+v", tb.Prefill, ta.Prefill)
+		}
+		checkDrained(t, e)
+	})
+}

@@ -233,9 +233,11 @@ func (s *scheduler) planPrefill() *iteration {
 	for _, r := range s.running {
 		reserved += r.reservation()
 	}
+	// reserved is what requests may still need beyond this iteration; what
+	// this iteration computes is in it.kv, so each token is counted once.
 	if r := s.chunked; r != nil {
-		reserved += r.reservation()
 		m := min(r.remainingPrompt(), budget-budget%page)
+		reserved += r.reservation() - m
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m})
 		it.kv += m
 		budget -= m
@@ -270,7 +272,7 @@ func (s *scheduler) planPrefill() *iteration {
 		}
 		s.waiting = s.waiting[1:]
 		r.truth.Admitted = s.now
-		reserved += r.reservation()
+		reserved += r.reservation() - m
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m, newAdmit: true})
 		it.kv += m
 		budget -= m
