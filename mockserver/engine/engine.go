@@ -120,6 +120,7 @@ func New(cfg Config) (*Engine, error) {
 		truths:    truths,
 		rids:      make(map[string]struct{}),
 	}
+	e.s.clock = e.Now
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
@@ -372,7 +373,7 @@ func (e *Engine) shutdown() {
 	e.s.abortAll("The server is shutting down.")
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
-		e.s.answerFlush(f.record, ErrClosed, f.reply)
+		e.s.answerFlush(f.record, ErrClosed, f.reply, e.s.current())
 	}
 }
 

@@ -218,3 +218,33 @@ func TestAdmissionFillsThePoolExactly(t *testing.T) {
 		checkDrained(t, e)
 	})
 }
+
+// Calls served while an iteration runs are stamped with their own time, not
+// the iteration's start: a flush's timeout counts from when it was asked, and
+// a queued request aborted mid-iteration finishes when it was aborted.
+func TestCallsBetweenBoundariesUseTheCurrentTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "kimi-k2.6-rtx6000")
+		p.MaxRunningRequests = 1
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 45507), MaxNewTokens: 2}) // 23.72 s prefill
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 10), MaxNewTokens: 1})
+		time.Sleep(5 * time.Second)
+		b.Abort()
+		evb := drain(t, b)
+		if got := evb[0].Truth.Finished; got != 5*time.Second {
+			t.Fatalf("queued request aborted at 5 s: finished at %v", got)
+		}
+		// Asked at 5 s with 20 s to wait: at the 23.72 s boundary a still
+		// decodes, and the deadline (25 s) has not passed.
+		if err := e.Flush(context.Background(), 20*time.Second); err != nil {
+			t.Fatalf("flush asked at 5 s with a 20 s timeout: %v", err)
+		}
+		eva := drain(t, a)
+		hist := e.FlushHistory()
+		if len(hist) != 1 || hist[0].At != 5*time.Second || hist[0].Answered != eva[len(eva)-1].Truth.Finished {
+			t.Fatalf("flush record %+v, want asked at 5 s and answered when a finished (%v)", hist, eva[len(eva)-1].Truth.Finished)
+		}
+	})
+}

@@ -120,6 +120,7 @@ type scheduler struct {
 	flush        *pendingFlush
 	flushes      []FlushRecord
 	onFinish     func(*Truth)
+	clock        func() time.Duration // the engine's simulated now, between boundaries
 	counters     Counters
 	chunkBuf     []chunk // reused: one iteration is in flight at a time
 	gainBuf      []gain
@@ -170,6 +171,16 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 }
 
 func (s *scheduler) capacity() int { return s.prof.MaxTotalTokens }
+
+// current is the simulated time for something that happens between
+// iteration boundaries (a call served while an iteration runs): s.now is
+// the last boundary.
+func (s *scheduler) current() time.Duration {
+	if s.clock == nil {
+		return s.now
+	}
+	return max(s.now, s.clock())
+}
 
 func (s *scheduler) treeStats() radixcache.Stats {
 	if s.tree == nil {
@@ -585,7 +596,11 @@ func (s *scheduler) requestAbort(r *req, msg string) {
 		s.aborts++
 	}
 	if s.inflight == nil || !r.inFlight(s.inflight) {
+		// Finished now, between boundaries: stamp it with the current time.
+		boundary := s.now
+		s.now = s.current()
 		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+		s.now = boundary
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 	}
 }
@@ -639,21 +654,22 @@ func (s *scheduler) abortAll(msg string) {
 // requestFlush answers a /flush_cache: at once when idle or when it may not
 // wait; otherwise it parks until idle or its deadline.
 func (s *scheduler) requestFlush(timeout time.Duration, reply chan error) {
-	rec := FlushRecord{At: s.now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
+	now := s.current()
+	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
 	if s.chunked != nil {
 		rec.Running++
 	}
 	switch {
 	case s.idle():
 		s.doFlush()
-		s.answerFlush(rec, nil, reply)
+		s.answerFlush(rec, nil, reply, now)
 	case timeout <= 0:
-		s.answerFlush(rec, ErrFlushBusy, reply)
+		s.answerFlush(rec, ErrFlushBusy, reply, now)
 		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
 	case s.flush != nil:
-		s.answerFlush(rec, ErrFlushInProgress, reply)
+		s.answerFlush(rec, ErrFlushInProgress, reply, now)
 	default:
-		s.flush = &pendingFlush{record: rec, deadline: s.now + timeout, reply: reply}
+		s.flush = &pendingFlush{record: rec, deadline: now + timeout, reply: reply}
 	}
 }
 
@@ -667,15 +683,15 @@ func (s *scheduler) serviceFlush() {
 	case s.idle():
 		s.flush = nil
 		s.doFlush()
-		s.answerFlush(f.record, nil, f.reply)
+		s.answerFlush(f.record, nil, f.reply, s.now)
 	case s.now >= f.deadline:
 		s.flush = nil
-		s.answerFlush(f.record, ErrFlushTimeout, f.reply)
+		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
 	}
 }
 
-func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error) {
-	rec.Answered = s.now
+func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {
+	rec.Answered = at
 	rec.Outcome = "flushed"
 	if err != nil {
 		rec.Outcome = err.Error()
