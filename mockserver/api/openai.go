@@ -447,12 +447,16 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		if o.events != 1 && fin == nil && (o.events-1)%o.item.streamInterval != 0 {
 			continue
 		}
-		text := o.text()
-		delta := strings.TrimPrefix(text, sent[t.i])
+		// A stop string trims the final text, possibly below what was
+		// already sent; sent text cannot be taken back, so nothing more goes.
+		text, delta := o.text(), ""
+		if strings.HasPrefix(text, sent[t.i]) {
+			delta = text[len(sent[t.i]):]
+			sent[t.i] = text
+		}
 		if o.events == 1 && r.echo != nil {
 			delta = r.echo(t.i) + delta
 		}
-		sent[t.i] = text
 		var u *usage
 		if continuous {
 			cu := r.s.usageOf([]*output{o}, 1, false)

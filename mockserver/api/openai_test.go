@@ -2,12 +2,16 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"sglmock/mockserver/tokenizer"
 )
 
 // The official Go client against the mock, over the in-memory listener.
@@ -164,6 +168,42 @@ func TestCompletionStreamHasNoErrorKey(t *testing.T) {
 		}
 		if !strings.Contains(events[2], `"finish_reason":"length"`) || !strings.Contains(events[3], `"choices":[]`) {
 			t.Fatalf("last content chunk or usage chunk: %s", body)
+		}
+	})
+}
+
+// A stop string trims the final text; a stream never repeats text it sent.
+func TestStreamWithStopStringNeverRepeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts, stop := startServer(t, Config{})
+		defer stop()
+		prompt := ids(9, 30)
+		toks, _ := expectedOutput(ts.cfg.Profile, prompt, 12)
+		full := tokenizer.Decode(toks)
+		stopStr := tokenizer.Decode(toks[5:7]) // spans two tokens: its first part was streamed
+		_, body, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))
+		var got strings.Builder
+		for _, e := range sseEvents(t, body) {
+			if e == "[DONE]" {
+				continue
+			}
+			var ch struct {
+				Choices []struct{ Text string } `json:"choices"`
+			}
+			json.Unmarshal([]byte(e), &ch)
+			for _, c := range ch.Choices {
+				got.WriteString(c.Text)
+			}
+		}
+		// What streamed is a prefix of the untrimmed output, covering the
+		// trimmed answer, with no text repeated.
+		trimmed := full[:strings.Index(full, stopStr)]
+		if !strings.HasPrefix(full, got.String()) || !strings.HasPrefix(got.String(), trimmed) {
+			t.Fatalf("streamed %q; want a prefix of %q that covers %q", got.String(), full, trimmed)
+		}
+		_, nonStream, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q}`, jsonOf(prompt), stopStr))
+		if !strings.Contains(nonStream, `"text":`+jsonOf(trimmed)+`,`) || !strings.Contains(nonStream, `"matched_stop":`+jsonOf(stopStr)) {
+			t.Fatalf("non-stream with stop: %s, want text %q", nonStream, trimmed)
 		}
 	})
 }
