@@ -705,3 +705,19 @@ func TestOpenAIBytes(t *testing.T) {
 		}
 	})
 }
+
+// A zero-cost profile predicts infinite rates; /sim/expect answers null
+// for them rather than failing.
+func TestSimExpectWithZeroCosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
+		ts, stop := startServer(t, Config{Profile: p})
+		defer stop()
+		code, body, _ := ts.do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=10", "")
+		if code != 200 || !strings.Contains(body, `"prefill_tokens_per_s":null`) || !strings.Contains(body, `"decode_tokens_per_s":null`) ||
+			!strings.Contains(body, `"ttft_s":0`) {
+			t.Fatalf("zero-cost expectation: %d %s", code, body)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -70,12 +71,21 @@ func (s *Server) simExpect(c *gin.Context) {
 		"decode_s":             e.DecodeSeconds,
 		"decode_rounds":        e.DecodeRounds,
 		"e2e_s":                e.TTFT.Seconds() + e.DecodeSeconds,
-		"decode_tokens_per_s":  e.DecodeTokensPerSecond,
+		"decode_tokens_per_s":  finite(e.DecodeTokensPerSecond),
 		"expected_accept_len":  s.cfg.Profile.ExpectedAccept(),
-		"prefill_tokens_per_s": float64(prompt-cached) / e.TTFT.Seconds(),
+		"prefill_tokens_per_s": finite(float64(prompt-cached) / e.TTFT.Seconds()),
 		"includes_queueing":    false,
 		"note":                 "a lone request on an idle server",
 	})
+}
+
+// finite returns x, or nil (JSON null) for a rate that is infinite because
+// the profile charges nothing: JSON has no infinity.
+func finite(x float64) any {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return nil
+	}
+	return x
 }
 
 // truthJSON renders a request's ground truth with times in seconds.
