@@ -343,8 +343,10 @@ func requireJSON(c *gin.Context) {
 // response (400 or 413) and returns false.
 func (s *Server) readBody(c *gin.Context, v any) bool {
 	var buf bytes.Buffer
+	// Size the buffer for the declared body, but never trust a large
+	// declaration with memory before the bytes arrive.
 	if n := c.Request.ContentLength; n > 0 && n <= s.cfg.MaxBodyBytes {
-		buf.Grow(int(n) + bytes.MinRead)
+		buf.Grow(int(min(n, 4<<20)) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(c.Request.Body); err != nil {
 		var tooLarge *http.MaxBytesError
