@@ -721,3 +721,30 @@ func TestSimExpectWithZeroCosts(t *testing.T) {
 		}
 	})
 }
+
+// Two servers coexist in one process: nothing is shared between them.
+func TestTwoServersCoexist(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, stopA := startServer(t, Config{Profile: loadProfile(t, "default")})
+		defer stopA()
+		b, stopB := startServer(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000"), EnableMetrics: true})
+		defer stopB()
+		req := `{"text": "shared prompt text", "sampling_params": {"max_new_tokens": 2}}`
+		a.do(t, "POST", "/generate", req)
+		_, body, _ := b.do(t, "POST", "/generate", req)
+		if !strings.Contains(body, `"cached_tokens":0`) {
+			t.Fatalf("b must not see a's cache: %s", body)
+		}
+		_, ma, _ := a.do(t, "GET", "/v1/models", "")
+		_, mb, _ := b.do(t, "GET", "/v1/models", "")
+		if !strings.Contains(ma, "sglmock/small-1b") || !strings.Contains(mb, "moonshotai/Kimi-K2.6") {
+			t.Fatalf("models: %s / %s", ma, mb)
+		}
+		if code, _, _ := a.do(t, "GET", "/metrics", ""); code != 404 {
+			t.Fatalf("a has metrics off: got %d", code)
+		}
+		if _, m, _ := b.do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
+			t.Fatalf("b's metrics count only b's request")
+		}
+	})
+}
