@@ -205,8 +205,13 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		tokens:   tokens,
 		hash:     tokenizer.PromptHash(tokens),
 		maxNew:   r.MaxNewTokens,
-		stop:     slices.Clone(r.Stop),
 		reuseCap: len(tokens),
+	}
+	for _, st := range r.Stop {
+		if st != "" { // an empty stop string would match before any output
+			q.stop = append(q.stop, st)
+			q.maxStop = max(q.maxStop, len(st))
+		}
 	}
 	rngKey := r.RID
 	if q.rid == "" {
@@ -216,9 +221,6 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	if !r.IgnoreEOS {
 		q.stopIDs = slices.Clone(r.StopTokenIDs)
-	}
-	for _, st := range r.Stop {
-		q.maxStop = max(q.maxStop, len(st))
 	}
 	if r.ReturnLogprob && r.LogprobStartLen >= 0 {
 		q.reuseCap = r.LogprobStartLen

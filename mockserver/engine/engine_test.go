@@ -403,6 +403,11 @@ func TestStopConditions(t *testing.T) {
 		if byStr.Finish.Reason != FinishStop || *byStr.Finish.MatchedString != stop || byStr.CompletionTokens != wantTokens {
 			t.Fatalf("stop string %q: got %+v after %d tokens, want %d", stop, byStr.Finish, byStr.CompletionTokens, wantTokens)
 		}
+		// An empty stop string matches nothing.
+		empty, _ := run(t, e, Request{RID: "empty", InputIDs: ids, MaxNewTokens: 5, Stop: []string{""}})
+		if empty.Finish.Reason != FinishLength || empty.CompletionTokens != 5 {
+			t.Fatalf("empty stop string: got %+v after %d tokens", empty.Finish, empty.CompletionTokens)
+		}
 		// max_new_tokens 0: prefill only, no token.
 		zero, _ := run(t, e, Request{RID: "zero", InputIDs: ids, MaxNewTokens: 0})
 		if zero.CompletionTokens != 0 || zero.Finish.Reason != FinishLength {
