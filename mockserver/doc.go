@@ -1,6 +1,14 @@
-// Package mockserver is the simulated SGLang server: an engine that
-// schedules requests on an exact, seeded cost model, and (in later work) the
-// HTTP layer that speaks SGLang's API over it.
+// Package mockserver is the simulated SGLang server. Its sub-packages, in
+// dependency order:
+//
+//   - profile: a deployment as YAML (limits, the cost of each scheduler
+//     iteration, speculative decoding) and the pure cost model and evaluator.
+//   - tokenizer: a deterministic, prefix-stable tokenizer, the chat
+//     template, and the mock's output words.
+//   - engine: SGLang's scheduler on a modelled clock — batching, chunked
+//     prefill, the KV pool and radix cache (radixcache), flush, speculative
+//     rounds — with per-request ground truth.
+//   - api: SGLang's HTTP endpoints over the engine (the only user of gin).
 //
 // The engine owns a radixcache.Tree as SGLang's scheduler owns its radix
 // cache: prompts reuse cached prefixes by SGLang's rules, each prefill costs
