@@ -253,9 +253,7 @@ func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
 	for _, it := range items {
 		st, err := s.eng.Submit(it.req)
 		if err != nil {
-			for _, prev := range streams {
-				prev.Abort()
-			}
+			abortAll(streams)
 			return nil, err
 		}
 		streams = append(streams, st)
@@ -270,6 +268,20 @@ type output struct {
 	ids    []int32
 	last   engine.Event
 	events int
+}
+
+// due reports whether the event just added is sent to a streaming client:
+// the first token and the finish always are, and between them every
+// stream_interval-th step.
+func (o *output) due() bool {
+	return o.events == 1 || o.last.Finish != nil || (o.events-1)%o.item.streamInterval == 0
+}
+
+// abortAll aborts every stream: the client is gone or one of them failed.
+func abortAll(streams []*engine.Stream) {
+	for _, st := range streams {
+		st.Abort()
+	}
 }
 
 func (o *output) add(ev engine.Event) {
@@ -456,9 +468,7 @@ func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*ou
 		outs[i] = &output{item: items[i], rid: st.RID()}
 		evs, err := st.Collect(ctx)
 		if err != nil {
-			for _, other := range streams {
-				other.Abort()
-			}
+			abortAll(streams)
 			return nil, false
 		}
 		for _, ev := range evs {
@@ -570,9 +580,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
-			for _, st := range streams {
-				st.Abort()
-			}
+			abortAll(streams)
 			return
 		}
 		o := outs[t.i]
@@ -581,13 +589,11 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 			left--
 		}
 		// First token, finish, and every stream_interval-th step.
-		if o.events != 1 && t.ev.Finish == nil && (o.events-1)%o.item.streamInterval != 0 {
+		if !o.due() {
 			continue
 		}
 		if err := w.data(marshal(o.response(batch))); err != nil {
-			for _, st := range streams {
-				st.Abort()
-			}
+			abortAll(streams)
 			return
 		}
 	}

@@ -418,16 +418,11 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		}
 		return w.data(marshal(ch)) == nil
 	}
-	abortAll := func() {
-		for _, st := range streams {
-			st.Abort()
-		}
-	}
 	if r.chat {
 		for i := range outs {
 			empty := ""
 			if !send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil) {
-				abortAll()
+				abortAll(streams)
 				return
 			}
 		}
@@ -435,7 +430,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
-			abortAll()
+			abortAll(streams)
 			return
 		}
 		o := outs[t.i]
@@ -444,7 +439,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		if fin != nil {
 			left--
 		}
-		if o.events != 1 && fin == nil && (o.events-1)%o.item.streamInterval != 0 {
+		if !o.due() {
 			continue
 		}
 		// A stop string trims the final text, possibly below what was
@@ -465,21 +460,21 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		reason, matched := openAIFinish(fin)
 		if !r.chat {
 			if !send(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll()
+				abortAll(streams)
 				return
 			}
 			continue
 		}
 		if delta != "" || fin == nil {
 			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u) {
-				abortAll()
+				abortAll(streams)
 				return
 			}
 		}
 		if fin != nil {
 			// Current SGLang ends a chat choice with an empty delta.
 			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll()
+				abortAll(streams)
 				return
 			}
 		}
