@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"sglmock/mockserver/api"
 	"sglmock/mockserver/engine"
 	"sglmock/mockserver/profile"
@@ -29,6 +27,7 @@ import (
 // launch_server spells them, plus --profile, --speedup and --seed.
 type serveOptions struct {
 	host, modelPath, servedModelName, apiKey, logLevel, profileName string
+	schedulePolicy                                                  string
 	port                                                            int
 	speedup, shutdownGrace                                          float64
 	skipWarmup                                                      bool
@@ -63,19 +62,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.BoolVar(&o.enableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
 	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N decode steps")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
-	// Flags that override the profile; applied only when set.
-	contextLength := fs.Int("context-length", 0, "override the profile's context length")
-	pageSize := fs.Int("page-size", 0, "override the profile's page size (radix cache granularity)")
-	chunked := fs.Int("chunked-prefill-size", 0, "override the chunked prefill size (-1 disables chunking)")
-	maxPrefill := fs.Int("max-prefill-tokens", 0, "override the tokens per prefill batch")
-	maxRunning := fs.Int("max-running-requests", 0, "override the running batch bound")
-	maxTotal := fs.Int("max-total-tokens", 0, "override the KV pool size in tokens")
-	specAlg := fs.String("speculative-algorithm", "", "speculative decoding: "+strings.Join(profile.Algorithms, ", ")+
-		" (a profile without a speculative section gets accept probability 0.7 per draft and round cost factor 1.3)")
-	specSteps := fs.Int("speculative-num-steps", 0, "override the draft depth")
-	specTopK := fs.Int("speculative-eagle-topk", 0, "override the draft branching")
-	specDraft := fs.Int("speculative-num-draft-tokens", 0, "override the tokens verified per round")
-	seed := fs.Uint64("seed", 0, "override the profile's seed (acceptance draws, jitter)")
+	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
+	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sglmock serve [flags]")
 		fmt.Fprintln(stderr)
@@ -90,8 +78,6 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case o.port < 0 || o.port > 65535:
 		return nil, fmt.Errorf("--port %d: must be in 0..65535", o.port)
@@ -105,67 +91,17 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		return nil, fmt.Errorf("--max-body-bytes %d: must be >= 1", o.maxBodyBytes)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %v: must be >= 0", o.shutdownGrace)
+	case o.schedulePolicy == "lpm" || o.schedulePolicy == "dfs-weight" || o.schedulePolicy == "lof" || o.schedulePolicy == "random":
+		return nil, fmt.Errorf("--schedule-policy %s: not modelled; sglmock schedules fcfs, SGLang's default", o.schedulePolicy)
+	case o.schedulePolicy != "fcfs":
+		return nil, fmt.Errorf("--schedule-policy %q: unknown; SGLang's policies are fcfs, lpm, dfs-weight, lof and random, and sglmock models fcfs", o.schedulePolicy)
 	}
 	p, err := profile.Load(o.profileName)
 	if err != nil {
 		return nil, fmt.Errorf("--profile: %w", err)
 	}
-	ints := []struct {
-		flag string
-		dst  *int
-		v    int
-	}{
-		{"context-length", &p.ContextLength, *contextLength},
-		{"page-size", &p.PageSize, *pageSize},
-		{"chunked-prefill-size", &p.ChunkedPrefillSize, *chunked},
-		{"max-prefill-tokens", &p.MaxPrefillTokens, *maxPrefill},
-		{"max-running-requests", &p.MaxRunningRequests, *maxRunning},
-		{"max-total-tokens", &p.MaxTotalTokens, *maxTotal},
-	}
-	for _, f := range ints {
-		if set[f.flag] {
-			*f.dst = f.v
-		}
-	}
-	if set["seed"] {
-		p.Seed = *seed
-	}
-	if set["speculative-algorithm"] || set["speculative-num-steps"] || set["speculative-eagle-topk"] || set["speculative-num-draft-tokens"] {
-		if p.Speculative == nil {
-			if !set["speculative-algorithm"] {
-				return nil, errors.New("--speculative-num-steps/-eagle-topk/-num-draft-tokens need --speculative-algorithm (the profile has no speculative decoding)")
-			}
-			p.Speculative = &profile.Speculative{NumSteps: 3, EagleTopK: 1, RoundCostFactor: 1.3}
-		}
-		sp := p.Speculative
-		if set["speculative-algorithm"] {
-			sp.Algorithm = strings.ToUpper(*specAlg)
-		}
-		if set["speculative-num-steps"] {
-			sp.NumSteps = *specSteps
-		}
-		if set["speculative-eagle-topk"] {
-			sp.EagleTopK = *specTopK
-		}
-		sp.NumDraftTokens = sp.NumSteps + 1
-		if set["speculative-num-draft-tokens"] {
-			sp.NumDraftTokens = *specDraft
-		}
-		// The acceptance model follows the depth: extra steps repeat the last
-		// probability (0.7 when there is none), fewer steps drop the tail.
-		for len(sp.AcceptProbs) < sp.NumSteps && sp.NumSteps <= 64 {
-			last := 0.7
-			if n := len(sp.AcceptProbs); n > 0 {
-				last = sp.AcceptProbs[n-1]
-			}
-			sp.AcceptProbs = append(sp.AcceptProbs, last)
-		}
-		if sp.NumSteps >= 0 && len(sp.AcceptProbs) > sp.NumSteps {
-			sp.AcceptProbs = sp.AcceptProbs[:sp.NumSteps]
-		}
-	}
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("the profile with these flags is invalid: %w", err)
+	if err := profileFlags.Apply(p); err != nil {
+		return nil, err
 	}
 	o.profile = p
 	return o, nil
@@ -193,7 +129,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // requests get 503, in-flight ones get --shutdown-grace to finish, then the
 // rest are aborted.
 func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
-	gin.SetMode(gin.ReleaseMode)
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
 	srv, err := api.New(api.Config{
 		Profile: o.profile,

@@ -38,6 +38,10 @@ func TestServeFlags(t *testing.T) {
 				return s.NumSteps == 2 && len(s.AcceptProbs) == 2 && s.AcceptProbs[1] == 0.9 && s.Algorithm == "DDTREE"
 			}},
 		{"seed", []string{"--seed", "7"}, "", func(o *serveOptions) bool { return o.profile.Seed == 7 }},
+		{"random seed", []string{"--random-seed", "8"}, "", func(o *serveOptions) bool { return o.profile.Seed == 8 }},
+		{"fcfs", []string{"--schedule-policy", "fcfs"}, "", func(o *serveOptions) bool { return o.schedulePolicy == "fcfs" }},
+		{"lpm is not modelled", []string{"--schedule-policy", "lpm"}, "--schedule-policy lpm: not modelled", nil},
+		{"unknown policy", []string{"--schedule-policy", "fifo"}, `--schedule-policy "fifo": unknown`, nil},
 		{"unknown flag", []string{"--tp-size", "8"}, "flag provided but not defined: -tp-size", nil},
 		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag -port`, nil},
 		{"port range", []string{"--port", "70000"}, "--port 70000", nil},

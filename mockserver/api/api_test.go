@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"bufio"
@@ -12,7 +12,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"sglmock/mockserver/api"
 	"sglmock/mockserver/engine"
+	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
 )
@@ -25,7 +27,16 @@ func ids(from, n int) []int32 {
 	return out
 }
 
-func jsonOf(v any) string { return string(marshal(v)) }
+// jsonOf renders v as the server does: compact, without HTML escaping.
+func jsonOf(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // expectedOutput is what the mock generates for a prompt: the tokens, and
 // the simulated time of each, for a lone request on an idle server.
@@ -44,16 +55,33 @@ func expectedOutput(p *profile.Profile, prompt []int32, n int) ([]int32, []time.
 	return toks, at
 }
 
+// generateResponse is the part of a /generate result the tests read.
+type generateResponse struct {
+	Text      string  `json:"text"`
+	OutputIDs []int32 `json:"output_ids"`
+	MetaInfo  struct {
+		ID                 string   `json:"id"`
+		FinishReason       any      `json:"finish_reason"`
+		PromptTokens       int      `json:"prompt_tokens"`
+		CompletionTokens   int      `json:"completion_tokens"`
+		CachedTokens       int      `json:"cached_tokens"`
+		SpecVerifyCt       *int     `json:"spec_verify_ct"`
+		SpecAcceptLength   *float64 `json:"spec_accept_length"`
+		SpecAcceptedDrafts *int     `json:"spec_accepted_drafts"`
+		SpecProposedDrafts *int     `json:"spec_proposed_drafts"`
+	} `json:"meta_info"`
+	Index *int `json:"index"`
+}
+
 func TestGenerateNonStreamBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(0, 100)
 		start := time.Now()
-		code, body, resp := ts.do(t, "POST", "/generate",
+		code, body, resp := ts.Do(t, "POST", "/generate",
 			fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "rid": "r1", "unknown_field": [1]}`, jsonOf(prompt)))
 		took := time.Since(start)
-		toks, at := expectedOutput(ts.cfg.Profile, prompt, 3)
+		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
 		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
 			`"prompt_tokens":100,"weight_version":"default","completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
 			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
@@ -71,14 +99,13 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 
 func TestGenerateStreamBytesAndTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(1, 300)
-		toks, at := expectedOutput(ts.cfg.Profile, prompt, 3)
-		req, _ := http.NewRequest("POST", ts.base+"/generate", strings.NewReader(fmt.Sprintf(
+		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
+		req, _ := http.NewRequest("POST", ts.URL+"/generate", strings.NewReader(fmt.Sprintf(
 			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt))))
 		start := time.Now()
-		resp, err := ts.client.Do(req)
+		resp, err := ts.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,13 +155,12 @@ func TestGenerateStreamBytesAndTiming(t *testing.T) {
 
 func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
-		defer stop()
-		_, before, _ := ts.do(t, "GET", "/server_info", "")
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		_, before, _ := ts.Do(t, "GET", "/server_info", "")
 		if strings.Contains(before, "avg_spec_accept_length") {
 			t.Fatal("avg_spec_accept_length must be absent before any speculative round")
 		}
-		_, body, _ := ts.do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60}, "stream": true, "rid": "spec"}`)
+		_, body, _ := ts.Do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60}, "stream": true, "rid": "spec"}`)
 		events := sseEvents(t, body)
 		var prev, jumps int
 		var last generateResponse
@@ -161,12 +187,12 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		if len(events)-1 != *m.SpecVerifyCt+1 {
 			t.Fatalf("got %d events, want one per verify round plus the prefill one (%d)", len(events)-1, *m.SpecVerifyCt+1)
 		}
-		_, after, _ := ts.do(t, "GET", "/server_info", "")
+		_, after, _ := ts.Do(t, "GET", "/server_info", "")
 		if !strings.Contains(after, `"avg_spec_accept_length":`) {
 			t.Fatalf("server_info lacks avg_spec_accept_length after speculative rounds")
 		}
 		// stream_interval 4: the first token, then every 4th step, and the finish.
-		_, body, _ = ts.do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)
+		_, body, _ = ts.Do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)
 		events = sseEvents(t, body)
 		var final generateResponse
 		json.Unmarshal([]byte(events[len(events)-2]), &final)
@@ -180,6 +206,10 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		}
 	})
 }
+
+// flushedBody is SGLang's /flush_cache reply on success, spelled out.
+const flushedBody = "Cache flushed.\nPlease check backend logs for more details. " +
+	"(When there are running or waiting requests, the operation will not be performed.)\n"
 
 // sseEvents splits an SSE body into its data payloads, checking framing.
 func sseEvents(t *testing.T, body string) []string {
@@ -202,9 +232,8 @@ func sseEvents(t *testing.T, body string) []string {
 
 func TestGenerateBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
-		code, body, _ := ts.do(t, "POST", "/generate", `{"text": ["one prompt", "another prompt"], "sampling_params": {"max_new_tokens": 4}, "rid": ["b0", "b1"]}`)
+		ts := mocktest.Start(t, api.Config{})
+		code, body, _ := ts.Do(t, "POST", "/generate", `{"text": ["one prompt", "another prompt"], "sampling_params": {"max_new_tokens": 4}, "rid": ["b0", "b1"]}`)
 		var list []generateResponse
 		if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list) != 2 {
 			t.Fatalf("batch: got %d %s", code, body)
@@ -212,7 +241,7 @@ func TestGenerateBatch(t *testing.T) {
 		if list[0].MetaInfo.ID != "b0" || list[1].MetaInfo.ID != "b1" || list[1].MetaInfo.CompletionTokens != 4 {
 			t.Fatalf("batch results out of order or incomplete: %s", body)
 		}
-		_, body, _ = ts.do(t, "POST", "/generate", `{"input_ids": [[5000, 5001, 5002], [6000, 6001]], "sampling_params": [{"max_new_tokens": 2}, {"max_new_tokens": 3}], "stream": true}`)
+		_, body, _ = ts.Do(t, "POST", "/generate", `{"input_ids": [[5000, 5001, 5002], [6000, 6001]], "sampling_params": [{"max_new_tokens": 2}, {"max_new_tokens": 3}], "stream": true}`)
 		seen := map[int]int{}
 		for _, e := range sseEvents(t, body) {
 			if e == "[DONE]" {
@@ -229,21 +258,20 @@ func TestGenerateBatch(t *testing.T) {
 			t.Fatalf("batch stream: final tokens per index %v, want 0:2 1:3", seen)
 		}
 		// n copies of one prompt.
-		_, body, _ = ts.do(t, "POST", "/generate", `{"text": "same", "sampling_params": {"max_new_tokens": 2, "n": 3}}`)
+		_, body, _ = ts.Do(t, "POST", "/generate", `{"text": "same", "sampling_params": {"max_new_tokens": 2, "n": 3}}`)
 		if err := json.Unmarshal([]byte(body), &list); err != nil || len(list) != 3 {
 			t.Fatalf("n=3: got %s", body)
 		}
-		checkIdle(t, ts.Engine())
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }
 
 func TestFlushCacheOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{})
 		prompt := jsonOf(ids(2, 500))
 		gen := func(rid string) generateResponse {
-			_, body, _ := ts.do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": %q}`, prompt, rid))
+			_, body, _ := ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": %q}`, prompt, rid))
 			var r generateResponse
 			if err := json.Unmarshal([]byte(body), &r); err != nil {
 				t.Fatal(body)
@@ -254,8 +282,8 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 			t.Fatalf("cached: %d then %d, want 0 then 499", a.MetaInfo.CachedTokens, b.MetaInfo.CachedTokens)
 		}
 		for _, method := range []string{"GET", "POST"} {
-			code, body, _ := ts.do(t, method, "/flush_cache", "")
-			if code != 200 || body != flushedText {
+			code, body, _ := ts.Do(t, method, "/flush_cache", "")
+			if code != 200 || body != flushedBody {
 				t.Fatalf("%s /flush_cache when idle: got %d %q", method, code, body)
 			}
 		}
@@ -263,7 +291,7 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 			t.Fatalf("after flush: cached %d, want 0", c.MetaInfo.CachedTokens)
 		}
 		// Busy: a long request runs in the background.
-		go ts.send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 300}}`, jsonOf(ids(3, 400))))
+		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 300}}`, jsonOf(ids(3, 400))))
 		time.Sleep(50 * time.Millisecond)
 		tests := []struct {
 			query string
@@ -274,30 +302,29 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 			{"?timeout=0.01", 400, "Timed out waiting for idle state.\n"},
 			{"?timeout=-1", 400, `"type":"Bad Request"`},
 			{"?timeout=abc", 400, `"type":"Bad Request"`},
-			{"?timeout=60", 200, flushedText},
+			{"?timeout=60", 200, flushedBody},
 		}
 		for _, tt := range tests {
-			code, body, _ := ts.do(t, "POST", "/flush_cache"+tt.query, "")
+			code, body, _ := ts.Do(t, "POST", "/flush_cache"+tt.query, "")
 			if code != tt.code || !strings.Contains(body, tt.body) {
 				t.Fatalf("flush%s: got %d %q, want %d containing %q", tt.query, code, body, tt.code, tt.body)
 			}
 		}
-		_, body, _ := ts.do(t, "GET", "/sim/flushes", "")
+		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
 		var hist []map[string]any
 		json.Unmarshal([]byte(body), &hist)
 		if len(hist) != 5 || hist[2]["ok"] != false || hist[4]["ok"] != true {
 			t.Fatalf("flush history: %s", body)
 		}
-		checkIdle(t, ts.Engine())
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }
 
 func TestBadInputLeavesNothingBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := loadProfile(t, "default")
+		p := mocktest.Profile(t, "default")
 		p.ContextLength = 1000
-		ts, stop := startServer(t, Config{Profile: p, MaxBodyBytes: 64 << 10})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{Profile: p, MaxBodyBytes: 64 << 10})
 		long := jsonOf(ids(0, 1000))
 		tests := []struct {
 			name, method, path, body string
@@ -347,14 +374,14 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 			{"unknown rid", "GET", "/sim/requests/nope", ``, nil, 404, `no finished request`},
 		}
 		for _, tt := range tests {
-			code, body, _ := ts.do(t, tt.method, tt.path, tt.body, tt.header...)
+			code, body, _ := ts.Do(t, tt.method, tt.path, tt.body, tt.header...)
 			if code != tt.code || !strings.Contains(body, tt.want) {
 				t.Errorf("%s: got %d %s\nwant %d containing %s", tt.name, code, body, tt.code, tt.want)
 			}
 			// A refused batch aborts the prompts it had already queued; an
 			// abort lands at the engine's next iteration boundary.
 			time.Sleep(time.Second)
-			checkIdle(t, ts.Engine())
+			mocktest.CheckIdle(t, ts.Engine())
 		}
 		if st := ts.Engine().Stats(); st.Requests != st.Aborted || st.Aborted != 1 {
 			t.Fatalf("only the refused batch's good prompt ran, aborted: got %d requests, %d aborted", st.Requests, st.Aborted)
@@ -364,8 +391,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 
 func TestAPIKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{APIKey: "sk-test"})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{APIKey: "sk-test"})
 		tests := []struct {
 			path, auth string
 			code       int
@@ -378,7 +404,7 @@ func TestAPIKey(t *testing.T) {
 			{"/flush_cache", "", 401},
 		}
 		for _, tt := range tests {
-			code, body, _ := ts.do(t, "GET", tt.path, "", "Authorization", tt.auth)
+			code, body, _ := ts.Do(t, "GET", tt.path, "", "Authorization", tt.auth)
 			if code != tt.code || (code == 401 && body != `{"error":"Unauthorized"}`) {
 				t.Errorf("%s with %q: got %d %s, want %d", tt.path, tt.auth, code, body, tt.code)
 			}
@@ -390,23 +416,22 @@ func TestDisconnectAbortsTheRequest(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				ts, stop := startServer(t, Config{})
-				defer stop()
+				ts := mocktest.Start(t, api.Config{})
 				ctx, cancel := context.WithCancel(context.Background())
-				req, _ := http.NewRequestWithContext(ctx, "POST", ts.base+"/generate", strings.NewReader(fmt.Sprintf(
+				req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/generate", strings.NewReader(fmt.Sprintf(
 					`{"input_ids": %s, "sampling_params": {"max_new_tokens": 5000}, "rid": "gone", "stream": %v}`, jsonOf(ids(4, 2000)), stream)))
 				go func() {
 					time.Sleep(200 * time.Millisecond) // virtual: prefilled and decoding
 					cancel()
 				}()
-				resp, err := ts.client.Do(req)
+				resp, err := ts.Client.Do(req)
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
 				time.Sleep(100 * time.Millisecond) // virtual: the next iteration boundary
-				checkIdle(t, ts.Engine())
-				code, body, _ := ts.do(t, "GET", "/sim/requests/gone", "")
+				mocktest.CheckIdle(t, ts.Engine())
+				code, body, _ := ts.Do(t, "GET", "/sim/requests/gone", "")
 				if code != 200 || !strings.Contains(body, `"finish_reason":"abort"`) {
 					t.Fatalf("truth of the abandoned request: %d %s", code, body)
 				}
@@ -420,31 +445,25 @@ func TestDisconnectAbortsTheRequest(t *testing.T) {
 
 func TestHealthAndStates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := New(Config{Profile: loadProfile(t, "default")})
+		s, err := api.New(api.Config{Profile: mocktest.Profile(t, "default")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newPipeListener()
-		hs := &http.Server{Handler: s.Handler()}
-		go hs.Serve(l)
-		tr := &http.Transport{DialContext: l.dial}
-		ts := &testServer{Server: s, client: &http.Client{Transport: tr}, base: "http://sglmock.test:30000"}
+		ts := mocktest.NewServer(s.Handler())
 		defer func() {
-			tr.CloseIdleConnections()
-			hs.Close()
-			l.Close()
+			ts.Close()
 			s.Close()
 		}()
 		check := func(stage, path string, want int) {
 			t.Helper()
-			if code, _, _ := ts.do(t, "GET", path, ""); code != want {
+			if code, _, _ := ts.Do(t, "GET", path, ""); code != want {
 				t.Fatalf("%s: %s got %d, want %d", stage, path, code, want)
 			}
 		}
 		check("starting", "/health", 503)
 		check("starting", "/health_generate", 503)
 		check("starting", "/v1/models", 200)
-		if code, _, _ := ts.do(t, "POST", "/generate", `{"text": "early", "sampling_params": {"max_new_tokens": 1}}`); code != 200 {
+		if code, _, _ := ts.Do(t, "POST", "/generate", `{"text": "early", "sampling_params": {"max_new_tokens": 1}}`); code != 200 {
 			t.Fatalf("starting: /generate got %d, want 200 (SGLang serves it while warming up)", code)
 		}
 		if err := s.Warmup(context.Background()); err != nil {
@@ -458,7 +477,7 @@ func TestHealthAndStates(t *testing.T) {
 		s.BeginShutdown()
 		check("shutting down", "/health", 503)
 		check("shutting down", "/server_info", 200)
-		if code, body, _ := ts.do(t, "POST", "/generate", `{"text": "x"}`); code != 503 || !strings.Contains(body, "shutting down") {
+		if code, body, _ := ts.Do(t, "POST", "/generate", `{"text": "x"}`); code != 503 || !strings.Contains(body, "shutting down") {
 			t.Fatalf("generate while shutting down: %d %s", code, body)
 		}
 	})
@@ -466,11 +485,10 @@ func TestHealthAndStates(t *testing.T) {
 
 func TestInfoEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000"), Speedup: 1})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: 1})
 		decode := func(path string) map[string]any {
 			t.Helper()
-			code, body, _ := ts.do(t, "GET", path, "")
+			code, body, _ := ts.Do(t, "GET", path, "")
 			var m map[string]any
 			if err := json.Unmarshal([]byte(body), &m); code != 200 || err != nil {
 				t.Fatalf("%s: %d %s", path, code, body)
@@ -480,7 +498,7 @@ func TestInfoEndpoints(t *testing.T) {
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
-			if len(states) != 1 || info["version"] != Version || info["max_total_num_tokens"] != 420000.0 ||
+			if len(states) != 1 || info["version"] != api.Version || info["max_total_num_tokens"] != 420000.0 ||
 				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
 				t.Fatalf("%s: %v", path, info)
 			}
@@ -506,7 +524,7 @@ func TestInfoEndpoints(t *testing.T) {
 			t.Fatalf("/v1/models/{model}: %v", m)
 		}
 		for _, path := range []string{"/get_load", "/v1/loads"} {
-			code, body, _ := ts.do(t, "GET", path, "")
+			code, body, _ := ts.Do(t, "GET", path, "")
 			if code != 200 || body != `[{"dp_rank":0,"num_reqs":0,"num_tokens":0,"num_waiting_reqs":0}]` {
 				t.Fatalf("%s: %d %s", path, code, body)
 			}
@@ -514,19 +532,19 @@ func TestInfoEndpoints(t *testing.T) {
 		texts := map[string]string{"/start_profile": "Start profiling.\n", "/stop_profile": "Stop profiling. This will take some time.\n"}
 		for path, want := range texts {
 			for _, m := range []string{"GET", "POST"} {
-				if code, body, _ := ts.do(t, m, path, ""); code != 200 || body != want {
+				if code, body, _ := ts.Do(t, m, path, ""); code != 200 || body != want {
 					t.Fatalf("%s %s: %d %q", m, path, code, body)
 				}
 			}
 		}
-		if code, _, _ := ts.do(t, "GET", "/ping", ""); code != 200 {
+		if code, _, _ := ts.Do(t, "GET", "/ping", ""); code != 200 {
 			t.Fatalf("/ping: %d", code)
 		}
-		code, body, _ := ts.do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
+		code, body, _ := ts.Do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
 		if code != 200 || body != fmt.Sprintf(`{"count":2,"max_model_len":200000,"tokens":%s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))) {
 			t.Fatalf("/tokenize: %d %s", code, body)
 		}
-		code, body, _ = ts.do(t, "POST", "/v1/detokenize", fmt.Sprintf(`{"tokens": %s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))))
+		code, body, _ = ts.Do(t, "POST", "/v1/detokenize", fmt.Sprintf(`{"tokens": %s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))))
 		if code != 200 || body != `{"text":"Hello world"}` {
 			t.Fatalf("/detokenize: %d %s", code, body)
 		}
@@ -542,27 +560,26 @@ func TestInfoEndpoints(t *testing.T) {
 
 func TestAbortRequestEndpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{})
 		done := make(chan string)
 		for _, rid := range []string{"x1", "x2"} {
 			go func() {
-				_, body, _, _ := ts.send("POST", "/generate", fmt.Sprintf(`{"text": "go on", "rid": %q, "sampling_params": {"max_new_tokens": 10000}}`, rid))
+				_, body, _, _ := ts.Send("POST", "/generate", fmt.Sprintf(`{"text": "go on", "rid": %q, "sampling_params": {"max_new_tokens": 10000}}`, rid))
 				done <- body
 			}()
 		}
 		time.Sleep(100 * time.Millisecond)
-		if code, _, _ := ts.do(t, "POST", "/abort_request", `{"rid": "x1"}`); code != 200 {
+		if code, _, _ := ts.Do(t, "POST", "/abort_request", `{"rid": "x1"}`); code != 200 {
 			t.Fatalf("abort_request: %d", code)
 		}
 		first := <-done
 		if !strings.Contains(first, `"finish_reason":{"type":"abort"`) {
 			t.Fatalf("aborted request body: %s", first)
 		}
-		ts.do(t, "POST", "/abort_request", `{"abort_all": true}`)
+		ts.Do(t, "POST", "/abort_request", `{"abort_all": true}`)
 		<-done
 		synctest.Wait()
-		checkIdle(t, ts.Engine())
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }
 
@@ -579,13 +596,12 @@ func TestPageSizeAndDisabledCacheOverHTTP(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := loadProfile(t, "default")
+				p := mocktest.Profile(t, "default")
 				p.PageSize = tt.page
-				ts, stop := startServer(t, Config{Profile: p, DisableRadixCache: tt.disable})
-				defer stop()
+				ts := mocktest.Start(t, api.Config{Profile: p, DisableRadixCache: tt.disable})
 				req := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(ids(5, 100)))
-				ts.do(t, "POST", "/generate", req)
-				_, body, _ := ts.do(t, "POST", "/generate", req)
+				ts.Do(t, "POST", "/generate", req)
+				_, body, _ := ts.Do(t, "POST", "/generate", req)
 				var r generateResponse
 				json.Unmarshal([]byte(body), &r)
 				if r.MetaInfo.CachedTokens != tt.want {
@@ -598,13 +614,12 @@ func TestPageSizeAndDisabledCacheOverHTTP(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100"), EnableMetrics: true})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100"), EnableMetrics: true})
 		req := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 20}}`, jsonOf(ids(6, 300)))
 		for range 3 {
-			ts.do(t, "POST", "/generate", req)
+			ts.Do(t, "POST", "/generate", req)
 		}
-		code, body, _ := ts.do(t, "GET", "/metrics", "")
+		code, body, _ := ts.Do(t, "GET", "/metrics", "")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}
@@ -636,12 +651,11 @@ func TestMetrics(t *testing.T) {
 // and histogram count is exact.
 func TestMetricsUnderConcurrentLoad(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{EnableMetrics: true})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{EnableMetrics: true})
 		done := make(chan error, 64)
 		for i := range 64 {
 			go func() {
-				code, _, _, err := ts.send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 10}}`, jsonOf(ids(i*1000, 50))))
+				code, _, _, err := ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 10}}`, jsonOf(ids(i*1000, 50))))
 				if err == nil && code != 200 {
 					err = fmt.Errorf("status %d", code)
 				}
@@ -653,7 +667,7 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, body, _ := ts.do(t, "GET", "/metrics", "")
+		_, body, _ := ts.Do(t, "GET", "/metrics", "")
 		label := `{model_name="sglmock/small-1b"}`
 		for _, want := range []string{
 			"sglang:num_requests_total" + label + " 64",
@@ -673,11 +687,10 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 // 2000-01-01 UTC, so "created" is 946684800.
 func TestOpenAIBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{EnableCacheReport: true})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
 		prompt := ids(7, 20)
-		toks, _ := expectedOutput(ts.cfg.Profile, prompt, 2)
-		_, body, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model": "m", "prompt": %s, "max_tokens": 2, "rid": "c1"}`, jsonOf(prompt)))
+		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 2)
+		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model": "m", "prompt": %s, "max_tokens": 2, "rid": "c1"}`, jsonOf(prompt)))
 		want := fmt.Sprintf(`{"id":"c1","object":"text_completion","created":946684800,"model":"m","choices":[{"index":0,"text":%s,`+
 			`"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":{"prompt_tokens":20,"total_tokens":22,`+
 			`"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0},"metadata":{"weight_version":"default"}}`,
@@ -688,8 +701,8 @@ func TestOpenAIBytes(t *testing.T) {
 
 		msgs := `[{"role": "user", "content": "Hi"}]`
 		chatPrompt := tokenizer.Encode(nil, tokenizer.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: "Hi"}}, true))
-		ctoks, _ := expectedOutput(ts.cfg.Profile, chatPrompt, 2)
-		_, body, _ = ts.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(
+		ctoks, _ := expectedOutput(ts.Engine().Profile(), chatPrompt, 2)
+		_, body, _ = ts.Do(t, "POST", "/v1/chat/completions", fmt.Sprintf(
 			`{"model": "m", "messages": %s, "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`, msgs))
 		head := `{"id":"k1","object":"chat.completion.chunk","created":946684800,"model":"m","choices":`
 		n := len(chatPrompt)
@@ -710,11 +723,10 @@ func TestOpenAIBytes(t *testing.T) {
 // for them rather than failing.
 func TestSimExpectWithZeroCosts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := loadProfile(t, "default")
+		p := mocktest.Profile(t, "default")
 		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
-		ts, stop := startServer(t, Config{Profile: p})
-		defer stop()
-		code, body, _ := ts.do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=10", "")
+		ts := mocktest.Start(t, api.Config{Profile: p})
+		code, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=10", "")
 		if code != 200 || !strings.Contains(body, `"prefill_tokens_per_s":null`) || !strings.Contains(body, `"decode_tokens_per_s":null`) ||
 			!strings.Contains(body, `"ttft_s":0`) {
 			t.Fatalf("zero-cost expectation: %d %s", code, body)
@@ -725,25 +737,23 @@ func TestSimExpectWithZeroCosts(t *testing.T) {
 // Two servers coexist in one process: nothing is shared between them.
 func TestTwoServersCoexist(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, stopA := startServer(t, Config{Profile: loadProfile(t, "default")})
-		defer stopA()
-		b, stopB := startServer(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000"), EnableMetrics: true})
-		defer stopB()
+		a := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "default")})
+		b := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), EnableMetrics: true})
 		req := `{"text": "shared prompt text", "sampling_params": {"max_new_tokens": 2}}`
-		a.do(t, "POST", "/generate", req)
-		_, body, _ := b.do(t, "POST", "/generate", req)
+		a.Do(t, "POST", "/generate", req)
+		_, body, _ := b.Do(t, "POST", "/generate", req)
 		if !strings.Contains(body, `"cached_tokens":0`) {
 			t.Fatalf("b must not see a's cache: %s", body)
 		}
-		_, ma, _ := a.do(t, "GET", "/v1/models", "")
-		_, mb, _ := b.do(t, "GET", "/v1/models", "")
+		_, ma, _ := a.Do(t, "GET", "/v1/models", "")
+		_, mb, _ := b.Do(t, "GET", "/v1/models", "")
 		if !strings.Contains(ma, "sglmock/small-1b") || !strings.Contains(mb, "moonshotai/Kimi-K2.6") {
 			t.Fatalf("models: %s / %s", ma, mb)
 		}
-		if code, _, _ := a.do(t, "GET", "/metrics", ""); code != 404 {
+		if code, _, _ := a.Do(t, "GET", "/metrics", ""); code != 404 {
 			t.Fatalf("a has metrics off: got %d", code)
 		}
-		if _, m, _ := b.do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
+		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
 			t.Fatalf("b's metrics count only b's request")
 		}
 	})

@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"sglmock/mockserver/api"
 	"sglmock/mockserver/engine"
 	"sglmock/mockserver/profile"
 )
@@ -51,7 +52,7 @@ func BenchmarkLoopbackTTFT(b *testing.B) {
 	const modelled = 150 * time.Millisecond
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	measure := func(speedup float64, spin time.Duration) (mean, worst float64) {
-		s, err := New(Config{Profile: constantPrefill(b, modelled.Seconds()), Speedup: speedup, SpinWindow: spin})
+		s, err := api.New(api.Config{Profile: constantPrefill(b, modelled.Seconds()), Speedup: speedup, SpinWindow: spin})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func BenchmarkThroughput64(b *testing.B) {
 	p := constantPrefill(b, 0)
 	for _, stream := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
-			s, err := New(Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
+			s, err := api.New(api.Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"net/http"
@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/profile"
 )
 
@@ -42,7 +44,7 @@ func FuzzGenerateBody(f *testing.F) {
 			}
 			p.Prefill, p.Decode = profile.PrefillCost{OverheadS: 0.001}, profile.DecodeCost{StepOverheadS: 0.001}
 			p.ContextLength = 2048
-			s, err := New(Config{Profile: p, MaxBodyBytes: 1 << 16})
+			s, err := api.New(api.Config{Profile: p, MaxBodyBytes: 1 << 16})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +62,7 @@ func FuzzGenerateBody(f *testing.F) {
 				t.Fatalf("%s %q: stream without [DONE]: %q", path, body, rec.Body.String())
 			}
 			time.Sleep(time.Second) // virtual: any abort reaches its boundary
-			checkIdle(t, s.Engine())
+			mocktest.CheckIdle(t, s.Engine())
 		})
 	})
 }

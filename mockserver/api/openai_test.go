@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/tokenizer"
 )
 
 // The official Go client against the mock, over the in-memory listener.
-func newOpenAIClient(ts *testServer) openai.Client {
+func newOpenAIClient(ts *mocktest.Mock) openai.Client {
 	return openai.NewClient(
-		option.WithBaseURL(ts.base+"/v1/"),
-		option.WithHTTPClient(ts.client),
+		option.WithBaseURL(ts.URL+"/v1/"),
+		option.WithHTTPClient(ts.Client),
 		option.WithAPIKey("None"),
 		option.WithMaxRetries(0),
 	)
@@ -26,8 +28,7 @@ func newOpenAIClient(ts *testServer) openai.Client {
 
 func TestOpenAIGoClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{EnableCacheReport: true})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
 		client := newOpenAIClient(ts)
 		ctx := context.Background()
 		model := ts.Args().ServedModelName
@@ -127,16 +128,15 @@ func TestOpenAIGoClient(t *testing.T) {
 		if lastUsage.PromptTokensDetails.CachedTokens != chat.Usage.PromptTokens-1 {
 			t.Fatalf("chat stream cached tokens: got %d, want %d", lastUsage.PromptTokensDetails.CachedTokens, chat.Usage.PromptTokens-1)
 		}
-		checkIdle(t, ts.Engine())
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }
 
 func TestChatContentParts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
-		_, plain, _ := ts.do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 3}`)
-		_, parts, _ := ts.do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}], "max_tokens": 3}`)
+		ts := mocktest.Start(t, api.Config{})
+		_, plain, _ := ts.Do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 3}`)
+		_, parts, _ := ts.Do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}], "max_tokens": 3}`)
 		if !strings.Contains(plain, `"prompt_tokens":`) || !strings.Contains(parts, `"content":`) {
 			t.Fatalf("chat: %s / %s", plain, parts)
 		}
@@ -154,9 +154,8 @@ func TestChatContentParts(t *testing.T) {
 
 func TestCompletionStreamHasNoErrorKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
-		_, body, _ := ts.do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 3, "stream": true, "stream_options": {"include_usage": true}}`)
+		ts := mocktest.Start(t, api.Config{})
+		_, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 3, "stream": true, "stream_options": {"include_usage": true}}`)
 		events := sseEvents(t, body)
 		if len(events) != 5 {
 			t.Fatalf("want 3 content chunks, a usage chunk and [DONE], got %d: %s", len(events), body)
@@ -175,13 +174,12 @@ func TestCompletionStreamHasNoErrorKey(t *testing.T) {
 // A stop string trims the final text; a stream never repeats text it sent.
 func TestStreamWithStopStringNeverRepeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts, stop := startServer(t, Config{})
-		defer stop()
+		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(9, 30)
-		toks, _ := expectedOutput(ts.cfg.Profile, prompt, 12)
+		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 12)
 		full := tokenizer.Decode(toks)
 		stopStr := tokenizer.Decode(toks[5:7]) // spans two tokens: its first part was streamed
-		_, body, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))
+		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))
 		var got strings.Builder
 		for _, e := range sseEvents(t, body) {
 			if e == "[DONE]" {
@@ -201,7 +199,7 @@ func TestStreamWithStopStringNeverRepeats(t *testing.T) {
 		if !strings.HasPrefix(full, got.String()) || !strings.HasPrefix(got.String(), trimmed) {
 			t.Fatalf("streamed %q; want a prefix of %q that covers %q", got.String(), full, trimmed)
 		}
-		_, nonStream, _ := ts.do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q}`, jsonOf(prompt), stopStr))
+		_, nonStream, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q}`, jsonOf(prompt), stopStr))
 		if !strings.Contains(nonStream, `"text":`+jsonOf(trimmed)+`,`) || !strings.Contains(nonStream, `"matched_stop":`+jsonOf(stopStr)) {
 			t.Fatalf("non-stream with stop: %s, want text %q", nonStream, trimmed)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,15 @@ import (
 	"sglmock/mockserver/engine"
 	"sglmock/mockserver/profile"
 )
+
+// gin's debug mode prints every route at start-up; a mock SGLang server
+// has no use for it, so it runs in release mode unless GIN_MODE says
+// otherwise.
+func init() {
+	if os.Getenv(gin.EnvGinMode) == "" {
+		gin.SetMode(gin.ReleaseMode)
+	}
+}
 
 // Version is the SGLang API version the mock speaks, reported as "version"
 // by /server_info (clients compare it); sglmock's own version is under "sim".
@@ -266,6 +276,7 @@ func (s *Server) routes() *gin.Engine {
 	any2("/ping", func(c *gin.Context) { c.Status(http.StatusOK) }, http.MethodGet, http.MethodPost)
 	r.GET("/sim/profile", s.simProfile)
 	r.GET("/sim/expect", s.simExpect)
+	r.GET("/sim/requests", s.simRequests)
 	r.GET("/sim/requests/:rid", s.simRequest)
 	r.GET("/sim/flushes", s.simFlushes)
 	return r

@@ -9,20 +9,21 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"sglmock/mockserver/engine"
+	"sglmock/sim"
 )
 
 // The /sim/ endpoints expose what only a simulation knows: the active
 // profile, the model's predictions, and each request's ground truth. SGLang
-// has none; the harness uses them when it finds them. Times are simulated
-// seconds.
+// has none; the harness uses them when it finds them. Their JSON is the
+// sim package's types; times are simulated seconds.
 
 func (s *Server) simProfile(c *gin.Context) {
-	writeJSON(c, http.StatusOK, gin.H{
-		"name":                s.cfg.Profile.Name,
-		"speedup":             s.eng.Speedup(),
-		"disable_radix_cache": s.cfg.DisableRadixCache,
-		"expected_accept":     s.cfg.Profile.ExpectedAccept(),
-		"profile":             s.cfg.Profile,
+	writeJSON(c, http.StatusOK, sim.Profile{
+		Name:              s.cfg.Profile.Name,
+		Speedup:           s.eng.Speedup(),
+		DisableRadixCache: s.cfg.DisableRadixCache,
+		ExpectedAccept:    s.cfg.Profile.ExpectedAccept(),
+		Profile:           marshal(s.cfg.Profile),
 	})
 }
 
@@ -63,61 +64,77 @@ func (s *Server) simExpect(c *gin.Context) {
 		return
 	}
 	e := s.cfg.Profile.Expect(prompt, cached, completion)
-	writeJSON(c, http.StatusOK, gin.H{
-		"prompt_tokens":        prompt,
-		"cached_tokens":        cached,
-		"completion_tokens":    completion,
-		"ttft_s":               e.TTFT.Seconds(),
-		"decode_s":             e.DecodeSeconds,
-		"decode_rounds":        e.DecodeRounds,
-		"e2e_s":                e.TTFT.Seconds() + e.DecodeSeconds,
-		"decode_tokens_per_s":  finite(e.DecodeTokensPerSecond),
-		"expected_accept_len":  s.cfg.Profile.ExpectedAccept(),
-		"prefill_tokens_per_s": finite(float64(prompt-cached) / e.TTFT.Seconds()),
-		"includes_queueing":    false,
-		"note":                 "a lone request on an idle server",
+	writeJSON(c, http.StatusOK, sim.Expectation{
+		PromptTokens:      prompt,
+		CachedTokens:      cached,
+		CompletionTokens:  completion,
+		TTFT:              e.TTFT.Seconds(),
+		Decode:            e.DecodeSeconds,
+		DecodeRounds:      e.DecodeRounds,
+		E2E:               e.TTFT.Seconds() + e.DecodeSeconds,
+		DecodeTokensPerS:  finite(e.DecodeTokensPerSecond),
+		PrefillTokensPerS: finite(float64(prompt-cached) / e.TTFT.Seconds()),
+		ExpectedAccept:    s.cfg.Profile.ExpectedAccept(),
 	})
 }
 
-// finite returns x, or nil (JSON null) for a rate that is infinite because
+// finite returns &x, or nil (JSON null) for a rate that is infinite because
 // the profile charges nothing: JSON has no infinity.
-func finite(x float64) any {
+func finite(x float64) *float64 {
 	if math.IsInf(x, 0) || math.IsNaN(x) {
 		return nil
 	}
-	return x
+	return &x
 }
 
-// truthJSON renders a request's ground truth with times in seconds.
-func truthJSON(t *engine.Truth) gin.H {
-	chunks := make([]gin.H, len(t.Prefill))
+// truthJSON renders a request's ground truth.
+func truthJSON(t *engine.Truth) sim.Truth {
+	chunks := make([]sim.Chunk, len(t.Prefill))
 	for i, c := range t.Prefill {
-		chunks[i] = gin.H{"start_s": c.Start.Seconds(), "duration_s": c.Duration.Seconds(), "cost_s": c.Cost.Seconds(),
-			"prefix_tokens": c.Prefix, "tokens": c.Tokens, "batch": c.Batch}
+		chunks[i] = sim.Chunk{Start: c.Start.Seconds(), Duration: c.Duration.Seconds(), Cost: c.Cost.Seconds(),
+			Prefix: c.Prefix, Tokens: c.Tokens, Batch: c.Batch}
 	}
-	rounds := make([]gin.H, len(t.Rounds))
+	rounds := make([]sim.Round, len(t.Rounds))
 	for i, r := range t.Rounds {
-		rounds[i] = gin.H{"start_s": r.Start.Seconds(), "duration_s": r.Duration.Seconds(), "gained": r.Gained,
-			"batch": r.Batch, "context": r.Context}
+		rounds[i] = sim.Round{Start: r.Start.Seconds(), Duration: r.Duration.Seconds(), Gained: r.Gained,
+			Batch: r.Batch, Context: r.Context}
 	}
-	return gin.H{
-		"rid":               t.RID,
-		"prompt_tokens":     t.PromptTokens,
-		"cached_tokens":     t.CachedTokens,
-		"completion_tokens": t.CompletionTokens,
-		"reused_from":       t.ReusedFrom,
-		"arrival_s":         t.Arrival.Seconds(),
-		"admitted_s":        t.Admitted.Seconds(),
-		"first_token_s":     t.FirstToken.Seconds(),
-		"finished_s":        t.Finished.Seconds(),
-		"queue_s":           t.QueueTime().Seconds(),
-		"ttft_s":            t.TTFT().Seconds(),
-		"e2e_s":             t.E2E().Seconds(),
-		"finish_reason":     t.Finish.Reason,
-		"spec_verify_ct":    t.Spec.VerifyCt,
-		"prefill":           chunks,
-		"rounds":            rounds,
+	return sim.Truth{
+		RID:              t.RID,
+		PromptTokens:     t.PromptTokens,
+		CachedTokens:     t.CachedTokens,
+		CompletionTokens: t.CompletionTokens,
+		ReusedFrom:       t.ReusedFrom,
+		Arrival:          t.Arrival.Seconds(),
+		Admitted:         t.Admitted.Seconds(),
+		FirstToken:       t.FirstToken.Seconds(),
+		Finished:         t.Finished.Seconds(),
+		Queue:            t.QueueTime().Seconds(),
+		TTFT:             t.TTFT().Seconds(),
+		E2E:              t.E2E().Seconds(),
+		FinishReason:     t.Finish.Reason,
+		SpecVerifyCt:     t.Spec.VerifyCt,
+		Prefill:          chunks,
+		Rounds:           rounds,
 	}
+}
+
+func (s *Server) simRequests(c *gin.Context) {
+	truths := s.eng.Truths()
+	out := make([]sim.RequestSummary, len(truths))
+	for i, t := range truths {
+		out[i] = sim.RequestSummary{
+			RID:              t.RID,
+			PromptTokens:     t.PromptTokens,
+			CachedTokens:     t.CachedTokens,
+			CompletionTokens: t.CompletionTokens,
+			ReusedFrom:       t.ReusedFrom,
+			Arrival:          t.Arrival.Seconds(),
+			Finished:         t.Finished.Seconds(),
+			FinishReason:     t.Finish.Reason,
+		}
+	}
+	writeJSON(c, http.StatusOK, out)
 }
 
 func (s *Server) simRequest(c *gin.Context) {
@@ -131,10 +148,10 @@ func (s *Server) simRequest(c *gin.Context) {
 
 func (s *Server) simFlushes(c *gin.Context) {
 	hist := s.eng.FlushHistory()
-	out := make([]gin.H, len(hist))
+	out := make([]sim.Flush, len(hist))
 	for i, f := range hist {
-		out[i] = gin.H{"at_s": f.At.Seconds(), "timeout_s": f.Timeout.Seconds(), "answered_s": f.Answered.Seconds(),
-			"outcome": f.Outcome, "ok": f.Outcome == "flushed", "queued": f.Queued, "running": f.Running}
+		out[i] = sim.Flush{At: f.At.Seconds(), Timeout: f.Timeout.Seconds(), Answered: f.Answered.Seconds(),
+			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running}
 	}
 	writeJSON(c, http.StatusOK, out)
 }

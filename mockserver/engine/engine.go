@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -340,6 +341,20 @@ func (e *Engine) FlushHistory() []FlushRecord {
 
 // Truth returns the ground truth of a finished request.
 func (e *Engine) Truth(rid string) (*Truth, bool) { return e.truths.Get(rid) }
+
+// Truths returns the stored ground truths of finished requests, the
+// server's own (warmup, health checks) left out, in arrival order.
+func (e *Engine) Truths() []*Truth {
+	all := e.truths.Values()
+	out := all[:0]
+	for _, t := range all {
+		if !t.Internal {
+			out = append(out, t)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *Truth) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	return out
+}
 
 // loop owns the scheduler: it plans an iteration, waits for its modelled
 // end, and applies it; between and during iterations it serves calls.

@@ -18,22 +18,22 @@ import (
 // Profile is a served model on given hardware: its limits, what each
 // scheduler iteration costs, and how speculative decoding behaves.
 type Profile struct {
-	Name               string `yaml:"name"`
-	Description        string `yaml:"description"`
-	ServedModelName    string `yaml:"served_model_name"`
-	ContextLength      int    `yaml:"context_length"`
-	MaxTotalTokens     int    `yaml:"max_total_tokens"`     // KV pool size
-	PageSize           int    `yaml:"page_size"`            // radix cache granularity
-	ChunkedPrefillSize int    `yaml:"chunked_prefill_size"` // -1 disables chunking
-	MaxPrefillTokens   int    `yaml:"max_prefill_tokens"`   // tokens per prefill batch
-	MaxRunningRequests int    `yaml:"max_running_requests"`
+	Name               string `yaml:"name" json:"name"`
+	Description        string `yaml:"description" json:"description"`
+	ServedModelName    string `yaml:"served_model_name" json:"served_model_name"`
+	ContextLength      int    `yaml:"context_length" json:"context_length"`
+	MaxTotalTokens     int    `yaml:"max_total_tokens" json:"max_total_tokens"`         // KV pool size
+	PageSize           int    `yaml:"page_size" json:"page_size"`                       // radix cache granularity
+	ChunkedPrefillSize int    `yaml:"chunked_prefill_size" json:"chunked_prefill_size"` // -1 disables chunking
+	MaxPrefillTokens   int    `yaml:"max_prefill_tokens" json:"max_prefill_tokens"`     // tokens per prefill batch
+	MaxRunningRequests int    `yaml:"max_running_requests" json:"max_running_requests"`
 
-	Prefill     PrefillCost  `yaml:"prefill"`
-	Decode      DecodeCost   `yaml:"decode"`
-	Speculative *Speculative `yaml:"speculative,omitempty"`
+	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
+	Decode      DecodeCost   `yaml:"decode" json:"decode"`
+	Speculative *Speculative `yaml:"speculative,omitempty" json:"speculative,omitempty"`
 
-	Seed   uint64  `yaml:"seed"`
-	Jitter float64 `yaml:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
+	Seed   uint64  `yaml:"seed" json:"seed"`
+	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
 }
 
 // PrefillCost is the cost of one prefill chunk of m new tokens for a request
@@ -45,10 +45,10 @@ type Profile struct {
 //
 //	overhead + T(p+m) - T(p)
 type PrefillCost struct {
-	OverheadS  float64 `yaml:"overhead_s"`
-	PerTokenS  float64 `yaml:"per_token_s"`
-	AttentionS float64 `yaml:"attention_s"`
-	Table      Table   `yaml:"table,omitempty"`
+	OverheadS  float64 `yaml:"overhead_s" json:"overhead_s"`
+	PerTokenS  float64 `yaml:"per_token_s" json:"per_token_s"`
+	AttentionS float64 `yaml:"attention_s" json:"attention_s"`
+	Table      Table   `yaml:"table,omitempty" json:"table,omitempty"`
 }
 
 // DecodeCost is the cost of one decode round over a running batch of B
@@ -60,10 +60,10 @@ type PrefillCost struct {
 // speculative decoding the round is one draft+verify pass and costs
 // round_cost_factor times this.
 type DecodeCost struct {
-	StepOverheadS float64 `yaml:"step_overhead_s"`
-	PerSeqS       float64 `yaml:"per_seq_s"`
-	PerCtxTokenS  float64 `yaml:"per_ctx_token_s"`
-	CtxTable      Table   `yaml:"ctx_table,omitempty"`
+	StepOverheadS float64 `yaml:"step_overhead_s" json:"step_overhead_s"`
+	PerSeqS       float64 `yaml:"per_seq_s" json:"per_seq_s"`
+	PerCtxTokenS  float64 `yaml:"per_ctx_token_s" json:"per_ctx_token_s"`
+	CtxTable      Table   `yaml:"ctx_table,omitempty" json:"ctx_table,omitempty"`
 }
 
 // Speculative configures speculative decoding as SGLang's flags do. In each
@@ -71,12 +71,12 @@ type DecodeCost struct {
 // position i is accepted with probability accept_probs[i] given that every
 // earlier one was, and the target model adds one bonus token.
 type Speculative struct {
-	Algorithm       string    `yaml:"algorithm"`
-	NumSteps        int       `yaml:"num_steps"`
-	EagleTopK       int       `yaml:"eagle_topk"`
-	NumDraftTokens  int       `yaml:"num_draft_tokens"`
-	AcceptProbs     []float64 `yaml:"accept_probs"`
-	RoundCostFactor float64   `yaml:"round_cost_factor"`
+	Algorithm       string    `yaml:"algorithm" json:"algorithm"`
+	NumSteps        int       `yaml:"num_steps" json:"num_steps"`
+	EagleTopK       int       `yaml:"eagle_topk" json:"eagle_topk"`
+	NumDraftTokens  int       `yaml:"num_draft_tokens" json:"num_draft_tokens"`
+	AcceptProbs     []float64 `yaml:"accept_probs" json:"accept_probs"`
+	RoundCostFactor float64   `yaml:"round_cost_factor" json:"round_cost_factor"`
 }
 
 // Algorithms are the speculative algorithm names, spelled as SGLang spells them.
@@ -242,7 +242,7 @@ func (p *Profile) Validate() error {
 	if s := p.Speculative; s != nil {
 		v.check(slices.Contains(Algorithms, s.Algorithm), "speculative.algorithm", s.Algorithm,
 			"must be one of "+strings.Join(Algorithms, ", "))
-		v.check(s.NumSteps >= 1, "speculative.num_steps", s.NumSteps, "must be >= 1")
+		v.check(s.NumSteps >= 1 && s.NumSteps <= 64, "speculative.num_steps", s.NumSteps, "must be in 1..64")
 		v.check(s.EagleTopK >= 1, "speculative.eagle_topk", s.EagleTopK, "must be >= 1")
 		if s.EagleTopK == 1 {
 			v.check(s.NumDraftTokens == s.NumSteps+1, "speculative.num_draft_tokens", s.NumDraftTokens,

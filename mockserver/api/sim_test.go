@@ -1,0 +1,69 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/mocktest"
+	"sglmock/sim"
+)
+
+// TestSimGolden pins the /sim/ wire contract: every key snake_case, the
+// harness's sim types decode every body without unknown keys, and the bytes
+// match the golden files.
+func TestSimGolden(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
+		prompt := jsonOf(ids(0, 1407))
+		for i, rid := range []string{"a", "b"} {
+			body := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": %d}, "rid": %q}`, prompt, 1+16*i, rid)
+			if code, resp, _ := ts.Do(t, "POST", "/generate", body); code != 200 {
+				t.Fatalf("generate %s: %d %s", rid, code, resp)
+			}
+		}
+		ts.Do(t, "POST", "/flush_cache", "")
+		for _, tt := range []struct {
+			path, golden string
+			into         any
+		}{
+			{"/sim/profile", "sim/profile.json", &sim.Profile{}},
+			{"/sim/expect?prompt_tokens=45507&cached_tokens=0&completion_tokens=17", "sim/expect.json", &sim.Expectation{}},
+			{"/sim/requests", "sim/requests.json", &[]sim.RequestSummary{}},
+			{"/sim/requests/b", "sim/request_b.json", &sim.Truth{}},
+			{"/sim/flushes", "sim/flushes.json", &[]sim.Flush{}},
+		} {
+			code, body, _ := ts.Do(t, "GET", tt.path, "")
+			if code != 200 {
+				t.Fatalf("%s: got %d %s", tt.path, code, body)
+			}
+			mocktest.Golden(t, tt.golden, []byte(body+"\n"))
+			if err := mocktest.DecodeStrict([]byte(body), tt.into); err != nil {
+				t.Fatalf("%s does not decode into %T: %v", tt.path, tt.into, err)
+			}
+		}
+	})
+}
+
+// The profile inside /sim/profile has the keys of the profile's YAML file.
+func TestSimProfileKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		_, body, _ := ts.Do(t, "GET", "/sim/profile", "")
+		var p sim.Profile
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatal(err)
+		}
+		var prof struct {
+			ContextLength int `json:"context_length"`
+			Speculative   struct {
+				Algorithm string `json:"algorithm"`
+			} `json:"speculative"`
+		}
+		if err := json.Unmarshal(p.Profile, &prof); err != nil || prof.ContextLength != 131072 || prof.Speculative.Algorithm != "EAGLE3" {
+			t.Fatalf("got %+v (%v), want context_length 131072 and algorithm EAGLE3", prof, err)
+		}
+	})
+}

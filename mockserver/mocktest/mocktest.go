@@ -1,0 +1,201 @@
+package mocktest
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/profile"
+)
+
+// Host is the host name the in-memory server answers on.
+const Host = "sglmock.test:30000"
+
+// Listener is an in-memory net.Listener: DialContext hands the server end
+// of a net.Pipe to Accept and returns the client end.
+type Listener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+// NewListener returns an open Listener.
+func NewListener() *Listener {
+	return &Listener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+// Accept waits for the next DialContext.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops Accept and DialContext; connections already made stay open.
+func (l *Listener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+// Addr is a fixed pipe address.
+func (l *Listener) Addr() net.Addr { return pipeAddr{} }
+
+// DialContext connects to the listener, whatever the address; it has the
+// signature http.Transport.DialContext wants.
+func (l *Listener) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return Host }
+
+// Server is an http.Handler served over a Listener, like an
+// httptest.Server without sockets.
+type Server struct {
+	// URL is the base URL, "http://sglmock.test:30000".
+	URL string
+	// Client talks to the server through the pipe listener.
+	Client    *http.Client
+	Transport *http.Transport
+	listener  *Listener
+	http      *http.Server
+}
+
+// NewServer serves h until Close.
+func NewServer(h http.Handler) *Server {
+	l := NewListener()
+	hs := &http.Server{Handler: h}
+	go hs.Serve(l)
+	tr := &http.Transport{DialContext: l.DialContext}
+	return &Server{URL: "http://" + Host, Client: &http.Client{Transport: tr}, Transport: tr, listener: l, http: hs}
+}
+
+// Close closes idle client connections, the HTTP server and the listener.
+func (s *Server) Close() {
+	s.Transport.CloseIdleConnections()
+	s.http.Close()
+	s.listener.Close()
+}
+
+// Mock is an sglmock api.Server, ready, behind an in-memory Server.
+type Mock struct {
+	*api.Server
+	HTTP *Server
+	// URL and Client are HTTP's, for short.
+	URL    string
+	Client *http.Client
+}
+
+// Profile loads a built-in profile or fails the test.
+func Profile(t testing.TB, name string) *profile.Profile {
+	t.Helper()
+	p, err := profile.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Start starts a ready mock (no warmup request: the cache starts empty) and
+// stops it when the test ends. Call it inside a synctest bubble, whose
+// cleanups run before the bubble ends; a nil cfg.Profile means "default".
+func Start(t testing.TB, cfg api.Config) *Mock {
+	t.Helper()
+	if cfg.Profile == nil {
+		cfg.Profile = Profile(t, "default")
+	}
+	s, err := api.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.MarkReady()
+	hs := NewServer(s.Handler())
+	m := &Mock{Server: s, HTTP: hs, URL: hs.URL, Client: hs.Client}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// Close stops the HTTP server and the engine. Start registers it as a
+// cleanup; calling it earlier is fine.
+func (m *Mock) Close() {
+	m.HTTP.Close()
+	m.Server.Close()
+}
+
+// Do sends a request to the mock; see Server.Do.
+func (m *Mock) Do(t testing.TB, method, path, body string, header ...string) (int, string, *http.Response) {
+	t.Helper()
+	return m.HTTP.Do(t, method, path, body, header...)
+}
+
+// Send sends a request to the mock; see Server.Send.
+func (m *Mock) Send(method, path, body string, header ...string) (int, string, *http.Response, error) {
+	return m.HTTP.Send(method, path, body, header...)
+}
+
+// Do sends a request (a JSON body when body is not empty, and header as
+// name, value pairs) and returns the status, the body and the response,
+// failing the test on a transport error.
+func (s *Server) Do(t testing.TB, method, path, body string, header ...string) (int, string, *http.Response) {
+	t.Helper()
+	code, b, resp, err := s.Send(method, path, body, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, b, resp
+}
+
+// Send is Do for goroutines other than the test's: it returns errors.
+func (s *Server) Send(method, path, body string, header ...string) (int, string, *http.Response, error) {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp, err
+}
+
+// CheckIdle fails the test unless the engine holds nothing: no request, no
+// lock, and no KV beyond the (unlocked) cache.
+func CheckIdle(t testing.TB, e *engine.Engine) {
+	t.Helper()
+	st := e.Stats()
+	if !st.Idle || st.CacheProtected != 0 || st.KVUsed != st.CacheTokens {
+		t.Fatalf("engine not idle: idle %v, running %d, queued %d, protected %d, KV used %d, cache %d",
+			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.CacheTokens)
+	}
+}

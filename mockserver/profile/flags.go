@@ -1,0 +1,121 @@
+package profile
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// Modelling defaults for speculative decoding switched on by a flag on a
+// profile that has none: each draft is accepted with this probability
+// (given the ones before it were), and a draft+verify round costs this many
+// plain decode rounds.
+const (
+	DefaultAcceptProb      = 0.7
+	DefaultRoundCostFactor = 1.3
+	defaultSpecSteps       = 3
+)
+
+// Flags are the launch flags that describe the deployment, spelled as
+// SGLang's launch_server spells them. A flag that is set overrides the
+// profile's value; one that is not leaves it alone. Every command that
+// starts a mock (serve, demo, audit, scenario, calibrate) registers them.
+type Flags struct {
+	fs                                                       *flag.FlagSet
+	contextLength, pageSize, chunked, maxPrefill, maxRunning int
+	maxTotal, specSteps, specTopK, specDraft                 int
+	specAlgorithm                                            string
+	seed                                                     uint64
+}
+
+// RegisterFlags defines the profile flags on fs.
+func RegisterFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{fs: fs}
+	fs.IntVar(&f.contextLength, "context-length", 0, "override the profile's context length")
+	fs.IntVar(&f.pageSize, "page-size", 0, "override the profile's page size (radix cache granularity)")
+	fs.IntVar(&f.chunked, "chunked-prefill-size", 0, "override the chunked prefill size (-1 disables chunking)")
+	fs.IntVar(&f.maxPrefill, "max-prefill-tokens", 0, "override the tokens per prefill batch")
+	fs.IntVar(&f.maxRunning, "max-running-requests", 0, "override the running batch bound")
+	fs.IntVar(&f.maxTotal, "max-total-tokens", 0, "override the KV pool size in tokens")
+	fs.StringVar(&f.specAlgorithm, "speculative-algorithm", "", "speculative decoding: "+strings.Join(Algorithms, ", ")+
+		fmt.Sprintf(" (a profile without a speculative section gets accept probability %g per draft and round cost factor %g)",
+			DefaultAcceptProb, DefaultRoundCostFactor))
+	fs.IntVar(&f.specSteps, "speculative-num-steps", 0, "override the draft depth")
+	fs.IntVar(&f.specTopK, "speculative-eagle-topk", 0, "override the draft branching")
+	fs.IntVar(&f.specDraft, "speculative-num-draft-tokens", 0, "override the tokens verified per round")
+	seedUsage := "override the profile's seed (acceptance draws, jitter)"
+	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
+	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
+	return f
+}
+
+// Apply overrides p's fields with the flags that were set, then validates
+// the result. Call it after the flag set is parsed.
+func (f *Flags) Apply(p *Profile) error {
+	set := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	ints := []struct {
+		flag string
+		dst  *int
+		v    int
+	}{
+		{"context-length", &p.ContextLength, f.contextLength},
+		{"page-size", &p.PageSize, f.pageSize},
+		{"chunked-prefill-size", &p.ChunkedPrefillSize, f.chunked},
+		{"max-prefill-tokens", &p.MaxPrefillTokens, f.maxPrefill},
+		{"max-running-requests", &p.MaxRunningRequests, f.maxRunning},
+		{"max-total-tokens", &p.MaxTotalTokens, f.maxTotal},
+	}
+	for _, x := range ints {
+		if set[x.flag] {
+			*x.dst = x.v
+		}
+	}
+	if set["seed"] || set["random-seed"] {
+		p.Seed = f.seed
+	}
+	if set["speculative-algorithm"] || set["speculative-num-steps"] || set["speculative-eagle-topk"] || set["speculative-num-draft-tokens"] {
+		if p.Speculative == nil {
+			if !set["speculative-algorithm"] {
+				return errors.New("--speculative-num-steps/-eagle-topk/-num-draft-tokens need --speculative-algorithm (the profile has no speculative decoding)")
+			}
+			p.Speculative = &Speculative{NumSteps: defaultSpecSteps, EagleTopK: 1, RoundCostFactor: DefaultRoundCostFactor}
+		} else {
+			spec := *p.Speculative
+			spec.AcceptProbs = append([]float64(nil), spec.AcceptProbs...)
+			p.Speculative = &spec // the caller's profile may share the original
+		}
+		sp := p.Speculative
+		if set["speculative-algorithm"] {
+			sp.Algorithm = strings.ToUpper(f.specAlgorithm)
+		}
+		if set["speculative-num-steps"] {
+			sp.NumSteps = f.specSteps
+		}
+		if set["speculative-eagle-topk"] {
+			sp.EagleTopK = f.specTopK
+		}
+		sp.NumDraftTokens = sp.NumSteps + 1
+		if set["speculative-num-draft-tokens"] {
+			sp.NumDraftTokens = f.specDraft
+		}
+		// The acceptance model follows the depth: extra steps repeat the last
+		// probability (the default when there is none), fewer steps drop the
+		// tail. Past 64 steps nothing is filled in: validation refuses it.
+		for len(sp.AcceptProbs) < sp.NumSteps && sp.NumSteps <= 64 {
+			last := DefaultAcceptProb
+			if n := len(sp.AcceptProbs); n > 0 {
+				last = sp.AcceptProbs[n-1]
+			}
+			sp.AcceptProbs = append(sp.AcceptProbs, last)
+		}
+		if sp.NumSteps >= 0 && len(sp.AcceptProbs) > sp.NumSteps {
+			sp.AcceptProbs = sp.AcceptProbs[:sp.NumSteps]
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("the profile with these flags is invalid: %w", err)
+	}
+	return nil
+}

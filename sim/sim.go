@@ -1,0 +1,103 @@
+package sim
+
+import "encoding/json"
+
+// Profile is GET /sim/profile.
+type Profile struct {
+	Name              string  `json:"name"`
+	Speedup           float64 `json:"speedup"`
+	DisableRadixCache bool    `json:"disable_radix_cache"`
+	// ExpectedAccept is the mean tokens a decode round gives a request
+	// (1 without speculative decoding).
+	ExpectedAccept float64 `json:"expected_accept"`
+	// Profile is the whole profile, with the keys of its YAML file.
+	Profile json.RawMessage `json:"profile"`
+}
+
+// Expectation is GET /sim/expect?prompt_tokens=N&cached_tokens=C&completion_tokens=K:
+// what the cost model predicts for one request alone on an idle server.
+type Expectation struct {
+	PromptTokens     int     `json:"prompt_tokens"`
+	CachedTokens     int     `json:"cached_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	TTFT             float64 `json:"ttft_s"`
+	// Decode is the expected time of the tokens after the first.
+	Decode       float64 `json:"decode_s"`
+	DecodeRounds float64 `json:"decode_rounds"`
+	E2E          float64 `json:"e2e_s"`
+	// DecodeTokensPerS is the steady-state decode rate at this context;
+	// null when the profile charges nothing for a round.
+	DecodeTokensPerS *float64 `json:"decode_tokens_per_s"`
+	// PrefillTokensPerS is the computed prompt tokens over TTFT; null when
+	// the profile charges nothing for prefill.
+	PrefillTokensPerS *float64 `json:"prefill_tokens_per_s"`
+	ExpectedAccept    float64  `json:"expected_accept_len"`
+}
+
+// RequestSummary is one entry of GET /sim/requests.
+type RequestSummary struct {
+	RID              string  `json:"rid"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	CachedTokens     int     `json:"cached_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	ReusedFrom       string  `json:"reused_from"`
+	Arrival          float64 `json:"arrival_s"`
+	Finished         float64 `json:"finished_s"`
+	FinishReason     string  `json:"finish_reason"`
+}
+
+// Truth is GET /sim/requests/{rid}: a finished request's modelled timeline.
+type Truth struct {
+	RID              string `json:"rid"`
+	PromptTokens     int    `json:"prompt_tokens"`
+	CachedTokens     int    `json:"cached_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	// ReusedFrom is the rid of the request whose cached tokens the cached
+	// prefix ends in; "" when nothing was cached.
+	ReusedFrom   string  `json:"reused_from"`
+	Arrival      float64 `json:"arrival_s"`
+	Admitted     float64 `json:"admitted_s"`
+	FirstToken   float64 `json:"first_token_s"`
+	Finished     float64 `json:"finished_s"`
+	Queue        float64 `json:"queue_s"`
+	TTFT         float64 `json:"ttft_s"`
+	E2E          float64 `json:"e2e_s"`
+	FinishReason string  `json:"finish_reason"`
+	SpecVerifyCt int     `json:"spec_verify_ct"`
+	Prefill      []Chunk `json:"prefill"`
+	Rounds       []Round `json:"rounds"`
+}
+
+// Chunk is one prefill chunk of a request.
+type Chunk struct {
+	Start    float64 `json:"start_s"`
+	Duration float64 `json:"duration_s"` // the whole batch's
+	Cost     float64 `json:"cost_s"`     // this chunk's share
+	Prefix   int     `json:"prefix_tokens"`
+	Tokens   int     `json:"tokens"`
+	Batch    int     `json:"batch"`
+}
+
+// Round is one decode round a request took part in.
+type Round struct {
+	Start    float64 `json:"start_s"`
+	Duration float64 `json:"duration_s"`
+	Gained   int     `json:"gained"`
+	Batch    int     `json:"batch"`
+	Context  int     `json:"context"`
+}
+
+// Flush is one /flush_cache call, in GET /sim/flushes.
+type Flush struct {
+	At       float64 `json:"at_s"`
+	Timeout  float64 `json:"timeout_s"`
+	Answered float64 `json:"answered_s"`
+	// Outcome is "flushed", or the reason it was refused.
+	Outcome string `json:"outcome"`
+	OK      bool   `json:"ok"`
+	Queued  int    `json:"queued"`
+	Running int    `json:"running"`
+}
+
+// Outcome values of Flush.
+const OutcomeFlushed = "flushed"
