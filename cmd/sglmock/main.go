@@ -18,6 +18,7 @@ func commands() []command {
 		{"demo", "show the cache-poisoning trap and its fix (status of the project for now)", runDemo},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
+		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
 		{"help", "show this help", nil},
 	}
 }

@@ -82,9 +82,7 @@ func (f *Flags) Apply(p *Profile) error {
 			}
 			p.Speculative = &Speculative{NumSteps: defaultSpecSteps, EagleTopK: 1, RoundCostFactor: DefaultRoundCostFactor}
 		} else {
-			spec := *p.Speculative
-			spec.AcceptProbs = append([]float64(nil), spec.AcceptProbs...)
-			p.Speculative = &spec // the caller's profile may share the original
+			p.Speculative = p.Clone().Speculative // the caller's profile may share the original
 		}
 		sp := p.Speculative
 		if set["speculative-algorithm"] {

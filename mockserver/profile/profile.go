@@ -195,6 +195,19 @@ func Parse(r io.Reader, defaultName string) (*Profile, error) {
 	return &p, nil
 }
 
+// Clone returns a deep copy: changing the copy never changes p.
+func (p *Profile) Clone() *Profile {
+	c := *p
+	c.Prefill.Table = slices.Clone(p.Prefill.Table)
+	c.Decode.CtxTable = slices.Clone(p.Decode.CtxTable)
+	if p.Speculative != nil {
+		spec := *p.Speculative
+		spec.AcceptProbs = slices.Clone(spec.AcceptProbs)
+		c.Speculative = &spec
+	}
+	return &c
+}
+
 // YAML renders the profile as YAML.
 func (p *Profile) YAML() []byte {
 	b, err := yaml.Marshal(p)

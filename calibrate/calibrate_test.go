@@ -1,0 +1,160 @@
+package calibrate
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"sglmock/mockserver/profile"
+)
+
+func load(t *testing.T, name string) *profile.Profile {
+	t.Helper()
+	p, err := profile.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The seed's naive run: leg b reused the prompt.
+const seedCSV = `ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
+1024,1407,0.46,0.20,1,17,true
+8192,11382,3.86,1.57,1,17,true
+32768,45507,23.72,4.26,1,17,true
+`
+
+func TestSeedRowsReproduceWithinTolerance(t *testing.T) {
+	rows, err := ReadCSV(strings.NewReader(seedCSV), "seed.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), "seed-fit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MaxError > Tolerance {
+		var b strings.Builder
+		res.WriteReport(&b)
+		t.Fatalf("largest residual %.2f %%, want <= 5 %%:\n%s", 100*res.MaxError, b.String())
+	}
+	// The fitted profile is a valid profile file.
+	again, err := profile.Parse(strings.NewReader(string(res.Profile.YAML())), "x")
+	if err != nil {
+		t.Fatalf("the fitted profile does not parse back: %v", err)
+	}
+	if again.Name != "seed-fit" || again.Speculative == nil || again.Speculative.Algorithm != "DDTREE" {
+		t.Fatalf("got %+v, want the base's speculative decoding under the new name", again)
+	}
+}
+
+// rowsFrom generates exact rows from a profile: the mock's own predictions.
+func rowsFrom(p *profile.Profile, prompts []int, cached bool) []Row {
+	var rows []Row
+	for _, n := range prompts {
+		c := 0
+		if cached {
+			c = n - 1
+		}
+		rows = append(rows, Row{CtxReq: n, PromptTokens: n, A: 1, B: 33, BCached: cached,
+			TA: legSeconds(p, n, 0, 1), TB: legSeconds(p, n, c, 33)})
+	}
+	return rows
+}
+
+func TestRecoversAKnownProfile(t *testing.T) {
+	truth := load(t, "default")
+	truth.Prefill = profile.PrefillCost{OverheadS: 0.011, PerTokenS: 3.1e-5, AttentionS: 2.7e-10}
+	truth.Decode = profile.DecodeCost{StepOverheadS: 0.006, PerSeqS: 2e-5, PerCtxTokenS: 3.3e-9}
+	for _, cached := range []bool{false, true} {
+		rows := rowsFrom(truth, []int{500, 3000, 9000, 17000, 30000}, cached)
+		res, err := Fit(rows, load(t, "default"), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.PrefillForm != Formula || res.DecodeForm != Formula {
+			t.Fatalf("cached %v: got forms %s/%s, want formulas for rows the formulas generated", cached, res.PrefillForm, res.DecodeForm)
+		}
+		got, want := res.Profile, truth
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"prefill.overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
+			{"prefill.per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
+			{"prefill.attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
+			{"decode.step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
+			{"decode.per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
+		} {
+			if math.Abs(c.got-c.want) > 0.01*c.want {
+				t.Errorf("cached %v: %s: got %.6g, want %.6g within 1 %%", cached, c.name, c.got, c.want)
+			}
+		}
+	}
+}
+
+// Rows a formula cannot fit within 5 % switch that part to a table, which
+// goes through every row.
+func TestTablesWhenTheFormulaDoesNotFit(t *testing.T) {
+	truth := load(t, "default")
+	truth.Decode = profile.DecodeCost{StepOverheadS: 0.004, CtxTable: profile.Table{{1000, 0.001}, {8000, 0.002}, {20000, 0.03}, {31000, 0.031}}}
+	rows := rowsFrom(truth, []int{900, 7900, 19900, 30900}, false)
+	res, err := Fit(rows, load(t, "default"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DecodeForm != Table || res.MaxError > Tolerance {
+		t.Fatalf("got decode %s with largest residual %.2f %%, want a table within 5 %%", res.DecodeForm, 100*res.MaxError)
+	}
+}
+
+func TestRefusesImpossibleRows(t *testing.T) {
+	tests := []struct {
+		name, csv, want string
+		sentinel        error
+	}{
+		{"too few sizes", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.6,1,17,false\n1024,1407,0.47,0.61,1,17,false\n",
+			"1 prompt size(s)", ErrTooFewRows},
+		{"zero time", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0,0.6,1,17,false\n", "line 2: t_a = 0: times must be positive", nil},
+		{"negative time", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.4,-1,1,17,false\n", "line 2: t_b = -1", nil},
+		{"cold leg b faster", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.2,1,17,false\n", "line 2: t_b = 0.2 <= t_a = 0.46", nil},
+		{"b not above a", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.5,17,17,false\n", "b = 17 <= a = 17", nil},
+		{"prompt past the context", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,40000,0.46,0.5,1,17,false\n", "prompt_tok = 40000", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows, err := ReadCSV(strings.NewReader(tt.csv), "rows.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Fit(rows, load(t, "default"), "x")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			if tt.sentinel != nil && !errors.Is(err, tt.sentinel) {
+				t.Fatalf("got %v, want errors.Is %v", err, tt.sentinel)
+			}
+		})
+	}
+}
+
+func TestReadCSVErrors(t *testing.T) {
+	tests := []struct{ name, csv, want string }{
+		{"empty", "", "rows.csv: empty file"},
+		{"missing columns", "ctx_req,prompt_tok,t_a\n", "rows.csv:1: header lacks t_b, a, b, b_cached"},
+		{"bad number", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,many,0.4,0.5,1,17,false\n", `rows.csv:2: prompt_tok = "many"`},
+		{"bad bool", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,10,0.4,0.5,1,17,maybe\n", `rows.csv:2: b_cached = "maybe"`},
+		{"short record", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,10\n", "rows.csv:2: no t_a value"},
+	}
+	for _, tt := range tests {
+		if _, err := ReadCSV(strings.NewReader(tt.csv), "rows.csv"); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tt.name, err, tt.want)
+		}
+	}
+	// Extra columns, in any order, are fine: bench's CSV has many.
+	rows, err := ReadCSV(strings.NewReader("verdict,b_cached,b,a,t_b,t_a,prompt_tok,ctx_req\nok,false,17,1,0.6,0.46,1407,1024\n"), "x")
+	if err != nil || len(rows) != 1 || rows[0] != (Row{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 2}) {
+		t.Fatalf("got %+v, %v", rows, err)
+	}
+}

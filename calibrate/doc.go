@@ -1,0 +1,33 @@
+// Package calibrate fits a profile's cost model to measured two-point rows,
+// so the mock runs at the speed of a deployment someone measured.
+//
+// # Input
+//
+// A row is one context of a two-point sweep: a prompt of prompt_tok tokens
+// sent as leg a (max_new_tokens a) and leg b (max_new_tokens b), taking
+// t_a and t_b seconds end to end. Leg a is cold. Leg b is cold too, unless
+// b_cached says the server served its prompt from the prefix cache (the
+// seed's naive run): then it computed only the prompt's last page. The CSV
+// that `sglmock bench --csv` writes has these columns:
+//
+//	ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
+//
+// # Model
+//
+// Both legs are predicted by the profile's own evaluator (Profile.Expect):
+// the prefill chunks of the computed tokens, then the expected decode rounds
+// of the remaining output under the base profile's speculative acceptance.
+// Every prediction is linear in five coefficients,
+//
+//	prefill: overhead_s (per chunk), per_token_s, attention_s
+//	decode:  step_overhead_s (per round, per_seq_s of the base included),
+//	         per_ctx_token_s
+//
+// so the fit is a least-squares problem over both legs of every row,
+// weighted by 1/t so that each time counts by its relative error, with the
+// coefficients held >= 0. When the formulas leave a residual above 5 % the
+// fit switches that part to a measured table (prefill.table,
+// decode.ctx_table) through the rows' points, made monotone. Everything else
+// (limits, page size, chunking, speculative decoding) comes from the base
+// profile, which must describe the deployment measured.
+package calibrate

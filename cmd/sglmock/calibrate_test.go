@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sglmock/mockserver/profile"
+)
+
+func TestCalibrateCommand(t *testing.T) {
+	dir := t.TempDir()
+	rows := filepath.Join(dir, "seed.csv")
+	os.WriteFile(rows, []byte("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n"+
+		"1024,1407,0.46,0.20,1,17,true\n8192,11382,3.86,1.57,1,17,true\n32768,45507,23.72,4.26,1,17,true\n"), 0o644)
+	out := filepath.Join(dir, "kimi-measured.yaml")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"calibrate", "--csv", rows, "-o", out, "--base", "kimi-k2.6-rtx6000"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("got exit %d, want 0: %s", code, stderr.String())
+	}
+	for _, want := range []string{"decode:  ctx_table of 3 points", "45507", "largest residual 0.00 %", "wrote " + out} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	p, err := profile.Load(out)
+	if err != nil {
+		t.Fatalf("the written profile does not load: %v", err)
+	}
+	if p.Name != "kimi-measured" || p.Prefill.OverheadS <= 0 {
+		t.Fatalf("got %+v, want the file's base name and fitted costs", p)
+	}
+
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.20,1,17,false\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"calibrate"}, 2, "--csv is required"},
+		{[]string{"calibrate", "--csv", rows}, 2, "-o is required"},
+		{[]string{"calibrate", "--csv", filepath.Join(dir, "none.csv"), "-o", "-"}, 2, "no such file"},
+		{[]string{"calibrate", "--csv", rows, "-o", "-", "--base", "nosuch"}, 2, `no built-in profile "nosuch"`},
+		{[]string{"calibrate", "--csv", rows, "-o", "-", "--page-size", "0"}, 2, "page_size = 0"},
+		{[]string{"calibrate", "--csv", bad, "-o", "-"}, 1, "line 2: t_b = 0.2 <= t_a = 0.46"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(tt.args, &bytes.Buffer{}, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%q: got exit %d and %q, want exit %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+		}
+	}
+}
