@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -34,6 +33,8 @@ type serveOptions struct {
 	disableRadixCache, enableCacheReport, enableMetrics             bool
 	streamInterval                                                  int
 	maxBodyBytes                                                    int64
+	apiKeyFile                                                      string
+	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
 	ready chan<- string
@@ -51,7 +52,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.IntVar(&o.port, "port", 30000, "port to listen on")
 	fs.StringVar(&o.modelPath, "model-path", "", "model path reported by /model_info (default: the profile's served model name)")
 	fs.StringVar(&o.servedModelName, "served-model-name", "", "model name in /v1/models (default: --model-path)")
-	fs.StringVar(&o.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' (health checks and metrics stay open)")
+	fs.StringVar(&o.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' (health checks and metrics stay open); "+
+		"--api-key-file or the SGLANG_API_KEY environment variable keep the key out of the process list")
+	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "read the API key from this file (surrounding white space is ignored)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: "+strings.Join(logLevels, ", "))
 	fs.StringVar(&o.profileName, "profile", "default", "cost profile: a built-in name (see 'sglmock profiles') or a YAML file")
 	fs.Float64Var(&o.speedup, "speedup", 1, "simulated seconds per wall second")
@@ -62,6 +65,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.BoolVar(&o.enableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
 	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N decode steps")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
+	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body before answering 408 (wall time)")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
@@ -96,6 +102,19 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	case o.schedulePolicy != "fcfs":
 		return nil, fmt.Errorf("--schedule-policy %q: unknown; SGLang's policies are fcfs, lpm, dfs-weight, lof and random, and sglmock models fcfs", o.schedulePolicy)
 	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"read-header-timeout", o.readHeaderTimeout}, {"idle-timeout", o.idleTimeout}, {"body-timeout", o.bodyTimeout}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("--%s %v: must be > 0", d.flag, d.v)
+		}
+	}
+	key, err := apiKey(o.apiKey, o.apiKeyFile, os.Getenv("SGLANG_API_KEY"))
+	if err != nil {
+		return nil, err
+	}
+	o.apiKey = key
 	p, err := profile.Load(o.profileName)
 	if err != nil {
 		return nil, fmt.Errorf("--profile: %w", err)
@@ -107,6 +126,28 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	return o, nil
 }
 
+// apiKey picks the API key: --api-key, else --api-key-file, else the
+// SGLANG_API_KEY environment variable; none means no key.
+func apiKey(flagKey, file, env string) (string, error) {
+	switch {
+	case flagKey != "" && file != "":
+		return "", errors.New("--api-key and --api-key-file: give one or the other")
+	case flagKey != "":
+		return flagKey, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--api-key-file: %w", err)
+		}
+		key := strings.TrimSpace(string(b))
+		if key == "" {
+			return "", fmt.Errorf("--api-key-file %s: the file is empty", file)
+		}
+		return key, nil
+	}
+	return env, nil
+}
+
 func runServe(args []string, stdout, stderr io.Writer) int {
 	o, err := parseServeFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -116,19 +157,37 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock serve:", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := serve(ctx, o, stderr); err != nil {
+	stop, kill := interrupts()
+	if err := serve(stop, kill, o, stderr); err != nil {
 		fmt.Fprintln(stderr, "sglmock serve:", err)
 		return 1
 	}
 	return 0
 }
 
-// serve runs the server until ctx ends, then shuts down gracefully: new
-// requests get 503, in-flight ones get --shutdown-grace to finish, then the
-// rest are aborted.
-func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
+// interrupts returns a context that ends at the first SIGINT or SIGTERM
+// (shut down gracefully) and one that ends at the second (stop at once).
+func interrupts() (stop, kill context.Context) {
+	stop, stopNow := context.WithCancel(context.Background())
+	kill, killNow := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		stopNow()
+		<-sigs
+		killNow()
+		signal.Stop(sigs)
+	}()
+	return stop, kill
+}
+
+// serve runs the server until stop ends, then shuts down gracefully: new
+// work gets 503 while /sim/, /metrics and the info endpoints keep
+// answering; in-flight requests get --shutdown-grace to finish, then the
+// rest are aborted. kill ending during the grace period stops everything
+// at once.
+func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
 	srv, err := api.New(api.Config{
 		Profile: o.profile,
@@ -144,6 +203,9 @@ func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
 		StreamInterval:    o.streamInterval,
 		MaxBodyBytes:      o.maxBodyBytes,
 		Logger:            logger,
+		ReadHeaderTimeout: o.readHeaderTimeout,
+		IdleTimeout:       o.idleTimeout,
+		BodyTimeout:       o.bodyTimeout,
 	})
 	if err != nil {
 		return err
@@ -153,7 +215,8 @@ func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ConnContext: noDelay, ReadHeaderTimeout: 30 * time.Second}
+	hs := srv.HTTPServer()
+	defer hs.Close() // closes the listener too, whatever happens below
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	args := srv.Args()
@@ -161,7 +224,7 @@ func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
 		api.SimVersion, args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
 	if o.skipWarmup {
 		srv.MarkReady()
-	} else if err := srv.Warmup(ctx); err != nil && ctx.Err() == nil {
+	} else if err := srv.Warmup(stop); err != nil && stop.Err() == nil {
 		return fmt.Errorf("warmup: %w", err)
 	}
 	logger.Info("The server is fired up and ready to roll!")
@@ -171,35 +234,45 @@ func serve(ctx context.Context, o *serveOptions, logw io.Writer) error {
 	select {
 	case err := <-served:
 		return err
-	case <-ctx.Done():
+	case <-stop.Done():
 	}
 	logger.Info("Shutting down: new requests get 503; in-flight requests have " +
-		strconv.FormatFloat(o.shutdownGrace, 'g', -1, 64) + " s to finish.")
+		strconv.FormatFloat(o.shutdownGrace, 'g', -1, 64) + " s to finish (a second Ctrl-C stops at once).")
 	srv.BeginShutdown()
-	grace, cancel := context.WithTimeout(context.Background(), time.Duration(o.shutdownGrace*float64(time.Second)))
-	defer cancel()
-	if err := hs.Shutdown(grace); err != nil {
-		// Grace is over: abort what still runs. Each handler then writes its
-		// request's abort (and a stream's [DONE]) and returns; connections
-		// that still hang on are closed after a short drain.
-		srv.Engine().AbortAll()
-		drain, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancelDrain()
-		if err := hs.Shutdown(drain); err != nil {
-			hs.Close()
-		}
+	if !drain(srv.Engine(), time.Duration(o.shutdownGrace*float64(time.Second)), kill) {
+		logger.Info("Stopped at once.")
+		return nil
 	}
+	// Whatever still runs is aborted ("The server is shutting down."); each
+	// handler writes its request's abort (and a stream's [DONE]) and
+	// returns. Connections that still hang on are closed after a short wait.
+	srv.Engine().Close()
+	wait, cancel := context.WithTimeout(kill, 5*time.Second)
+	defer cancel()
+	hs.Shutdown(wait)
 	logger.Info("Shutdown complete.")
 	return nil
 }
 
-// noDelay sets TCP_NODELAY on every accepted connection, so small SSE
-// events leave at once (Go's default, made explicit).
-func noDelay(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
+// drain waits until the engine holds no request or grace has passed. It
+// returns false if kill ends first.
+func drain(e *engine.Engine, grace time.Duration, kill context.Context) bool {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		if st := e.Stats(); st.Running+st.Queued == 0 {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return true
+		case <-kill.Done():
+			return false
+		case <-poll.C:
+		}
 	}
-	return ctx
 }
 
 // backlog reports the kernel's accept queue bound, which Go's listener

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestServeFlags(t *testing.T) {
@@ -40,6 +43,10 @@ func TestServeFlags(t *testing.T) {
 		{"seed", []string{"--seed", "7"}, "", func(o *serveOptions) bool { return o.profile.Seed == 7 }},
 		{"random seed", []string{"--random-seed", "8"}, "", func(o *serveOptions) bool { return o.profile.Seed == 8 }},
 		{"fcfs", []string{"--schedule-policy", "fcfs"}, "", func(o *serveOptions) bool { return o.schedulePolicy == "fcfs" }},
+		{"timeouts", []string{"--idle-timeout", "1m", "--body-timeout", "2s", "--read-header-timeout", "3s"}, "", func(o *serveOptions) bool {
+			return o.idleTimeout == time.Minute && o.bodyTimeout == 2*time.Second && o.readHeaderTimeout == 3*time.Second
+		}},
+		{"zero timeout", []string{"--idle-timeout", "0s"}, "--idle-timeout 0s: must be > 0", nil},
 		{"lpm is not modelled", []string{"--schedule-policy", "lpm"}, "--schedule-policy lpm: not modelled", nil},
 		{"unknown policy", []string{"--schedule-policy", "fifo"}, `--schedule-policy "fifo": unknown`, nil},
 		{"unknown flag", []string{"--tp-size", "8"}, "flag provided but not defined: -tp-size", nil},
@@ -82,27 +89,49 @@ func TestServeHelp(t *testing.T) {
 	}
 }
 
-// TestServeOverTCP runs the real server on a loopback port: warmup, a
-// request, then a graceful shutdown that aborts a stream still running.
-func TestServeOverTCP(t *testing.T) {
-	o, err := parseServeFlags([]string{"--port", "0", "--speedup", "1000", "--shutdown-grace", "0"}, io.Discard)
+// startServe runs serve on a loopback port and returns its address, the
+// stop and kill functions (the first and second Ctrl-C), and its result.
+func startServe(t *testing.T, args ...string) (string, func(), func(), <-chan error, *bytes.Buffer) {
+	t.Helper()
+	o, err := parseServeFlags(append([]string{"--port", "0"}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ready := make(chan string, 1)
 	o.ready = ready
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var logs bytes.Buffer
+	stop, cancel := context.WithCancel(context.Background())
+	kill, killNow := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	t.Cleanup(killNow)
+	logs := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, o, &logs) }()
-	var addr string
+	go func() { done <- serve(stop, kill, o, logs) }()
 	select {
-	case addr = <-ready:
+	case addr := <-ready:
+		return "http://" + addr, cancel, killNow, done, &logs.Buffer
 	case err := <-done:
 		t.Fatalf("serve ended early: %v\n%s", err, logs.String())
 	}
-	base := "http://" + addr
+	return "", nil, nil, nil, nil
+}
+
+// syncBuffer is a bytes.Buffer the server's goroutines may write to while
+// the test reads it after they stop.
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+// TestServeOverTCP runs the real server on a loopback port: warmup, a
+// request, then a graceful shutdown that aborts a stream still running.
+func TestServeOverTCP(t *testing.T) {
+	base, cancel, _, done, logs := startServe(t, "--speedup", "1000", "--shutdown-grace", "0")
 	resp, err := http.Get(base + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/health: %v %v", err, resp)
@@ -161,3 +190,92 @@ func TestServeOverTCP(t *testing.T) {
 }
 
 func tail(s string) string { return s[max(0, len(s)-200):] }
+
+// During the grace period the server keeps its listener: new work gets
+// 503, the ground truth stays readable, and what still runs at the end is
+// aborted as the server shutting down.
+func TestServeGracePeriod(t *testing.T) {
+	base, stop, _, done, logs := startServe(t, "--speedup", "1", "--shutdown-grace", "0.3", "--skip-server-warmup")
+	resp, err := http.Post(base+"/generate", "application/json",
+		strings.NewReader(`{"text": "Hello", "sampling_params": {"max_new_tokens": 30000}, "stream": true, "rid": "long"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var code int
+	for code != 503 { // until the server has seen the signal
+		r, err := fresh.Post(base+"/generate", "application/json", strings.NewReader(`{"text": "late"}`))
+		if err != nil {
+			t.Fatalf("a new connection during the grace period: %v", err)
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		code = r.StatusCode
+	}
+	sim, err := fresh.Get(base + "/sim/profile")
+	if err != nil || sim.StatusCode != 200 {
+		t.Fatalf("/sim/profile during the grace period: %v %v", err, sim)
+	}
+	sim.Body.Close()
+	rest, _ := io.ReadAll(r)
+	if !strings.Contains(string(rest), `"message":"The server is shutting down."`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream still running after the grace period must end with the shutdown abort; got ...%q", tail(string(rest)))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "Shutdown complete.") {
+		t.Fatalf("log: %s", logs.String())
+	}
+}
+
+// A second interrupt during the grace period stops the server at once.
+func TestServeSecondInterrupt(t *testing.T) {
+	base, stop, kill, done, logs := startServe(t, "--speedup", "1", "--shutdown-grace", "3600", "--skip-server-warmup")
+	resp, err := http.Post(base+"/generate", "application/json",
+		strings.NewReader(`{"text": "Hello", "sampling_params": {"max_new_tokens": 30000}, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	bufio.NewReader(resp.Body).ReadString('\n')
+	stop()
+	kill()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "Stopped at once.") {
+		t.Fatalf("log: %s", logs.String())
+	}
+}
+
+func TestAPIKeySources(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "key")
+	os.WriteFile(file, []byte("  sk-from-file\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	tests := []struct {
+		flag, file, env, want, wantErr string
+	}{
+		{"", "", "", "", ""},
+		{"sk-flag", "", "sk-env", "sk-flag", ""},
+		{"", file, "sk-env", "sk-from-file", ""},
+		{"", "", "sk-env", "sk-env", ""},
+		{"sk-flag", file, "", "", "give one or the other"},
+		{"", filepath.Join(dir, "none"), "", "", "--api-key-file: open"},
+		{"", empty, "", "", "the file is empty"},
+	}
+	for _, tt := range tests {
+		got, err := apiKey(tt.flag, tt.file, tt.env)
+		if got != tt.want || (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("apiKey(%q, %q, %q): got %q, %v; want %q, error containing %q", tt.flag, tt.file, tt.env, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -3,11 +3,12 @@ package api
 import (
 	"errors"
 	"fmt"
-	json "github.com/goccy/go-json"
 	"math"
 	"net/http"
 	"strconv"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/gin-gonic/gin"
 
@@ -54,7 +55,7 @@ func (s *Server) healthGenerate(c *gin.Context) {
 		return
 	}
 	st, err := s.eng.Submit(engine.Request{
-		RID:          fmt.Sprintf("HEALTH_CHECK_%d", time.Now().UnixNano()),
+		RID:          fmt.Sprintf("HEALTH_CHECK_%d_%d", time.Now().UnixNano(), s.healthChecks.Add(1)),
 		InputIDs:     []int32{0},
 		MaxNewTokens: 1,
 		Internal:     true,

@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	json "github.com/goccy/go-json"
 	"net/http"
 	"strings"
 	"sync"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/gin-gonic/gin"
 

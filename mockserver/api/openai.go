@@ -3,10 +3,11 @@ package api
 import (
 	"context"
 	"fmt"
-	json "github.com/goccy/go-json"
 	"net/http"
 	"strings"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/gin-gonic/gin"
 

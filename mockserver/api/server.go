@@ -94,6 +94,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger receives the engine's SGLang-style lines; nil discards them.
 	Logger *slog.Logger
+	// ReadHeaderTimeout and IdleTimeout bound, in wall time, how long a
+	// connection may take to send a request's headers and stay idle
+	// between requests (HTTPServer applies them); BodyTimeout bounds each
+	// wait for more of a request's body. 0 means no limit.
+	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
 }
 
 const (
@@ -110,6 +115,9 @@ type Server struct {
 	router  *gin.Engine
 	state   atomic.Int32
 	metrics *metrics
+	// healthChecks numbers /health_generate requests: two checks in the
+	// same nanosecond still get distinct rids.
+	healthChecks atomic.Uint64
 }
 
 // New creates a server in the starting state: /health answers 503 until
@@ -246,17 +254,18 @@ func (s *Server) routes() *gin.Engine {
 	}))
 	r.Use(s.stateGate, s.authenticate, s.limitBody)
 
-	any2 := func(path string, h gin.HandlerFunc, methods ...string) {
+	getPost := []string{http.MethodGet, http.MethodPost}
+	handle := func(methods []string, path string, h ...gin.HandlerFunc) {
 		for _, m := range methods {
-			r.Handle(m, path, h)
+			r.Handle(m, path, h...)
 		}
 	}
-	any2("/generate", s.generate, http.MethodPost, http.MethodPut)
+	handle([]string{http.MethodPost, http.MethodPut}, "/generate", s.generate)
 	r.POST("/v1/completions", requireJSON, s.completions)
 	r.POST("/v1/chat/completions", requireJSON, s.chatCompletions)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/*model", s.getModel)
-	any2("/flush_cache", s.flushCache, http.MethodGet, http.MethodPost)
+	handle(getPost, "/flush_cache", sameOriginOnly, s.flushCache)
 	r.GET("/health", s.health)
 	r.GET("/health_generate", s.healthGenerate)
 	r.GET("/get_model_info", s.modelInfo)
@@ -266,14 +275,14 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/get_load", s.load)
 	r.GET("/v1/loads", s.load)
 	r.GET("/metrics", s.serveMetrics)
-	any2("/start_profile", s.startProfile, http.MethodGet, http.MethodPost)
-	any2("/stop_profile", s.stopProfile, http.MethodGet, http.MethodPost)
-	r.POST("/abort_request", s.abortRequest)
+	handle(getPost, "/start_profile", s.startProfile)
+	handle(getPost, "/stop_profile", s.stopProfile)
+	r.POST("/abort_request", sameOriginOnly, s.abortRequest)
 	r.POST("/tokenize", s.tokenize)
 	r.POST("/v1/tokenize", s.tokenize)
 	r.POST("/detokenize", s.detokenize)
 	r.POST("/v1/detokenize", s.detokenize)
-	any2("/ping", func(c *gin.Context) { c.Status(http.StatusOK) }, http.MethodGet, http.MethodPost)
+	handle(getPost, "/ping", func(c *gin.Context) { c.Status(http.StatusOK) })
 	r.GET("/sim/profile", s.simProfile)
 	r.GET("/sim/expect", s.simExpect)
 	r.GET("/sim/requests", s.simRequests)
@@ -309,33 +318,6 @@ func (s *Server) stateGate(c *gin.Context) {
 	c.Abort()
 }
 
-// authenticate checks --api-key as SGLang does: health checks and metrics
-// are open, everything else needs the bearer token.
-func (s *Server) authenticate(c *gin.Context) {
-	if s.cfg.APIKey == "" || c.Request.Method == http.MethodOptions {
-		return
-	}
-	path := c.Request.URL.Path
-	if strings.HasPrefix(path, "/health") || strings.HasPrefix(path, "/metrics") {
-		return
-	}
-	if c.GetHeader("Authorization") != "Bearer "+s.cfg.APIKey {
-		writeJSON(c, http.StatusUnauthorized, gin.H{"error": "Unauthorized"})
-		c.Abort()
-	}
-}
-
-// limitBody bounds the request body; readers past the bound get a
-// *http.MaxBytesError, which readBody turns into 413.
-func (s *Server) limitBody(c *gin.Context) {
-	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
-		writeTooLarge(c, s.cfg.MaxBodyBytes)
-		c.Abort()
-		return
-	}
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
-}
-
 func writeTooLarge(c *gin.Context, limit int64) {
 	writeJSON(c, http.StatusRequestEntityTooLarge,
 		errorObject(fmt.Sprintf("Request body too large: the limit is %d bytes.", limit), "Request Entity Too Large", 413))
@@ -354,18 +336,13 @@ func requireJSON(c *gin.Context) {
 // response (400 or 413) and returns false.
 func (s *Server) readBody(c *gin.Context, v any) bool {
 	var buf bytes.Buffer
-	// Size the buffer for the declared body, but never trust a large
-	// declaration with memory before the bytes arrive.
-	if n := c.Request.ContentLength; n > 0 && n <= s.cfg.MaxBodyBytes {
-		buf.Grow(int(min(n, 4<<20)) + bytes.MinRead)
+	// Size the buffer for a small declared body; a large one grows as its
+	// bytes arrive, so a declaration alone reserves no memory.
+	if n := c.Request.ContentLength; n > 0 {
+		buf.Grow(int(min(n, 64<<10)) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(c.Request.Body); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeTooLarge(c, tooLarge.Limit)
-		} else {
-			writeValidationError(c, "could not read the request body: "+err.Error())
-		}
+		s.writeReadError(c, err)
 		return false
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {

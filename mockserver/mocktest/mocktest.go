@@ -81,12 +81,20 @@ type Server struct {
 }
 
 // NewServer serves h until Close.
-func NewServer(h http.Handler) *Server {
+func NewServer(h http.Handler) *Server { return NewHTTPServer(&http.Server{Handler: h}) }
+
+// NewHTTPServer runs hs, with its timeouts and hooks, until Close.
+func NewHTTPServer(hs *http.Server) *Server {
 	l := NewListener()
-	hs := &http.Server{Handler: h}
 	go hs.Serve(l)
 	tr := &http.Transport{DialContext: l.DialContext}
 	return &Server{URL: "http://" + Host, Client: &http.Client{Transport: tr}, Transport: tr, listener: l, http: hs}
+}
+
+// Dial opens a raw connection to the server, for tests that write bytes
+// themselves.
+func (s *Server) Dial() (net.Conn, error) {
+	return s.listener.DialContext(context.Background(), "pipe", Host)
 }
 
 // Close closes idle client connections, the HTTP server and the listener.
@@ -128,7 +136,7 @@ func Start(t testing.TB, cfg api.Config) *Mock {
 		t.Fatal(err)
 	}
 	s.MarkReady()
-	hs := NewServer(s.Handler())
+	hs := NewHTTPServer(s.HTTPServer())
 	m := &Mock{Server: s, HTTP: hs, URL: hs.URL, Client: hs.Client}
 	t.Cleanup(m.Close)
 	return m
