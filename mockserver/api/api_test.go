@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
 	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
@@ -293,21 +292,26 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		// Busy: a long request runs in the background.
 		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 300}}`, jsonOf(ids(3, 400))))
 		time.Sleep(50 * time.Millisecond)
+		// SGLang's bodies, byte for byte, without a Content-Type.
 		tests := []struct {
 			query string
 			code  int
 			body  string
 		}{
-			{"", 400, engine.ErrFlushBusy.Error() + "\n"},
-			{"?timeout=0.01", 400, "Timed out waiting for idle state.\n"},
+			{"", 400, "Flush cache failed.\n"},
+			{"?timeout=0.01", 400, "Timed out waiting for idle state."},
 			{"?timeout=-1", 400, `"type":"Bad Request"`},
 			{"?timeout=abc", 400, `"type":"Bad Request"`},
 			{"?timeout=60", 200, flushedBody},
 		}
 		for _, tt := range tests {
-			code, body, _ := ts.Do(t, "POST", "/flush_cache"+tt.query, "")
-			if code != tt.code || !strings.Contains(body, tt.body) {
-				t.Fatalf("flush%s: got %d %q, want %d containing %q", tt.query, code, body, tt.code, tt.body)
+			code, body, resp := ts.Do(t, "POST", "/flush_cache"+tt.query, "")
+			exact := !strings.HasPrefix(tt.body, `"`)
+			if code != tt.code || (exact && body != tt.body) || (!exact && !strings.Contains(body, tt.body)) {
+				t.Fatalf("flush%s: got %d %q, want %d with %q", tt.query, code, body, tt.code, tt.body)
+			}
+			if ct, ok := resp.Header["Content-Type"]; exact && ok {
+				t.Fatalf("flush%s: got Content-Type %q, want none", tt.query, ct)
 			}
 		}
 		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
@@ -315,6 +319,46 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		json.Unmarshal([]byte(body), &hist)
 		if len(hist) != 5 || hist[2]["ok"] != false || hist[4]["ok"] != true {
 			t.Fatalf("flush history: %s", body)
+		}
+		mocktest.CheckIdle(t, ts.Engine())
+	})
+}
+
+// A flush right after a response, on a profile whose server settles 50 ms
+// after a batch (as kimi's does), and a flush while another is parked, in
+// SGLang's precedence and bytes.
+func TestFlushRightAfterAResponseOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.FlushBusyAfterFinishS = 0.05
+		ts := mocktest.Start(t, api.Config{Profile: p})
+		gen := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 4}}`, jsonOf(ids(2, 500)))
+		if code, body, _ := ts.Do(t, "POST", "/generate", gen); code != 200 {
+			t.Fatalf("generate: %d %s", code, body)
+		}
+		if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != 400 || body != "Flush cache failed.\n" {
+			t.Fatalf("flush right after a response: got %d %q, want 400 %q", code, body, "Flush cache failed.\n")
+		}
+		if code, body, _ := ts.Do(t, "POST", "/flush_cache?timeout=1", ""); code != 200 || body != flushedBody {
+			t.Fatalf("flush with a timeout right after a response: got %d %q", code, body)
+		}
+		// A parked flush refuses any new flush first, even one that may not wait.
+		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 300}}`, jsonOf(ids(3, 400))))
+		time.Sleep(50 * time.Millisecond)
+		parked := make(chan string, 1)
+		go func() {
+			code, body, _, _ := ts.Send("POST", "/flush_cache?timeout=1000", "")
+			parked <- fmt.Sprint(code, " ", body)
+		}()
+		time.Sleep(10 * time.Millisecond)
+		const inProgress = "Another flush_cache is already in progress."
+		for _, q := range []string{"", "?timeout=5"} {
+			if code, body, _ := ts.Do(t, "POST", "/flush_cache"+q, ""); code != 400 || body != inProgress {
+				t.Fatalf("flush%s while one is parked: got %d %q, want 400 %q", q, code, body, inProgress)
+			}
+		}
+		if got, want := <-parked, "200 "+flushedBody; got != want {
+			t.Fatalf("parked flush: got %q, want %q", got, want)
 		}
 		mocktest.CheckIdle(t, ts.Engine())
 	})

@@ -37,6 +37,10 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
+//   - /flush_cache answers SGLang's plain-text bodies without a
+//     Content-Type: "Flush cache failed.\n" for a busy server,
+//     "Timed out waiting for idle state." and "Another flush_cache is
+//     already in progress." (no newline) for a waiting flush.
 //   - A client that disconnects aborts its requests: their KV, locks and
 //     queue slots are released at the engine's next iteration boundary.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

@@ -43,9 +43,13 @@
 //     go into the cache; its lock and private KV are released. An abort
 //     does the same at the next iteration boundary, or at once if the
 //     request is only queued.
-//   - A flush succeeds only when nothing is queued, running or in flight;
-//     with a timeout it waits for idle, checked at every boundary, until its
-//     simulated deadline; one waiting flush at a time.
+//   - A flush succeeds only when nothing is queued, running or in flight
+//     and the last iteration that finished a request has settled (the
+//     profile's flush_busy_after_finish_s: SGLang's overlap scheduler still
+//     holds that batch). SGLang's precedence: a waiting flush refuses every
+//     new one; a flush without timeout flushes or fails at once; with a
+//     timeout it waits for idle, checked at every boundary and when the
+//     server settles, until its simulated deadline.
 //
 // # Time
 //

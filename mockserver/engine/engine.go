@@ -368,10 +368,7 @@ func (e *Engine) loop() {
 		it := s.plan()
 		s.inflight = it
 		if it == nil {
-			select {
-			case op := <-e.inbox:
-				op(s)
-			case <-e.stop:
+			if !e.idle(timer) {
 				e.shutdown()
 				return
 			}
@@ -384,6 +381,40 @@ func (e *Engine) loop() {
 		}
 		s.complete(it)
 	}
+}
+
+// idle waits, with nothing to run, for the next call or for the scheduler's
+// next wake-up time, whichever comes first. A wake-up moves the modelled
+// clock to exactly that time. It returns false if the engine is closing.
+func (e *Engine) idle(timer *time.Timer) bool {
+	s := e.s
+	at, due := s.wake()
+	if !due {
+		select {
+		case op := <-e.inbox:
+			op(s)
+			return true
+		case <-e.stop:
+			return false
+		}
+	}
+	wait := time.Until(e.wallAt(at))
+	if wait <= 0 {
+		s.now = max(s.now, at)
+		return true
+	}
+	timer.Reset(wait)
+	select {
+	case op := <-e.inbox:
+		timer.Stop()
+		op(s)
+	case <-timer.C:
+		s.now = max(s.now, at)
+	case <-e.stop:
+		timer.Stop()
+		return false
+	}
+	return true
 }
 
 func (e *Engine) shutdown() {

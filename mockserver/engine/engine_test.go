@@ -231,6 +231,39 @@ func TestIdleRightAfterPrefillOnlyRequest(t *testing.T) {
 	})
 }
 
+// SGLang is not idle for a flush right after a response: its overlap
+// scheduler still holds the last batch. The profile's
+// flush_busy_after_finish_s models that: a flush that may not wait is
+// refused, one with a timeout goes through exactly when the server settles.
+func TestFlushRightAfterAResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.FlushBusyAfterFinishS = 0.05
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		ctx := context.Background()
+		last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 500), MaxNewTokens: 4})
+		if err := e.Flush(ctx, 0); err != ErrFlushSettling || !errors.Is(err, ErrFlushBusy) {
+			t.Fatalf("flush right after the response: got %v, want ErrFlushSettling (an ErrFlushBusy)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if err := e.Flush(ctx, time.Second); err != nil {
+			t.Fatalf("flush with a timeout: %v", err)
+		}
+		settled := last.Truth.Finished + 50*time.Millisecond
+		hist := e.FlushHistory()
+		if len(hist) != 2 || hist[0].Answered != last.Truth.Finished || hist[1].At != last.Truth.Finished+10*time.Millisecond ||
+			hist[1].Answered != settled || hist[1].Outcome != "flushed" {
+			t.Fatalf("flush history %+v, want a refusal at %v and a flush asked 10 ms later, answered at %v",
+				hist, last.Truth.Finished, settled)
+		}
+		// Once settled, a flush without timeout works.
+		if err := e.Flush(ctx, 0); err != nil {
+			t.Fatalf("flush once settled: %v", err)
+		}
+	})
+}
+
 func TestFlushRules(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := loadProfile(t, "default")
@@ -257,6 +290,10 @@ func TestFlushRules(t *testing.T) {
 		if err := e.Flush(ctx, time.Minute); !errors.Is(err, ErrFlushInProgress) {
 			t.Fatalf("a second waiting flush: got %v, want ErrFlushInProgress", err)
 		}
+		// A parked flush refuses even a flush that may not wait, first.
+		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushInProgress) {
+			t.Fatalf("a flush without timeout while one is parked: got %v, want ErrFlushInProgress", err)
+		}
 		evs := drain(t, s)
 		if err := <-parked; err != nil {
 			t.Fatalf("parked flush: %v", err)
@@ -272,7 +309,7 @@ func TestFlushRules(t *testing.T) {
 		for _, f := range e.FlushHistory() {
 			outcomes = append(outcomes, f.Outcome)
 		}
-		want := []string{ErrFlushBusy.Error(), ErrFlushTimeout.Error(), ErrFlushInProgress.Error(), "flushed"}
+		want := []string{ErrFlushBusy.Error(), ErrFlushTimeout.Error(), ErrFlushInProgress.Error(), ErrFlushInProgress.Error(), "flushed"}
 		if !slices.Equal(outcomes, want) {
 			t.Fatalf("flush history: got %q, want %q", outcomes, want)
 		}

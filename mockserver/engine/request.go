@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -230,6 +231,9 @@ var (
 	ErrFlushBusy       = errors.New("Cache not flushed because there are pending requests.")
 	ErrFlushTimeout    = errors.New("Timed out waiting for idle state.")
 	ErrFlushInProgress = errors.New("Another flush_cache is already in progress.")
+	// ErrFlushSettling is ErrFlushBusy when nothing is queued or running
+	// but the last iteration that finished a request has not settled.
+	ErrFlushSettling = fmt.Errorf("%w (The last batch is still settling: flush_busy_after_finish_s.)", ErrFlushBusy)
 )
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;

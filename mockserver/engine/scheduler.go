@@ -119,6 +119,7 @@ type scheduler struct {
 	aborts       int // active requests with an abort pending
 	flush        *pendingFlush
 	flushes      []FlushRecord
+	settledAt    time.Duration // a flush finds the server idle from here on
 	onFinish     func(*Truth)
 	clock        func() time.Duration // the engine's simulated now, between boundaries
 	counters     Counters
@@ -540,6 +541,10 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	if r.abortMsg != "" {
 		s.aborts--
 	}
+	if len(r.truth.Prefill) > 0 {
+		// The request was in a batch: the server settles only after it.
+		s.settledAt = max(s.settledAt, s.now+s.prof.FlushBusyAfterFinish())
+	}
 	if s.tree != nil && r.admitted() {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
 		s.tree.InsertOwned(r.ns, s.seqBuf[:r.seqKV()], r.rid)
@@ -651,8 +656,11 @@ func (s *scheduler) abortAll(msg string) {
 	}
 }
 
-// requestFlush answers a /flush_cache: at once when idle or when it may not
-// wait; otherwise it parks until idle or its deadline.
+// requestFlush answers a /flush_cache in SGLang's order (its
+// SchedulerFlushWrapper): a parked flush refuses every new one; a flush that
+// may not wait flushes if the server is idle and fails if not; otherwise an
+// idle server flushes at once and a busy one parks the flush until it is
+// idle or its deadline passes.
 func (s *scheduler) requestFlush(timeout time.Duration, reply chan error) {
 	now := s.current()
 	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
@@ -660,27 +668,37 @@ func (s *scheduler) requestFlush(timeout time.Duration, reply chan error) {
 		rec.Running++
 	}
 	switch {
-	case s.idle():
+	case s.flush != nil:
+		s.answerFlush(rec, ErrFlushInProgress, reply, now)
+	case s.flushIdle(now):
 		s.doFlush()
 		s.answerFlush(rec, nil, reply, now)
+	case timeout <= 0 && s.idle():
+		s.answerFlush(rec, ErrFlushSettling, reply, now)
 	case timeout <= 0:
 		s.answerFlush(rec, ErrFlushBusy, reply, now)
 		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
-	case s.flush != nil:
-		s.answerFlush(rec, ErrFlushInProgress, reply, now)
 	default:
 		s.flush = &pendingFlush{record: rec, deadline: now + timeout, reply: reply}
 	}
 }
 
-// serviceFlush runs at every iteration boundary for a parked flush.
+// flushIdle is SGLang's is_fully_idle as a flush sees it at time now:
+// nothing queued, running or in flight, and the last iteration that
+// finished a request has settled (flush_busy_after_finish_s).
+func (s *scheduler) flushIdle(now time.Duration) bool {
+	return s.idle() && now >= s.settledAt
+}
+
+// serviceFlush runs at every iteration boundary, and when an idle engine
+// wakes for a parked flush.
 func (s *scheduler) serviceFlush() {
 	f := s.flush
 	if f == nil {
 		return
 	}
 	switch {
-	case s.idle():
+	case s.flushIdle(s.now):
 		s.flush = nil
 		s.doFlush()
 		s.answerFlush(f.record, nil, f.reply, s.now)
@@ -688,6 +706,20 @@ func (s *scheduler) serviceFlush() {
 		s.flush = nil
 		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
 	}
+}
+
+// wake is when an engine with nothing to run must look again: a parked
+// flush succeeds when the server settles, or times out at its deadline.
+func (s *scheduler) wake() (time.Duration, bool) {
+	f := s.flush
+	if f == nil {
+		return 0, false
+	}
+	at := f.deadline
+	if s.idle() && s.settledAt < at {
+		at = s.settledAt
+	}
+	return at, true
 }
 
 func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {

@@ -29,6 +29,12 @@
 // kimi-k2.6-rtx6000 needs one, since its measured decode rounds are not
 // linear in context.
 //
+// # Server behaviour
+//
+// flush_busy_after_finish_s is how long the server stays busy for
+// /flush_cache after an iteration that finished a request (0, exact, by
+// default; kimi-k2.6-rtx6000 assumes 50 ms).
+//
 // # Files
 //
 // Built-in profiles are embedded from builtin/*.yaml. Unknown keys and

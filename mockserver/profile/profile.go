@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -31,6 +32,13 @@ type Profile struct {
 	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
 	Decode      DecodeCost   `yaml:"decode" json:"decode"`
 	Speculative *Speculative `yaml:"speculative,omitempty" json:"speculative,omitempty"`
+
+	// FlushBusyAfterFinishS is how long, in simulated seconds, the server
+	// stays busy for /flush_cache after an iteration that finished a
+	// request: SGLang's idle check also waits for the overlap scheduler's
+	// last batch and result queue, so a flush sent right after a response
+	// can be refused. 0 (exact) means idle the moment the iteration ends.
+	FlushBusyAfterFinishS float64 `yaml:"flush_busy_after_finish_s,omitempty" json:"flush_busy_after_finish_s"`
 
 	Seed   uint64  `yaml:"seed" json:"seed"`
 	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
@@ -204,6 +212,13 @@ func (p *Profile) YAML() []byte {
 	return b
 }
 
+// FlushBusyAfterFinish is flush_busy_after_finish_s as a Duration.
+func (p *Profile) FlushBusyAfterFinish() time.Duration { return Duration(p.FlushBusyAfterFinishS) }
+
+// maxFlushBusyS bounds flush_busy_after_finish_s: a real server settles in
+// milliseconds, and a bound keeps the simulated deadline far from overflow.
+const maxFlushBusyS = 60
+
 // Validate checks every field and names the first one that is impossible.
 func (p *Profile) Validate() error {
 	v := validator{profile: p.Name}
@@ -239,6 +254,8 @@ func (p *Profile) Validate() error {
 		v.table("decode.ctx_table", p.Decode.CtxTable)
 	}
 	v.check(p.Jitter >= 0 && p.Jitter < 1, "jitter", p.Jitter, "must be in [0, 1)")
+	v.check(p.FlushBusyAfterFinishS >= 0 && p.FlushBusyAfterFinishS <= maxFlushBusyS, "flush_busy_after_finish_s",
+		p.FlushBusyAfterFinishS, fmt.Sprintf("must be in [0, %g] seconds", float64(maxFlushBusyS)))
 	if s := p.Speculative; s != nil {
 		v.check(slices.Contains(Algorithms, s.Algorithm), "speculative.algorithm", s.Algorithm,
 			"must be one of "+strings.Join(Algorithms, ", "))

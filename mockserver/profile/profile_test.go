@@ -213,6 +213,8 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"draft tokens with topk 1", "num_draft_tokens: 4", "num_draft_tokens: 8", "speculative.num_draft_tokens = 8"},
 		{"unknown key", "jitter: 0", "jitter: 0\nturbo: true", "field turbo not found"},
 		{"jitter out of range", "jitter: 0", "jitter: 1.5", "jitter = 1.5"},
+		{"negative flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: -0.1", "flush_busy_after_finish_s = -0.1"},
+		{"huge flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: 1e9", "flush_busy_after_finish_s = 1e+09"},
 		{"zero round factor", "round_cost_factor: 1.25", "round_cost_factor: 0", "speculative.round_cost_factor = 0"},
 		{"running requests", "max_running_requests: 256", "max_running_requests: 0", "max_running_requests = 0"},
 		{"table with coefficient", "per_ctx_token_s: 4.0e-9", "per_ctx_token_s: 4.0e-9\n  ctx_table: [[10, 1]]", "decode.ctx_table"},
