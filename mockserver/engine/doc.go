@@ -29,7 +29,9 @@
 //     far is inserted and the lock moves to the new end, so later requests
 //     reuse it at once; chunk self-hits are never counted.
 //   - The KV pool holds the cache's tokens and every request's private
-//     tokens. A request is admitted only when the pool, after evicting
+//     tokens. An allocation that does not fit the free slots evicts
+//     unlocked cache leaves, least recently used first, for the shortfall
+//     only (SGLang's evict_from_tree_cache). A request is admitted only when the pool, after evicting
 //     unlocked cache leaves, has room for its whole remaining prompt and all
 //     its possible output beyond what running requests may still need; so a
 //     running request never has to be preempted, and a request that does

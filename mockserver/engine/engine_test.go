@@ -336,7 +336,9 @@ func TestEvictionUnderASmallPool(t *testing.T) {
 		}
 		// Touch a: b is now least recently used.
 		run(t, e, Request{RID: "a2", InputIDs: prompt(0, 300), MaxNewTokens: 1})
-		// 400 new tokens need 300 evicted: b goes, a and c stay.
+		// 400 new tokens need 300 evicted: b goes, a and c stay. SGLang
+		// evicts the shortfall (PR #32016); evicting the whole allocation
+		// (399) would take c as well.
 		run(t, e, Request{RID: "d", InputIDs: prompt(9, 399), MaxNewTokens: 1})
 		for _, tt := range []struct {
 			seed   int32

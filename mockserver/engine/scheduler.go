@@ -204,7 +204,10 @@ func (s *scheduler) idle() bool {
 	return len(s.waiting) == 0 && s.chunked == nil && len(s.running) == 0 && s.inflight == nil
 }
 
-// ensureFree evicts cached prefixes until n KV slots are free, if it can.
+// ensureFree evicts cached prefixes until n KV slots are free, if it can. It
+// evicts the shortfall, not the whole allocation, as SGLang's
+// evict_from_tree_cache does for a standard allocator (sgl-project/sglang
+// PR #32016), for prefill and decode alike.
 func (s *scheduler) ensureFree(n int) {
 	if short := n - (s.capacity() - s.used()); short > 0 && s.tree != nil {
 		s.tree.Evict(short)
