@@ -82,7 +82,7 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		took := time.Since(start)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
 		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
-			`"prompt_tokens":100,"weight_version":"default","completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
+			`"prompt_tokens":100,"weight_version":"default","num_retractions":0,"completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
 			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
 		if code != 200 || body != want {
 			t.Fatalf("got %d\n%s\nwant 200\n%s", code, body, want)
@@ -136,7 +136,7 @@ func TestGenerateStreamBytesAndTiming(t *testing.T) {
 				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
 			}
 			fmt.Fprintf(&want, `data: {"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
-				`"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}`+"\n\n",
+				`"weight_version":"default","num_retractions":0,"completion_tokens":%d,"cached_tokens":0%s}}`+"\n\n",
 				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e)
 		}
 		want.WriteString("data: [DONE]\n\n")

@@ -349,6 +349,7 @@ type metaInfo struct {
 	FinishReason     any     `json:"finish_reason"`
 	PromptTokens     int     `json:"prompt_tokens"`
 	WeightVersion    string  `json:"weight_version"`
+	NumRetractions   int     `json:"num_retractions"`
 	CompletionTokens int     `json:"completion_tokens"`
 	CachedTokens     int     `json:"cached_tokens"`
 	E2ELatency       float64 `json:"e2e_latency,omitempty"`
@@ -373,6 +374,7 @@ func (o *output) meta() metaInfo {
 		FinishReason:     finishReason(ev.Finish),
 		PromptTokens:     ev.PromptTokens,
 		WeightVersion:    weightVersion,
+		NumRetractions:   ev.Retractions,
 		CompletionTokens: ev.CompletionTokens,
 		CachedTokens:     ev.CachedTokens,
 	}

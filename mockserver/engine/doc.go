@@ -31,11 +31,25 @@
 //   - The KV pool holds the cache's tokens and every request's private
 //     tokens. An allocation that does not fit the free slots evicts
 //     unlocked cache leaves, least recently used first, for the shortfall
-//     only (SGLang's evict_from_tree_cache). A request is admitted only when the pool, after evicting
-//     unlocked cache leaves, has room for its whole remaining prompt and all
-//     its possible output beyond what running requests may still need; so a
-//     running request never has to be preempted, and a request that does
-//     not fit waits at the head of the queue.
+//     only (SGLang's evict_from_tree_cache).
+//   - Admission is SGLang's PrefillAdder: max_new_tokens is first clipped
+//     to the context and the pool (init_req_max_new_tokens). A running
+//     request is expected to need min(remaining output, 4096) x a token
+//     ratio that starts at 0.7, decays by (0.7-0.098)/600 every decode
+//     batch to 0.098 and resets when the server is idle; a new request
+//     needs its extend, min(max_new_tokens, 4096) and one page strictly
+//     below the free and evictable KV less those expectations and what the
+//     batch already reserved. A request that does not fit waits at the
+//     head of the queue, and no prefill is tried again until a request
+//     finishes or is retracted.
+//   - Running requests can therefore outgrow the pool. When a decode step
+//     does not fit, SGLang's retract_decode frees requests, the fewest
+//     outputs (then the longest prompt) first, until it fits or one is
+//     left: their KV is freed without caching their output, they go to the
+//     back of the queue with their output kept, and are prefilled again,
+//     prompt and output, when readmitted (counted in num_retractions; hits
+//     then are not cached tokens). The ratio becomes the remaining
+//     requests' (output + 20 each) / (max_new_tokens + 1).
 //   - The first output token comes out of prefill. Each decode round gives
 //     every running request one token, or k tokens (1 <= k <= num_steps+1)
 //     under speculative decoding, drawn from the request's own RNG seeded by

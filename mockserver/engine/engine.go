@@ -205,7 +205,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		ns:       r.Namespace,
 		tokens:   tokens,
 		hash:     tokenizer.PromptHash(tokens),
-		maxNew:   r.MaxNewTokens,
+		maxNew:   clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
 		reuseCap: len(tokens),
 	}
 	for _, st := range r.Stop {
@@ -232,8 +232,8 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
 	// Sized for short generations; long ones grow as they go.
-	q.outputs = make([]int32, 0, min(r.MaxNewTokens, 256))
-	q.truth.Rounds = make([]RoundRecord, 0, min(max(r.MaxNewTokens-1, 0), 64))
+	q.outputs = make([]int32, 0, min(q.maxNew, 256))
+	q.truth.Rounds = make([]RoundRecord, 0, min(max(q.maxNew-1, 0), 64))
 	q.stream = newStream(e, q)
 	e.ridsMu.Lock()
 	_, dup := e.rids[q.rid]

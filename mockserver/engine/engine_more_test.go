@@ -198,25 +198,34 @@ func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
 	})
 }
 
-// Admission counts each KV token once: what this batch computes, plus what
-// requests may still need after it. A and B together need exactly the pool
-// (600+100 and 100+200 of 1000 tokens), so B joins A's last chunk.
+// Admission is SGLang's PrefillAdder arithmetic, each KV token counted
+// once. a's last chunk (200 of 600) reserves 200+1+100 of what remains
+// (1000 - 400 locked = 600), leaving 299; b needs its extend, its output
+// and a page (100+N+1) strictly below that: N = 197 joins a's last chunk,
+// N = 198 waits for a to finish.
 func TestAdmissionFillsThePoolExactly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := loadProfile(t, "default")
-		p.ContextLength, p.MaxTotalTokens, p.ChunkedPrefillSize = 1000, 1000, 400
-		e := startEngine(t, Config{Profile: p})
-		defer e.Close()
-		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 100})
-		synctest.Wait() // a's first chunk is in flight
-		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: 200})
-		ea, eb := drain(t, a), drain(t, b)
-		ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
-		if len(ta.Prefill) != 2 || tb.Prefill[0].Start != ta.Prefill[1].Start || tb.Prefill[0].Batch != 2 {
-			t.Fatalf("b's prefill %+v, want it batched with a's last chunk %+v", tb.Prefill, ta.Prefill)
-		}
-		checkDrained(t, e)
-	})
+	for _, tt := range []struct {
+		maxNew int
+		joins  bool
+	}{{197, true}, {198, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "default")
+			p.ContextLength, p.MaxTotalTokens, p.ChunkedPrefillSize = 1000, 1000, 400
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 100})
+			synctest.Wait() // a's first chunk is in flight
+			b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: tt.maxNew})
+			ea, eb := drain(t, a), drain(t, b)
+			ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
+			joined := tb.Prefill[0].Start == ta.Prefill[1].Start && tb.Prefill[0].Batch == 2
+			if len(ta.Prefill) != 2 || joined != tt.joins || (!tt.joins && tb.Admitted != ta.Finished) {
+				t.Fatalf("b with max_new_tokens %d: prefill %+v, admitted %v; a's chunks %+v, finished %v; want joined=%v",
+					tt.maxNew, tb.Prefill, tb.Admitted, ta.Prefill, ta.Finished, tt.joins)
+			}
+			checkDrained(t, e)
+		})
+	}
 }
 
 // Calls served while an iteration runs are stamped with their own time, not

@@ -358,10 +358,10 @@ func TestLockedPrefixSurvivesAndBigPromptWaits(t *testing.T) {
 		p := smallPool(t)
 		e := startEngine(t, Config{Profile: p})
 		defer e.Close()
-		// a holds 600 prompt tokens and reserves 300 outputs: 900 of 1000.
+		// a holds 600 prompt tokens and is expected to need ~0.7 x 300 more.
 		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 300})
 		time.Sleep(100 * time.Millisecond) // virtual: a is prefilled and decoding
-		// b needs 500+10: it must wait until a finishes.
+		// b needs 500+10+1 of the ~200 left: it waits until a finishes.
 		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 500), MaxNewTokens: 10})
 		synctest.Wait()
 		if st := e.Stats(); st.Queued != 1 || st.CacheProtected < 600 {

@@ -74,8 +74,11 @@ type Event struct {
 	CachedTokens     int
 	At               time.Duration // simulated time since the engine started
 	Finish           *Finish
-	Spec             *SpecStats // on the last event, with speculative decoding
-	Truth            *Truth     // on the last event
+	// Retractions counts the times the request was retracted so far
+	// (SGLang's num_retractions).
+	Retractions int
+	Spec        *SpecStats // on the last event, with speculative decoding
+	Truth       *Truth     // on the last event
 }
 
 // ChunkRecord is one prefill chunk of a request.
@@ -115,7 +118,10 @@ type Truth struct {
 	Rounds     []RoundRecord
 	Finish     Finish
 	Spec       SpecStats
-	Internal   bool
+	// Retractions counts the times decode ran out of KV and retracted the
+	// request: its KV was freed, and it was queued and prefilled again.
+	Retractions int
+	Internal    bool
 }
 
 // TTFT is the time from arrival to the first token.

@@ -33,8 +33,9 @@ type req struct {
 	seq      uint64           // arrival order
 	node     *radixcache.Node // the cache node it holds locked
 	cached   int
-	kvLen    int // prompt tokens in KV (cached or computed)
-	private  int // KV tokens it owns outside the tree
+	kvLen    int     // tokens of fill() in KV (cached or computed)
+	refill   []int32 // prompt and output of a retracted request, to prefill again
+	private  int     // KV tokens it owns outside the tree
 	outputs  []int32
 	text     []byte // decoded outputs, for stop strings
 	spec     SpecStats
@@ -43,17 +44,11 @@ type req struct {
 	truth    Truth
 }
 
-func (r *req) remainingPrompt() int { return len(r.tokens) - r.kvLen }
-
-// reservation is the KV the request may still need: the rest of its prompt
-// and every token it may still generate. Admission keeps room for all of it,
-// so a running request never has to be preempted.
-func (r *req) reservation() int { return r.remainingPrompt() + r.maxNew - len(r.outputs) }
-
-// seqKV is how many tokens of the request's sequence have KV: the prompt so
-// far, and every output but the last (whose KV the next round computes).
+// seqKV is how many tokens of the request's sequence have KV: what its
+// prefill has computed so far, then every output but the last (whose KV the
+// next round computes).
 func (r *req) seqKV() int {
-	if len(r.outputs) == 0 {
+	if len(r.outputs) == 0 || r.refill != nil {
 		return r.kvLen
 	}
 	return len(r.tokens) + len(r.outputs) - 1
@@ -120,6 +115,8 @@ type scheduler struct {
 	flush        *pendingFlush
 	flushes      []FlushRecord
 	settledAt    time.Duration // a flush finds the server idle from here on
+	ratio        tokenRatio
+	batchFull    bool // no prefill until a request finishes or is retracted
 	onFinish     func(*Truth)
 	clock        func() time.Duration // the engine's simulated now, between boundaries
 	counters     Counters
@@ -161,6 +158,7 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 		rng:         rand.New(rand.NewPCG(p.Seed, 0x6a09e667f3bcc909)),
 		active:      make(map[string]*req),
 	}
+	s.ratio.reset()
 	if !disableCache {
 		tree, err := radixcache.New(p.PageSize)
 		if err != nil {
@@ -236,27 +234,48 @@ func (s *scheduler) plan() *iteration {
 	if it := s.planPrefill(); it != nil {
 		return it
 	}
-	return s.planDecode()
+	it := s.planDecode()
+	if it == nil && s.idle() {
+		s.ratio.reset() // SGLang's on_idle
+	}
+	return it
 }
 
+// planPrefill forms a prefill batch as SGLang's PrefillAdder does: the
+// chunked request's next chunk first, then waiting requests in FCFS order
+// while the memory budget (see prefillBudget), the token budgets and the
+// running-request bound allow. The first request that does not fit stops
+// the batch; when memory or request slots ran out, no prefill is tried
+// again until a request finishes or is retracted (SGLang's batch_is_full).
 func (s *scheduler) planPrefill() *iteration {
+	if s.chunked == nil && (s.batchFull || len(s.waiting) == 0) {
+		return nil
+	}
 	budget, chunking := s.prof.ChunkBudget()
+	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
 	it := &iteration{start: s.now, prefill: s.chunkBuf[:0]}
 	defer func() { s.chunkBuf = it.prefill[:0] }()
-	reserved := 0
-	for _, r := range s.running {
-		reserved += r.reservation()
-	}
-	// reserved is what requests may still need beyond this iteration; what
-	// this iteration computes is in it.kv, so each token is counted once.
+	b := s.newPrefillBudget()
 	if r := s.chunked; r != nil {
-		m := min(r.remainingPrompt(), budget-budget%page)
-		reserved += r.reservation() - m
+		// The chunked request must progress: its chunk is bounded by what
+		// memory remains only when something remains.
+		limit := budget
+		if rem := int(b.remainingTotal(s)); rem > 0 {
+			limit = min(limit, rem)
+		}
+		limit = max(limit-limit%page, page)
+		m := min(r.remainingFill(), limit)
+		expected := 0
+		if m == r.remainingFill() {
+			expected = r.expectedNew()
+		}
+		b.reserve(m, expected)
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m})
 		it.kv += m
-		budget -= m
-		if m < r.remainingPrompt() {
+		budget -= b.ceilPage(m)
+		remInput -= b.ceilPage(m)
+		if m < r.remainingFill() {
 			budget = 0 // still chunking: nothing else joins
 		}
 	}
@@ -264,36 +283,48 @@ func (s *scheduler) planPrefill() *iteration {
 	if s.chunked != nil {
 		slots--
 	}
-	for len(s.waiting) > 0 && slots > 0 && budget > 0 {
+	for len(s.waiting) > 0 && budget > 0 && remInput > 0 {
+		if slots <= 0 {
+			s.batchFull = true
+			break
+		}
 		r := s.waiting[0]
-		s.admit(r)
-		extend := r.remainingPrompt()
-		free := s.capacity() - s.used() - it.kv + s.treeStats().Evictable
-		if r.reservation() > free-reserved {
+		s.admit(r) // its prefix is locked: not evictable for this test
+		extend := r.remainingFill()
+		expected := r.expectedNew()
+		if !b.fits(s, extend, expected) {
 			s.unadmit(r) // the head of the queue waits for room; FCFS
+			s.batchFull = true
 			break
 		}
 		m := extend
-		if len(it.prefill) > 0 && extend > budget && !chunking {
+		switch {
+		case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
+			m = 0 // without chunking only the first prompt may exceed the budget
+		case chunking && b.ceilPage(extend) > budget:
+			m = budget - budget%page
+			expected = 0
+		}
+		if m == 0 {
 			s.unadmit(r)
 			break
 		}
-		if chunking && extend > budget {
-			m = budget - budget%page
-			if m == 0 {
-				s.unadmit(r)
-				break
-			}
-		}
 		s.waiting = s.waiting[1:]
-		r.truth.Admitted = s.now
-		reserved += r.reservation() - m
+		if r.truth.Retractions == 0 {
+			r.truth.Admitted = s.now
+		}
+		b.reserve(m, expected)
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m, newAdmit: true})
 		it.kv += m
-		budget -= m
+		budget -= b.ceilPage(m)
+		remInput -= b.ceilPage(m)
 		slots--
 		if m < extend {
 			s.chunked = r
+			break
+		}
+		if !b.hasCapacity(s) {
+			s.batchFull = true
 			break
 		}
 	}
@@ -319,22 +350,31 @@ func (s *scheduler) admit(r *req) {
 	if s.tree == nil {
 		return
 	}
-	limit := min(s.tree.ReusablePrefixLen(len(r.tokens)), r.reuseCap)
-	matched, node := s.tree.Match(r.ns, r.tokens[:max(limit, 0)])
+	fill := r.fill()
+	limit := min(s.tree.ReusablePrefixLen(len(fill)), r.reuseCap)
+	matched, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.cached, r.kvLen = node, matched, matched
-	r.truth.CachedTokens = matched
-	r.truth.ReusedFrom = node.Owner()
+	r.node, r.kvLen = node, matched
+	if r.truth.Retractions == 0 {
+		// A retracted request's hits are never cached tokens again
+		// (SGLang's retracted_stain).
+		r.cached = matched
+		r.truth.CachedTokens = matched
+		r.truth.ReusedFrom = node.Owner()
+	}
 }
 
 func (s *scheduler) unadmit(r *req) {
 	if r.node != nil {
 		s.unlock(r)
 	}
-	r.cached, r.kvLen = 0, 0
-	r.truth.CachedTokens, r.truth.ReusedFrom = 0, ""
+	r.kvLen = 0
+	if r.truth.Retractions == 0 {
+		r.cached = 0
+		r.truth.CachedTokens, r.truth.ReusedFrom = 0, ""
+	}
 }
 
 func (s *scheduler) unlock(r *req) {
@@ -344,9 +384,21 @@ func (s *scheduler) unlock(r *req) {
 	r.node = nil
 }
 
+// planDecode plans a decode round over the running batch, SGLang's
+// update_running_batch: if the step does not fit the KV pool, requests are
+// retracted first; otherwise the token ratio decays by one step.
 func (s *scheduler) planDecode() *iteration {
 	if len(s.running) == 0 {
 		return nil
+	}
+	if s.decodeFits(s.running) {
+		s.ratio.decayStep()
+	} else {
+		// A lone request that still lacks the speculative reserve runs:
+		// what a round really adds fits, as max_new_tokens is clipped to
+		// the pool and nothing else holds KV during decode.
+		s.retractDecode()
+		s.batchFull = false
 	}
 	it := &iteration{start: s.now, decode: s.gainBuf[:0]}
 	defer func() { s.gainBuf = it.decode[:0] }()
@@ -407,13 +459,17 @@ func (s *scheduler) completePrefill(it *iteration) {
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.m, Batch: len(it.prefill),
 		})
 		s.cacheUnfinished(r)
-		if r.remainingPrompt() > 0 {
+		if r.remainingFill() > 0 {
 			continue // chunked: the next chunk comes in a later iteration
 		}
 		if s.chunked == r {
 			s.chunked = nil
 		}
-		r.truth.FirstToken = s.now
+		if r.refill != nil {
+			r.refill = nil // prompt and output are back in KV
+		} else {
+			r.truth.FirstToken = s.now
+		}
 		if r.abortMsg != "" {
 			continue // reaped at the next boundary
 		}
@@ -436,7 +492,7 @@ func (s *scheduler) cacheUnfinished(r *req) {
 		s.setPrivate(r, r.kvLen)
 		return
 	}
-	_, node := s.tree.InsertOwned(r.ns, r.tokens[:r.kvLen], r.rid)
+	_, node := s.tree.InsertOwned(r.ns, r.fill()[:r.kvLen], r.rid)
 	if err := s.tree.Lock(node); err != nil {
 		panic(err)
 	}
@@ -499,6 +555,7 @@ func (s *scheduler) emit(r *req, n int) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Retractions:      r.truth.Retractions,
 		At:               s.now,
 	})
 }
@@ -545,8 +602,10 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		s.aborts--
 	}
 	if len(r.truth.Prefill) > 0 {
-		// The request was in a batch: the server settles only after it.
+		// The request was in a batch: the server settles only after it,
+		// and the batch has room again.
 		s.settledAt = max(s.settledAt, s.now+s.prof.FlushBusyAfterFinish())
+		s.batchFull = false
 	}
 	if s.tree != nil && r.admitted() {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
@@ -578,6 +637,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Retractions:      r.truth.Retractions,
 		At:               s.now,
 		Finish:           &fin,
 		Truth:            &truth,
