@@ -670,11 +670,11 @@ func TestMetrics(t *testing.T) {
 		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
 		for _, want := range []string{
 			"sglang:prompt_tokens_total" + label + " 900",
-			"sglang:cached_tokens_total" + label + " 598",
+			"sglang:cached_tokens_total" + label + " 596", // EAGLE3: bigram keys, 298 per repeat
 			"sglang:generation_tokens_total" + label + " 60",
 			"sglang:num_requests_total" + label + " 3",
 			"sglang:num_aborted_requests_total" + label + " 0",
-			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 598`,
+			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`,
 			"sglang:num_running_reqs" + label + " 0",
 			"sglang:max_total_num_tokens" + label + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",

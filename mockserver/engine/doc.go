@@ -24,10 +24,12 @@
 //     that does not fit the rest of the budget is cut into a chunk and
 //     finished in later iterations; with chunking off a prompt runs whole.
 //   - Admission matches the prompt's reusable prefix (all but its last
-//     token, page-floored, capped by logprob_start_len) and locks it; the
-//     cached tokens are counted once, here. After every chunk the prompt so
-//     far is inserted and the lock moves to the new end, so later requests
-//     reuse it at once; chunk self-hits are never counted.
+//     token, page-floored, capped by logprob_start_len; one token less
+//     under EAGLE-family speculative decoding, whose cache SGLang keys on
+//     bigrams) and locks it; the cached tokens are counted once, here.
+//     After every chunk the prompt so far is inserted and the lock moves to
+//     the new end, so later requests reuse it at once; chunk self-hits are
+//     never counted.
 //   - The KV pool holds the cache's tokens and every request's private
 //     tokens. An allocation that does not fit the free slots evicts
 //     unlocked cache leaves, least recently used first, for the shortfall

@@ -259,3 +259,32 @@ func TestCallsBetweenBoundariesUseTheCurrentTime(t *testing.T) {
 		}
 	})
 }
+
+// Under EAGLE, EAGLE3, NEXTN and FROZEN_KV_MTP SGLang keys the radix cache
+// on bigrams: the same 100-token prompt again reuses 98 tokens, not 99;
+// other algorithms reuse 99.
+func TestEagleFamilyReusesOneTokenLess(t *testing.T) {
+	for _, tt := range []struct {
+		algorithm string
+		cached    int
+	}{{"EAGLE", 98}, {"EAGLE3", 98}, {"NEXTN", 98}, {"FROZEN_KV_MTP", 98}, {"DFLASH", 99}, {"NGRAM", 99}, {"", 99}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			if tt.algorithm == "" {
+				p.Speculative = nil
+			} else {
+				spec := *p.Speculative
+				spec.Algorithm = tt.algorithm
+				p.Speculative = &spec
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			run(t, e, Request{InputIDs: prompt(1, 100), MaxNewTokens: 1})
+			again, _ := run(t, e, Request{InputIDs: prompt(1, 100), MaxNewTokens: 1})
+			if again.CachedTokens != tt.cached {
+				t.Fatalf("%q: the same prompt again: cached %d, want %d", tt.algorithm, again.CachedTokens, tt.cached)
+			}
+			checkDrained(t, e)
+		})
+	}
+}

@@ -160,7 +160,11 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 	}
 	s.ratio.reset()
 	if !disableCache {
-		tree, err := radixcache.New(p.PageSize)
+		newTree := radixcache.New
+		if p.BigramKeys() {
+			newTree = radixcache.NewBigram
+		}
+		tree, err := newTree(p.PageSize)
 		if err != nil {
 			panic(err) // the profile was validated
 		}
@@ -350,8 +354,11 @@ func (s *scheduler) admit(r *req) {
 	if s.tree == nil {
 		return
 	}
+	// All but the last token may match (its logits must be computed), and
+	// no more than logprob_start_len; the tree floors the key to pages and,
+	// under bigram keys, matches one unit fewer.
 	fill := r.fill()
-	limit := min(s.tree.ReusablePrefixLen(len(fill)), r.reuseCap)
+	limit := min(len(fill)-1, r.reuseCap)
 	matched, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live

@@ -88,7 +88,22 @@ type Speculative struct {
 }
 
 // Algorithms are the speculative algorithm names, spelled as SGLang spells them.
-var Algorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DDTREE"}
+var Algorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "DFLASH", "DDTREE"}
+
+// BigramKeys reports whether SGLang keys the radix cache on bigrams under
+// this profile: for the algorithms its SpeculativeAlgorithm.is_eagle()
+// accepts (EAGLE, its alias NEXTN, EAGLE3 and FROZEN_KV_MTP), whose draft
+// KV is one token behind the target's.
+func (p *Profile) BigramKeys() bool {
+	if p.Speculative == nil {
+		return false
+	}
+	switch p.Speculative.Algorithm {
+	case "EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP":
+		return true
+	}
+	return false
+}
 
 // Table is a monotone piecewise-linear function given by [tokens, seconds]
 // points with strictly increasing tokens and non-decreasing seconds. It is 0
