@@ -364,6 +364,31 @@ func TestFlushRightAfterAResponseOverHTTP(t *testing.T) {
 	})
 }
 
+// Under a profile whose tokenizer adds BOS (llama), /tokenize and every
+// text prompt begin with it; input_ids are taken as they are.
+func TestBOSOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		ids := tokenizer.EncodePrompt(nil, "Hello world", true)
+		code, body, _ := ts.Do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
+		if code != 200 || body != fmt.Sprintf(`{"count":3,"max_model_len":131072,"tokens":%s}`, jsonOf(ids)) || ids[0] != tokenizer.BOS {
+			t.Fatalf("/tokenize: %d %s", code, body)
+		}
+		for _, tt := range []struct{ body, want string }{
+			{`{"text": "Hello world", "sampling_params": {"max_new_tokens": 1}}`, `"prompt_tokens":3,`},
+			{fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(tokenizer.Encode(nil, "Hello world"))), `"prompt_tokens":2,`},
+		} {
+			if code, body, _ := ts.Do(t, "POST", "/generate", tt.body); code != 200 || !strings.Contains(body, tt.want) {
+				t.Fatalf("/generate %s: got %d %s, want %s", tt.body, code, body, tt.want)
+			}
+		}
+		code, body, _ = ts.Do(t, "POST", "/v1/completions", `{"model": "m", "prompt": "Hello world", "max_tokens": 1}`)
+		if code != 200 || !strings.Contains(body, `"prompt_tokens":3,`) {
+			t.Fatalf("/v1/completions: %d %s", code, body)
+		}
+	})
+}
+
 func TestBadInputLeavesNothingBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")

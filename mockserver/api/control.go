@@ -197,7 +197,7 @@ func (s *Server) tokenize(c *gin.Context) {
 		writeValidationError(c, "prompt or messages: Field required")
 		return
 	}
-	ids := tokenizer.Encode(nil, text)
+	ids := tokenizer.EncodePrompt(nil, text, s.cfg.Profile.AddBOSToken)
 	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
 }
 

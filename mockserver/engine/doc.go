@@ -15,6 +15,8 @@
 //
 // # Scheduling, as SGLang does it
 //
+//   - A text prompt is tokenized on the caller's goroutine, with a BOS
+//     first when the profile's tokenizer adds one (add_bos_token).
 //   - An iteration is a prefill batch when any waiting prompt can be
 //     admitted, else a decode round over every running request (prefill
 //     first is SGLang's default).

@@ -191,7 +191,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	tokens := r.InputIDs
 	if tokens == nil {
 		// About one token per 4 bytes of English: one allocation, usually.
-		tokens = tokenizer.Encode(make([]int32, 0, len(r.Text)/4+8), r.Text)
+		tokens = tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
 	} else {
 		tokens = slices.Clone(tokens)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
 )
 
 func TestSpeedupScalesWallTime(t *testing.T) {
@@ -285,6 +286,48 @@ func TestEagleFamilyReusesOneTokenLess(t *testing.T) {
 				t.Fatalf("%q: the same prompt again: cached %d, want %d", tt.algorithm, again.CachedTokens, tt.cached)
 			}
 			checkDrained(t, e)
+		})
+	}
+}
+
+// Llama's tokenizer begins every text prompt with BOS (add_bos_token), so
+// two prompts that differ from their first character still share one
+// cached token under token keys (none under EAGLE3's bigram keys); prompts
+// sent as input_ids get no BOS.
+func TestBOSIsSharedByTextPrompts(t *testing.T) {
+	const rest = " Summarize the two-point method for measuring decode speed."
+	for _, tt := range []struct {
+		name      string
+		addBOS    bool
+		eagle3    bool
+		ids       bool
+		cached    int
+		bosPrompt int // tokens added to the text's own
+	}{
+		{"BOS, token keys", true, false, false, 1, 1},
+		{"BOS, EAGLE3 bigram keys", true, true, false, 0, 1},
+		{"no BOS", false, false, false, 0, 0},
+		{"BOS profile, input_ids", true, false, true, 0, 0},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			p.AddBOSToken = tt.addBOS
+			if !tt.eagle3 {
+				p.Speculative = nil
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			var last Event
+			for _, nonce := range []string{"3f2a9c1e", "b71d04aa"} {
+				r := Request{Text: nonce + rest, MaxNewTokens: 1}
+				if tt.ids {
+					r = Request{InputIDs: tokenizer.Encode(nil, r.Text), MaxNewTokens: 1}
+				}
+				last, _ = run(t, e, r)
+			}
+			if want := tokenizer.Count("b71d04aa"+rest) + tt.bosPrompt; last.CachedTokens != tt.cached || last.PromptTokens != want {
+				t.Fatalf("%s: second nonce-prefixed prompt: cached %d of %d, want %d of %d", tt.name, last.CachedTokens, last.PromptTokens, tt.cached, want)
+			}
 		})
 	}
 }

@@ -29,6 +29,11 @@ type Profile struct {
 	MaxPrefillTokens   int    `yaml:"max_prefill_tokens" json:"max_prefill_tokens"`     // tokens per prefill batch
 	MaxRunningRequests int    `yaml:"max_running_requests" json:"max_running_requests"`
 
+	// AddBOSToken makes the tokenizer begin every text prompt (/generate
+	// text, completion prompt strings, chat) with a BOS token, as Llama's
+	// does; prompts sent as input_ids are taken as they are.
+	AddBOSToken bool `yaml:"add_bos_token,omitempty" json:"add_bos_token"`
+
 	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
 	Decode      DecodeCost   `yaml:"decode" json:"decode"`
 	Speculative *Speculative `yaml:"speculative,omitempty" json:"speculative,omitempty"`
