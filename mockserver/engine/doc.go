@@ -10,7 +10,8 @@
 // batch, the KV pool and the radix cache. A thin shell (Engine) owns one
 // goroutine that plans an iteration, waits until its modelled end on an
 // absolute deadline, and applies it; calls from other goroutines run on that
-// goroutine between steps, so a request submitted during an iteration joins
+// goroutine between steps, stamped with the time they were made (the core
+// never reads a clock), so a request submitted during an iteration joins
 // the next one, as on a GPU.
 //
 // # Scheduling, as SGLang does it
@@ -73,7 +74,15 @@
 //
 // # Time
 //
-// Simulated time is wall time since start times the speedup. Costs are
+// The engine's clock (Config.Clock, the system clock by default) times the
+// speedup gives the simulated time at which a request arrives or a call is
+// made; the modelled timeline is the model's alone. While the engine is
+// busy, each iteration starts exactly where the last one ended; only an
+// idle engine takes its start from a request's arrival or a call, and a
+// request that reaches a busy engine is admitted at the first boundary at
+// or after its arrival. The loop waits on the wall clock for each modelled
+// end, so a host stall or a late timer delays delivery, which is the
+// client's measurement error, and never moves the ground truth. Costs are
 // rounded to whole nanoseconds once per iteration and added, so under
 // testing/synctest (speedup 1) a request's TTFT is exactly its modelled
 // prefill. In real time, SpinWindow makes wake-ups precise.

@@ -42,6 +42,10 @@ type Config struct {
 	// time at speedup 100). Leave it 0 under testing/synctest, whose
 	// timers fire exactly and whose clock a poll would never advance.
 	SpinWindow time.Duration
+	// Clock tells the wall time; nil means the system clock. The engine
+	// reads it to stamp arrivals and calls, and to know when a modelled
+	// deadline has come; the modelled timeline never depends on it.
+	Clock Clock
 	// Logger receives SGLang-style "Prefill batch." and "Decode batch."
 	// lines at info level; nil discards them.
 	Logger *slog.Logger
@@ -59,6 +63,20 @@ type Config struct {
 	OnFinish func(*Truth)
 }
 
+// Clock tells the wall time.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// call is an operation for the loop goroutine, stamped with the simulated
+// time it was asked at.
+type call struct {
+	at  time.Duration
+	run func(s *scheduler, at time.Duration)
+}
+
 // Engine is the simulated SGLang scheduler: one goroutine owns the
 // scheduler and waits on modelled deadlines; every method is safe for
 // concurrent use.
@@ -67,7 +85,8 @@ type Engine struct {
 	speedup   float64
 	spin      time.Duration
 	s         *scheduler
-	inbox     chan func(*scheduler)
+	inbox     chan call
+	clock     Clock
 	stop      chan struct{}
 	done      chan struct{}
 	closing   atomic.Bool
@@ -99,6 +118,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	if cfg.DecodeLogInterval == 0 {
 		cfg.DecodeLogInterval = 40
 	}
@@ -114,14 +136,14 @@ func New(cfg Config) (*Engine, error) {
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
 		s:         newScheduler(cfg.Profile, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
-		inbox:     make(chan func(*scheduler)),
+		inbox:     make(chan call),
+		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
-		wallStart: time.Now(),
+		wallStart: cfg.Clock.Now(),
 		truths:    truths,
 		rids:      make(map[string]struct{}),
 	}
-	e.s.clock = e.Now
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
@@ -152,7 +174,7 @@ func (e *Engine) Speedup() float64 { return e.speedup }
 
 // Now returns the simulated time since the engine started.
 func (e *Engine) Now() time.Duration {
-	return time.Duration(float64(time.Since(e.wallStart)) * e.speedup)
+	return time.Duration(float64(e.clock.Now().Sub(e.wallStart)) * e.speedup)
 }
 
 // wallAt returns the wall time at which simulated time sim is reached.
@@ -161,10 +183,11 @@ func (e *Engine) wallAt(sim time.Duration) time.Time {
 }
 
 // send hands op to the loop goroutine, which runs it before its next
-// step; it does not wait for op to run.
-func (e *Engine) send(op func(*scheduler)) error {
+// step, with the simulated time it was asked at; it does not wait for op
+// to run.
+func (e *Engine) send(op func(s *scheduler, at time.Duration)) error {
 	select {
-	case e.inbox <- op:
+	case e.inbox <- call{at: e.Now(), run: op}:
 		return nil
 	case <-e.done:
 		return ErrClosed
@@ -172,10 +195,11 @@ func (e *Engine) send(op func(*scheduler)) error {
 }
 
 // do runs op on the loop goroutine and waits for it.
-func (e *Engine) do(op func(*scheduler)) error {
+func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 	ran := make(chan struct{})
+	c := call{at: e.Now(), run: func(s *scheduler, at time.Duration) { op(s, at); close(ran) }}
 	select {
-	case e.inbox <- func(s *scheduler) { op(s); close(ran) }:
+	case e.inbox <- c:
 		<-ran
 		return nil
 	case <-e.done:
@@ -246,7 +270,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	// Hand the request over without waiting for the loop to run it: the
 	// loop takes it before its next step, and the stream reports the rest.
-	if err := e.send(func(s *scheduler) { s.enqueue(q) }); err != nil {
+	if err := e.send(func(s *scheduler, _ time.Duration) { s.enqueue(q) }); err != nil {
 		e.ridsMu.Lock()
 		delete(e.rids, q.rid)
 		e.ridsMu.Unlock()
@@ -283,17 +307,17 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 }
 
 func (e *Engine) abort(r *req, msg string) {
-	e.do(func(s *scheduler) { s.requestAbort(r, msg) })
+	e.do(func(s *scheduler, at time.Duration) { s.requestAbort(r, msg, at) })
 }
 
 // Abort aborts the active request with this rid, as /abort_request does,
 // and reports whether there was one.
 func (e *Engine) Abort(rid string) bool {
 	var found bool
-	e.do(func(s *scheduler) {
+	e.do(func(s *scheduler, at time.Duration) {
 		r, ok := s.active[rid]
 		if found = ok; ok {
-			s.requestAbort(r, "Abort requested by /abort_request.")
+			s.requestAbort(r, "Abort requested by /abort_request.", at)
 		}
 	})
 	return found
@@ -301,7 +325,7 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler) { s.abortAll("Abort requested by /abort_request (abort_all).") })
+	e.do(func(s *scheduler, _ time.Duration) { s.abortAll("Abort requested by /abort_request (abort_all).") })
 }
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
@@ -310,7 +334,7 @@ func (e *Engine) AbortAll() {
 // ErrFlushInProgress; ctx only stops the caller's wait.
 func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
 	reply := make(chan error, 1)
-	if err := e.do(func(s *scheduler) { s.requestFlush(timeout, reply) }); err != nil {
+	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, reply) }); err != nil {
 		return err
 	}
 	select {
@@ -326,7 +350,7 @@ func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
 // Stats returns a snapshot of counters, queue, KV pool and cache.
 func (e *Engine) Stats() Stats {
 	var st Stats
-	if e.do(func(s *scheduler) { st = s.stats() }) != nil {
+	if e.do(func(s *scheduler, _ time.Duration) { st = s.stats() }) != nil {
 		st.Idle = true
 	}
 	return st
@@ -335,7 +359,7 @@ func (e *Engine) Stats() Stats {
 // FlushHistory returns the recorded flush calls, oldest first.
 func (e *Engine) FlushHistory() []FlushRecord {
 	var out []FlushRecord
-	e.do(func(s *scheduler) { out = slices.Clone(s.flushes) })
+	e.do(func(s *scheduler, _ time.Duration) { out = slices.Clone(s.flushes) })
 	return out
 }
 
@@ -357,14 +381,16 @@ func (e *Engine) Truths() []*Truth {
 }
 
 // loop owns the scheduler: it plans an iteration, waits for its modelled
-// end, and applies it; between and during iterations it serves calls.
+// end, and applies it; between and during iterations it serves calls. The
+// modelled clock only moves to an iteration's modelled end, to a call or
+// an arrival while idle, or to a wake-up the scheduler asked for: a host
+// stall or a late timer delays delivery but never moves the timeline.
 func (e *Engine) loop() {
 	defer close(e.done)
 	s := e.s
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		s.now = max(s.now, e.Now())
 		it := s.plan()
 		s.inflight = it
 		if it == nil {
@@ -383,6 +409,13 @@ func (e *Engine) loop() {
 	}
 }
 
+// serveIdle runs a call that came while nothing runs: the idle engine's
+// clock moves to when it was asked.
+func (e *Engine) serveIdle(c call) {
+	e.s.now = max(e.s.now, c.at)
+	c.run(e.s, c.at)
+}
+
 // idle waits, with nothing to run, for the next call or for the scheduler's
 // next wake-up time, whichever comes first. A wake-up moves the modelled
 // clock to exactly that time. It returns false if the engine is closing.
@@ -391,23 +424,23 @@ func (e *Engine) idle(timer *time.Timer) bool {
 	at, due := s.wake()
 	if !due {
 		select {
-		case op := <-e.inbox:
-			op(s)
+		case c := <-e.inbox:
+			e.serveIdle(c)
 			return true
 		case <-e.stop:
 			return false
 		}
 	}
-	wait := time.Until(e.wallAt(at))
+	wait := e.wallAt(at).Sub(e.clock.Now())
 	if wait <= 0 {
 		s.now = max(s.now, at)
 		return true
 	}
 	timer.Reset(wait)
 	select {
-	case op := <-e.inbox:
+	case c := <-e.inbox:
 		timer.Stop()
-		op(s)
+		e.serveIdle(c)
 	case <-timer.C:
 		s.now = max(s.now, at)
 	case <-e.stop:
@@ -417,30 +450,47 @@ func (e *Engine) idle(timer *time.Timer) bool {
 	return true
 }
 
+// servePending serves the calls already waiting without blocking. It
+// returns false if the engine is closing.
+func (e *Engine) servePending() bool {
+	for {
+		select {
+		case c := <-e.inbox:
+			c.run(e.s, c.at)
+		case <-e.stop:
+			return false
+		default:
+			return true
+		}
+	}
+}
+
 func (e *Engine) shutdown() {
 	e.s.abortAll("The server is shutting down.")
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
-		e.s.answerFlush(f.record, ErrClosed, f.reply, e.s.current())
+		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))
 	}
 }
 
 // waitUntil serves calls until the wall clock reaches simulated time sim.
-// It sleeps on a timer to SpinWindow before the deadline, then polls. It
-// returns false if the engine is closing.
+// It sleeps on a timer to SpinWindow before the deadline, then polls. An
+// engine that runs behind the wall clock (a host too slow for the speedup)
+// does not wait, but still serves the calls already waiting, once per
+// iteration. It returns false if the engine is closing.
 func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 	deadline := e.wallAt(sim)
 	for {
-		remaining := time.Until(deadline)
+		remaining := deadline.Sub(e.clock.Now())
 		if remaining <= 0 {
-			return true
+			return e.servePending()
 		}
 		if sleep := remaining - e.spin; sleep > 0 {
 			timer.Reset(sleep)
 			select {
-			case op := <-e.inbox:
+			case c := <-e.inbox:
 				timer.Stop()
-				op(e.s)
+				c.run(e.s, c.at)
 			case <-timer.C:
 			case <-e.stop:
 				timer.Stop()
@@ -448,13 +498,9 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 			}
 			continue
 		}
-		select {
-		case op := <-e.inbox:
-			op(e.s)
-		case <-e.stop:
+		if !e.servePending() {
 			return false
-		default:
-			runtime.Gosched()
 		}
+		runtime.Gosched()
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -330,4 +332,62 @@ func TestBOSIsSharedByTextPrompts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallClock is the system clock plus a jump: a host that stalled, or a
+// timer that fired late, puts the wall clock ahead of the modelled one.
+type stallClock struct{ stall atomic.Int64 }
+
+func (c *stallClock) Now() time.Time { return time.Now().Add(time.Duration(c.stall.Load())) }
+
+// Wall lateness never moves the modelled timeline: while the engine is
+// busy, each iteration starts exactly where the last one ended, so a 700 ms
+// stall in the middle of two requests leaves every truth as it was.
+func TestHostStallLeavesTheTruthUnchanged(t *testing.T) {
+	truths := func(stall time.Duration) []*Truth {
+		var out []*Truth
+		synctest.Test(t, func(t *testing.T) {
+			clock := &stallClock{}
+			e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100"), Clock: clock})
+			defer e.Close()
+			a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 3000), MaxNewTokens: 60})
+			b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 2000), MaxNewTokens: 40})
+			evs := readUntil(t, a, 10)
+			clock.stall.Store(int64(stall)) // the host stalls while both decode
+			evs = append(evs, drain(t, a)...)
+			evb := drain(t, b)
+			out = []*Truth{evs[len(evs)-1].Truth, evb[len(evb)-1].Truth}
+		})
+		return out
+	}
+	want, got := truths(0), truths(700*time.Millisecond)
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("%s after a 700 ms host stall:\n got %+v\nwant %+v", want[i].RID, got[i], want[i])
+		}
+	}
+	if len(want[0].Rounds) < 10 {
+		t.Fatalf("a ran %d decode rounds: the stall did not fall while it decoded", len(want[0].Rounds))
+	}
+}
+
+// A request that reaches a busy engine while the host runs late has an
+// arrival ahead of the modelled clock: it is admitted at the first boundary
+// at or after its arrival, here when the idle engine starts at it, never
+// before it arrived.
+func TestLateArrivalIsNotAdmittedBeforeItArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := &stallClock{}
+		e := startEngine(t, Config{Profile: loadProfile(t, "default"), Clock: clock})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 500), MaxNewTokens: 20})
+		readUntil(t, a, 5)
+		clock.stall.Store(int64(2 * time.Second))
+		c := submit(t, e, Request{RID: "c", InputIDs: prompt(2, 500), MaxNewTokens: 1})
+		eva, evc := drain(t, a), drain(t, c)
+		ta, tc := eva[len(eva)-1].Truth, evc[len(evc)-1].Truth
+		if ta.Finished >= tc.Arrival || tc.Admitted != tc.Arrival {
+			t.Fatalf("c arrived at %v (a finished at %v): admitted at %v, want at its arrival", tc.Arrival, ta.Finished, tc.Admitted)
+		}
+	})
 }

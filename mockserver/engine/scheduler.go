@@ -118,7 +118,6 @@ type scheduler struct {
 	ratio        tokenRatio
 	batchFull    bool // no prefill until a request finishes or is retracted
 	onFinish     func(*Truth)
-	clock        func() time.Duration // the engine's simulated now, between boundaries
 	counters     Counters
 	chunkBuf     []chunk // reused: one iteration is in flight at a time
 	gainBuf      []gain
@@ -175,16 +174,6 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 
 func (s *scheduler) capacity() int { return s.prof.MaxTotalTokens }
 
-// current is the simulated time for something that happens between
-// iteration boundaries (a call served while an iteration runs): s.now is
-// the last boundary.
-func (s *scheduler) current() time.Duration {
-	if s.clock == nil {
-		return s.now
-	}
-	return max(s.now, s.clock())
-}
-
 func (s *scheduler) treeStats() radixcache.Stats {
 	if s.tree == nil {
 		return radixcache.Stats{}
@@ -233,16 +222,40 @@ func (s *scheduler) enqueue(r *req) {
 // flush, then a prefill batch if any prompt can be admitted, else a decode
 // round over the running batch. It returns nil when there is nothing to do.
 func (s *scheduler) plan() *iteration {
-	s.reapAborted()
-	s.serviceFlush()
-	if it := s.planPrefill(); it != nil {
-		return it
+	for {
+		s.reapAborted()
+		s.serviceFlush()
+		if it := s.planPrefill(); it != nil {
+			return it
+		}
+		if it := s.planDecode(); it != nil {
+			return it
+		}
+		// Nothing runs. A request that reached the queue before the
+		// modelled clock reached its arrival (the host ran late) starts
+		// the idle engine at its arrival.
+		if next, ok := s.nextArrival(); ok {
+			s.now = next
+			continue
+		}
+		if s.idle() {
+			s.ratio.reset() // SGLang's on_idle
+		}
+		return nil
 	}
-	it := s.planDecode()
-	if it == nil && s.idle() {
-		s.ratio.reset() // SGLang's on_idle
+}
+
+// nextArrival is the earliest arrival still ahead of the modelled clock
+// among the waiting requests.
+func (s *scheduler) nextArrival() (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, r := range s.waiting {
+		if a := r.truth.Arrival; a > s.now && (!found || a < next) {
+			next, found = a, true
+		}
 	}
-	return it
+	return next, found
 }
 
 // planPrefill forms a prefill batch as SGLang's PrefillAdder does: the
@@ -293,6 +306,9 @@ func (s *scheduler) planPrefill() *iteration {
 			break
 		}
 		r := s.waiting[0]
+		if r.truth.Arrival > s.now {
+			break // it has not arrived yet on the modelled clock
+		}
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
 		expected := r.expectedNew()
@@ -661,8 +677,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 
 func (r *req) admitted() bool { return r.node != nil }
 
-// requestAbort aborts r now if it only waits, else at the next boundary.
-func (s *scheduler) requestAbort(r *req, msg string) {
+// requestAbort aborts r now if it only waits, else at the next boundary;
+// at is when it was asked.
+func (s *scheduler) requestAbort(r *req, msg string, at time.Duration) {
 	if r.done || s.active[r.rid] != r {
 		return
 	}
@@ -673,7 +690,7 @@ func (s *scheduler) requestAbort(r *req, msg string) {
 	if s.inflight == nil || !r.inFlight(s.inflight) {
 		// Finished now, between boundaries: stamp it with the current time.
 		boundary := s.now
-		s.now = s.current()
+		s.now = max(s.now, at)
 		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
 		s.now = boundary
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
@@ -731,8 +748,8 @@ func (s *scheduler) abortAll(msg string) {
 // may not wait flushes if the server is idle and fails if not; otherwise an
 // idle server flushes at once and a busy one parks the flush until it is
 // idle or its deadline passes.
-func (s *scheduler) requestFlush(timeout time.Duration, reply chan error) {
-	now := s.current()
+func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
+	now := max(s.now, at)
 	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
 	if s.chunked != nil {
 		rec.Running++
