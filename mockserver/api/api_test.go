@@ -16,6 +16,7 @@ import (
 	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
+	"sglmock/sim"
 )
 
 func ids(from, n int) []int32 {
@@ -481,6 +482,10 @@ func TestAPIKey(t *testing.T) {
 	})
 }
 
+// A client that leaves has its request aborted as SGLang does it: a stream
+// 2 s later, a waiting client at its next 50-token output (before its 4 s
+// wait times out). Until then the request keeps decoding and the server is
+// busy.
 func TestDisconnectAbortsTheRequest(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
@@ -489,8 +494,9 @@ func TestDisconnectAbortsTheRequest(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/generate", strings.NewReader(fmt.Sprintf(
 					`{"input_ids": %s, "sampling_params": {"max_new_tokens": 5000}, "rid": "gone", "stream": %v}`, jsonOf(ids(4, 2000)), stream)))
+				const left = 200 * time.Millisecond // virtual: prefilled and decoding
 				go func() {
-					time.Sleep(200 * time.Millisecond) // virtual: prefilled and decoding
+					time.Sleep(left)
 					cancel()
 				}()
 				resp, err := ts.Client.Do(req)
@@ -498,11 +504,30 @@ func TestDisconnectAbortsTheRequest(t *testing.T) {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-				time.Sleep(100 * time.Millisecond) // virtual: the next iteration boundary
+				time.Sleep(time.Second)
+				if st := ts.Engine().Stats(); stream && (st.Running != 1 || st.Aborted != 0) {
+					t.Fatalf("a second after the stream's client left: running %d, aborted %d; want it still running", st.Running, st.Aborted)
+				}
+				if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); stream && code != 400 {
+					t.Fatalf("flush while the abandoned stream still runs: %d %s", code, body)
+				}
+				time.Sleep(2 * time.Second)
 				mocktest.CheckIdle(t, ts.Engine())
 				code, body, _ := ts.Do(t, "GET", "/sim/requests/gone", "")
-				if code != 200 || !strings.Contains(body, `"finish_reason":"abort"`) {
+				var truth sim.Truth
+				if code != 200 || json.Unmarshal([]byte(body), &truth) != nil || truth.FinishReason != "abort" {
 					t.Fatalf("truth of the abandoned request: %d %s", code, body)
+				}
+				last := truth.Rounds[len(truth.Rounds)-1]
+				end := last.Start + last.Duration
+				if stream {
+					// Aborted 2 s after the client left, with the round
+					// running then: it ends that round.
+					if due := left.Seconds() + 2; last.Start > due || end < due || truth.Finished != end {
+						t.Fatalf("stream aborted at %v after its last round [%v, %v]; want the round running at %v", truth.Finished, last.Start, end, due)
+					}
+				} else if truth.CompletionTokens%50 != 0 || truth.Finished != end || end < left.Seconds() || end-last.Duration*50 > left.Seconds() {
+					t.Fatalf("waiting client: aborted at %v with %d tokens; want at the first 50-token output after %v", truth.Finished, truth.CompletionTokens, left)
 				}
 				if st := ts.Engine().Stats(); st.Aborted != 1 {
 					t.Fatalf("aborted counter: got %d, want 1", st.Aborted)

@@ -41,8 +41,11 @@
 //     Content-Type: "Flush cache failed.\n" for a busy server,
 //     "Timed out waiting for idle state." and "Another flush_cache is
 //     already in progress." (no newline) for a waiting flush.
-//   - A client that disconnects aborts its requests: their KV, locks and
-//     queue slots are released at the engine's next iteration boundary.
+//   - A client that disconnects has its requests aborted as SGLang's
+//     tokenizer manager does it: a stream's 2 s later (simulated), a
+//     waiting client's when its 4 s wait on the request times out or its
+//     next 50-token output goes out; until then they run, hold their KV
+//     and batch slot, and keep the server busy.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // Only this package imports gin.

@@ -277,10 +277,18 @@ func (o *output) due() bool {
 	return o.events == 1 || o.last.Finish != nil || (o.events-1)%o.item.streamInterval == 0
 }
 
-// abortAll aborts every stream: the client is gone or one of them failed.
+// abortAll aborts every stream at once: one of them was refused.
 func abortAll(streams []*engine.Stream) {
 	for _, st := range streams {
 		st.Abort()
+	}
+}
+
+// disconnectAll tells the engine the client of every stream left; SGLang
+// aborts them only later (see engine.Stream.Disconnect).
+func disconnectAll(streams []*engine.Stream, streaming bool) {
+	for _, st := range streams {
+		st.Disconnect(streaming)
 	}
 }
 
@@ -463,14 +471,14 @@ func (s *Server) generate(c *gin.Context) {
 }
 
 // collect reads every stream to its end. If ctx ends first (the client
-// disconnected), it aborts them all and reports false.
+// disconnected), it tells the engine and reports false.
 func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
 		outs[i] = &output{item: items[i], rid: st.RID()}
 		evs, err := st.Collect(ctx)
 		if err != nil {
-			abortAll(streams)
+			disconnectAll(streams, false)
 			return nil, false
 		}
 		for _, ev := range evs {
@@ -582,7 +590,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
-			abortAll(streams)
+			disconnectAll(streams, true)
 			return
 		}
 		o := outs[t.i]
@@ -595,7 +603,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 			continue
 		}
 		if err := w.data(marshal(o.response(batch))); err != nil {
-			abortAll(streams)
+			disconnectAll(streams, true)
 			return
 		}
 	}

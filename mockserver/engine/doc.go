@@ -62,8 +62,13 @@
 //   - A request finishes on max_new_tokens, a stop token id or a stop
 //     string (SGLang's order). Its prompt and output, but the last token,
 //     go into the cache; its lock and private KV are released. An abort
-//     does the same at the next iteration boundary, or at once if the
-//     request is only queued.
+//     does the same when the step in flight ends, whose tokens come with
+//     it (a chunked prefill stops after the chunk in flight), or at once if
+//     the request is only queued.
+//   - A client that leaves (Stream.Disconnect) has its request aborted
+//     when SGLang's tokenizer manager would: a stream's 2 s later, a
+//     waiting client's when its 4 s wait on the request times out or its
+//     next 50-token output is sent. Until then it runs.
 //   - A flush succeeds only when nothing is queued, running or in flight
 //     and the last iteration that finished a request has settled (the
 //     profile's flush_busy_after_finish_s: SGLang's overlap scheduler still

@@ -255,6 +255,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
 	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
 	q.truth.Rounds = make([]RoundRecord, 0, min(max(q.maxNew-1, 0), 64))
@@ -400,12 +401,13 @@ func (e *Engine) loop() {
 			}
 			continue
 		}
-		if !e.waitUntil(it.end(), timer) {
-			s.complete(it)
+		ok := e.waitUntil(it.end(), timer)
+		s.abortDeparted(it.end()) // aborts due while it ran
+		s.complete(it)
+		if !ok {
 			e.shutdown()
 			return
 		}
-		s.complete(it)
 	}
 }
 

@@ -190,6 +190,15 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 // once the request has finished.
 func (s *Stream) Abort() { s.engine.abort(s.req, "Abort requested by the client.") }
 
+// Disconnect tells the engine the request's client left: SGLang aborts the
+// request only later (2 s later for a stream; for a client that waited for
+// one response, when its 4 s wait times out or its next 50-token output
+// goes out), and until then it runs. streaming says which kind of client
+// it was. It is a no-op once the request has finished.
+func (s *Stream) Disconnect(streaming bool) {
+	s.engine.do(func(sc *scheduler, at time.Duration) { sc.disconnect(s.req, at, streaming) })
+}
+
 // Collect waits for the last event and returns every event not yet read,
 // waking once rather than per event. It returns ctx's error if ctx ends
 // first.

@@ -39,7 +39,11 @@ type req struct {
 	outputs  []int32
 	text     []byte // decoded outputs, for stop strings
 	spec     SpecStats
-	abortMsg string // set when an abort is requested
+	abortMsg string        // set when an abort is requested
+	lastSent time.Duration // arrival, or its last output a waiting client was sent
+	left     bool          // its client disconnected: an abort is due
+	leftWait bool          // ... while waiting for one response (not a stream)
+	abortDue time.Duration
 	done     bool
 	truth    Truth
 }
@@ -115,6 +119,7 @@ type scheduler struct {
 	flush        *pendingFlush
 	flushes      []FlushRecord
 	settledAt    time.Duration // a flush finds the server idle from here on
+	departed     []*req        // requests whose client left, abort due
 	ratio        tokenRatio
 	batchFull    bool // no prefill until a request finishes or is retracted
 	onFinish     func(*Truth)
@@ -223,6 +228,7 @@ func (s *scheduler) enqueue(r *req) {
 // round over the running batch. It returns nil when there is nothing to do.
 func (s *scheduler) plan() *iteration {
 	for {
+		s.abortDeparted(s.now)
 		s.reapAborted()
 		s.serviceFlush()
 		if it := s.planPrefill(); it != nil {
@@ -493,11 +499,12 @@ func (s *scheduler) completePrefill(it *iteration) {
 		} else {
 			r.truth.FirstToken = s.now
 		}
-		if r.abortMsg != "" {
-			continue // reaped at the next boundary
-		}
 		if r.maxNew == 0 {
-			s.finish(r, Finish{Reason: FinishLength, Length: 0}, nil)
+			fin := Finish{Reason: FinishLength, Length: 0}
+			if r.abortMsg != "" {
+				fin = Finish{Reason: FinishAbort, Message: r.abortMsg}
+			}
+			s.finish(r, fin, nil)
 			continue
 		}
 		s.emit(r, 1)
@@ -529,7 +536,7 @@ func (s *scheduler) completeDecode(it *iteration) {
 	spec := s.prof.Speculative
 	for _, g := range it.decode {
 		r := g.r
-		if r.done || r.abortMsg != "" {
+		if r.done {
 			continue
 		}
 		r.truth.Rounds = append(r.truth.Rounds, RoundRecord{
@@ -558,10 +565,21 @@ func (s *scheduler) completeDecode(it *iteration) {
 func (s *scheduler) emit(r *req, n int) {
 	start := len(r.outputs)
 	var fin *Finish
+	if r.abortMsg != "" {
+		// Aborted while its step ran: the step's tokens come with the
+		// abort, which SGLang checks before any other finishing condition.
+		for range n {
+			r.outputs = append(r.outputs, tokenizer.OutputToken(r.hash, len(r.outputs)))
+		}
+		fin = &Finish{Reason: FinishAbort, Message: r.abortMsg}
+	}
 	for i := 0; i < n && fin == nil; i++ {
 		tok := tokenizer.OutputToken(r.hash, len(r.outputs))
 		r.outputs = append(r.outputs, tok)
 		fin = s.checkFinished(r)
+	}
+	if fin == nil && len(r.outputs)%forceStreamInterval == 0 {
+		s.sentIntermediate(r)
 	}
 	s.setPrivate(r, r.seqKV()-r.lockedLen())
 	added := len(r.outputs) - start
@@ -796,17 +814,20 @@ func (s *scheduler) serviceFlush() {
 }
 
 // wake is when an engine with nothing to run must look again: a parked
-// flush succeeds when the server settles, or times out at its deadline.
+// flush succeeds when the server settles, or times out at its deadline; an
+// abort for a departed client comes due.
 func (s *scheduler) wake() (time.Duration, bool) {
-	f := s.flush
-	if f == nil {
-		return 0, false
+	at, due := s.nextAbortDue()
+	if f := s.flush; f != nil {
+		flushAt := f.deadline
+		if s.idle() && s.settledAt < flushAt {
+			flushAt = s.settledAt
+		}
+		if !due || flushAt < at {
+			at, due = flushAt, true
+		}
 	}
-	at := f.deadline
-	if s.idle() && s.settledAt < at {
-		at = s.settledAt
-	}
-	return at, true
+	return at, due
 }
 
 func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {
