@@ -652,26 +652,39 @@ func TestInfoEndpoints(t *testing.T) {
 	})
 }
 
+// /abort_request answers as SGLang does: a running request ends with
+// FINISH_ABORT()'s shape, a queued one with the tokenizer manager's
+// waiting-queue answer, and abort_all takes the rest.
 func TestAbortRequestEndpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := mocktest.Start(t, api.Config{})
-		done := make(chan string)
-		for _, rid := range []string{"x1", "x2"} {
+		p := mocktest.Profile(t, "default")
+		p.MaxRunningRequests = 1
+		ts := mocktest.Start(t, api.Config{Profile: p})
+		done := map[string]chan string{}
+		for _, rid := range []string{"x1", "x2", "y"} {
+			done[rid] = make(chan string, 1)
 			go func() {
 				_, body, _, _ := ts.Send("POST", "/generate", fmt.Sprintf(`{"text": "go on", "rid": %q, "sampling_params": {"max_new_tokens": 10000}}`, rid))
-				done <- body
+				done[rid] <- body
 			}()
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-		if code, _, _ := ts.Do(t, "POST", "/abort_request", `{"rid": "x1"}`); code != 200 {
+		time.Sleep(100 * time.Millisecond) // virtual: x1 runs, x2 (arrived at 1 ms) and y wait
+		// x2 is queued: the tokenizer manager's own answer.
+		const queued = `{"text":"","output_ids":[],"meta_info":{"id":"x2","finish_reason":{"type":"abort","message":"Abort in waiting queue"},` +
+			`"weight_version":"default","e2e_latency":0.102,"completion_tokens":0}}`
+		if code, _, _ := ts.Do(t, "POST", "/abort_request", `{"rid": "x2"}`); code != 200 {
 			t.Fatalf("abort_request: %d", code)
 		}
-		first := <-done
-		if !strings.Contains(first, `"finish_reason":{"type":"abort"`) {
-			t.Fatalf("aborted request body: %s", first)
+		if got := <-done["x2"]; got != queued {
+			t.Fatalf("aborted queued request:\n got %s\nwant %s", got, queued)
+		}
+		ts.Do(t, "POST", "/abort_request", `{"rid": "x1"}`)
+		if first := <-done["x1"]; !strings.Contains(first, `"finish_reason":{"type":"abort","message":"Aborted","status_code":null,"err_type":null}`) {
+			t.Fatalf("aborted running request body: %s", first)
 		}
 		ts.Do(t, "POST", "/abort_request", `{"abort_all": true}`)
-		<-done
+		<-done["y"]
 		synctest.Wait()
 		mocktest.CheckIdle(t, ts.Engine())
 	})

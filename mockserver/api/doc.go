@@ -37,6 +37,12 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
+//   - /abort_request aborts every active request whose rid starts with
+//     the given one (which must itself be active), as SGLang: a request in
+//     a batch ends with {"type":"abort","message":"Aborted",
+//     "status_code":null,"err_type":null}, a queued one with {"type":
+//     "abort","message":"Abort in waiting queue"} and a meta_info of id,
+//     finish_reason, weight_version, e2e_latency and completion_tokens.
 //   - /flush_cache answers SGLang's plain-text bodies without a
 //     Content-Type: "Flush cache failed.\n" for a busy server,
 //     "Timed out waiting for idle state." and "Another flush_cache is

@@ -326,10 +326,14 @@ type (
 		Matched any    `json:"matched"`
 	}
 	finishAbort struct {
-		Type       string `json:"type"`
-		Message    string `json:"message"`
-		StatusCode int    `json:"status_code"`
-		ErrType    string `json:"err_type"`
+		Type       string  `json:"type"`
+		Message    string  `json:"message"`
+		StatusCode *int    `json:"status_code"`
+		ErrType    *string `json:"err_type"`
+	}
+	finishAbortInQueue struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
 	}
 )
 
@@ -338,17 +342,17 @@ func finishReason(f *engine.Finish) any {
 	if f == nil {
 		return nil
 	}
-	switch f.Reason {
-	case engine.FinishLength:
+	switch {
+	case f.Reason == engine.FinishLength:
 		return finishLength{"length", f.Length}
-	case engine.FinishStop:
-		if f.MatchedToken != nil {
-			return finishStop{"stop", *f.MatchedToken}
-		}
+	case f.Reason == engine.FinishStop && f.MatchedToken != nil:
+		return finishStop{"stop", *f.MatchedToken}
+	case f.Reason == engine.FinishStop:
 		return finishStop{"stop", *f.MatchedString}
-	default:
-		return finishAbort{"abort", f.Message, 400, "BadRequestError"}
+	case f.InWaitingQueue:
+		return finishAbortInQueue{"abort", f.Message}
 	}
+	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }
 
 // metaInfo is meta_info, in SGLang's field order.
@@ -405,16 +409,30 @@ func (o *output) meta() metaInfo {
 	return m
 }
 
+// waitingQueueMeta is the meta_info SGLang's tokenizer manager sends for a
+// request aborted in the waiting queue (_handle_abort_req), in its order.
+type waitingQueueMeta struct {
+	ID               string  `json:"id"`
+	FinishReason     any     `json:"finish_reason"`
+	WeightVersion    string  `json:"weight_version"`
+	E2ELatency       float64 `json:"e2e_latency"`
+	CompletionTokens int     `json:"completion_tokens"`
+}
+
 // generateResponse is one /generate result object.
 type generateResponse struct {
-	Text      string   `json:"text"`
-	OutputIDs []int32  `json:"output_ids"`
-	MetaInfo  metaInfo `json:"meta_info"`
-	Index     *int     `json:"index,omitempty"`
+	Text      string  `json:"text"`
+	OutputIDs []int32 `json:"output_ids"`
+	MetaInfo  any     `json:"meta_info"` // metaInfo, or waitingQueueMeta
+	Index     *int    `json:"index,omitempty"`
 }
 
 func (o *output) response(withIndex bool) generateResponse {
 	r := generateResponse{Text: o.text(), OutputIDs: o.ids, MetaInfo: o.meta()}
+	if f, t := o.last.Finish, o.last.Truth; f != nil && f.InWaitingQueue && t != nil {
+		r.MetaInfo = waitingQueueMeta{ID: o.rid, FinishReason: finishReason(f), WeightVersion: weightVersion,
+			E2ELatency: t.E2E().Seconds(), CompletionTokens: o.last.CompletionTokens}
+	}
 	if r.OutputIDs == nil {
 		r.OutputIDs = []int32{}
 	}

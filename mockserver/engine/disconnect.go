@@ -18,9 +18,6 @@ const (
 	forceStreamInterval = 50
 )
 
-// disconnectMessage is the abort message of a request whose client left.
-const disconnectMessage = "Abort requested by the client."
-
 // disconnect records that r's client left at time at and schedules the
 // abort when SGLang's tokenizer manager would send it: 2 s later for a
 // stream; for a client that waited for one response, when the current 4 s
@@ -61,7 +58,7 @@ func (s *scheduler) abortDeparted(upTo time.Duration) {
 		switch {
 		case r.done:
 		case r.abortDue <= upTo:
-			s.requestAbort(r, disconnectMessage, r.abortDue)
+			s.requestAbort(r, r.abortDue)
 		default:
 			kept = append(kept, r)
 		}

@@ -100,3 +100,48 @@ func TestDisconnectDuringChunkedPrefill(t *testing.T) {
 		checkDrained(t, e)
 	})
 }
+
+// /abort_request as SGLang's: the rid must be active, and every active
+// request whose rid starts with it is aborted; a request in a batch ends
+// with "Aborted" after its step in flight, a queued one with "Abort in
+// waiting queue" at once.
+func TestAbortMatchesRIDPrefixes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.MaxRunningRequests = 1
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		streams := map[string]*Stream{}
+		for i, rid := range []string{"job", "job-2", "jobless", "other"} {
+			streams[rid] = submit(t, e, Request{RID: rid, InputIDs: prompt(int32(i), 100), MaxNewTokens: 1000})
+		}
+		time.Sleep(100 * time.Millisecond)
+		if e.Abort("jo") {
+			t.Fatal(`Abort("jo"): no request has that rid, want false`)
+		}
+		if !e.Abort("job") {
+			t.Fatal(`Abort("job"): want true`)
+		}
+		last := func(rid string) Event {
+			evs := drain(t, streams[rid])
+			return evs[len(evs)-1]
+		}
+		if ev := last("job"); ev.Finish.Reason != FinishAbort || ev.Finish.Message != AbortedMessage || ev.Finish.InWaitingQueue || len(ev.Tokens) != 1 {
+			t.Fatalf("running job: %+v with %d tokens, want Aborted after its step, with that step's token", ev.Finish, len(ev.Tokens))
+		}
+		for _, rid := range []string{"job-2", "jobless"} {
+			ev := last(rid)
+			if ev.Finish.Message != WaitingQueueMessage || !ev.Finish.InWaitingQueue || ev.Truth.Finished != 100*time.Millisecond {
+				t.Fatalf("queued %s: %+v at %v, want aborted in the waiting queue at 100ms", rid, ev.Finish, ev.Truth.Finished)
+			}
+		}
+		if st := e.Stats(); st.Aborted != 3 {
+			t.Fatalf("after aborting job*: %d aborted, want 3", st.Aborted)
+		}
+		e.AbortAll()
+		if ev := last("other"); ev.Finish.Message != AbortedMessage {
+			t.Fatalf("abort_all: other ended %+v", ev.Finish)
+		}
+		checkDrained(t, e)
+	})
+}

@@ -63,8 +63,10 @@
 //     string (SGLang's order). Its prompt and output, but the last token,
 //     go into the cache; its lock and private KV are released. An abort
 //     does the same when the step in flight ends, whose tokens come with
-//     it (a chunked prefill stops after the chunk in flight), or at once if
-//     the request is only queued.
+//     it (a chunked prefill stops after the chunk in flight), with
+//     SGLang's "Aborted"; a request only queued ends at once, "Abort in
+//     waiting queue". Abort(rid) takes every request whose rid starts
+//     with an active rid, as SGLang's scheduler matches them.
 //   - A client that leaves (Stream.Disconnect) has its request aborted
 //     when SGLang's tokenizer manager would: a stream's 2 s later, a
 //     waiting client's when its 4 s wait on the request times out or its

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,18 +308,29 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	return nil
 }
 
-func (e *Engine) abort(r *req, msg string) {
-	e.do(func(s *scheduler, at time.Duration) { s.requestAbort(r, msg, at) })
+func (e *Engine) abort(r *req) {
+	e.do(func(s *scheduler, at time.Duration) { s.requestAbort(r, at) })
 }
 
-// Abort aborts the active request with this rid, as /abort_request does,
-// and reports whether there was one.
+// Abort aborts requests as /abort_request does, and reports whether rid was
+// active. As in SGLang, rid must be an active request's id (the tokenizer
+// manager checks), and the scheduler then aborts every active request
+// whose id starts with rid, in arrival order.
 func (e *Engine) Abort(rid string) bool {
 	var found bool
 	e.do(func(s *scheduler, at time.Duration) {
-		r, ok := s.active[rid]
-		if found = ok; ok {
-			s.requestAbort(r, "Abort requested by /abort_request.", at)
+		if _, found = s.active[rid]; !found {
+			return
+		}
+		var matched []*req
+		for id, r := range s.active {
+			if strings.HasPrefix(id, rid) {
+				matched = append(matched, r)
+			}
+		}
+		slices.SortFunc(matched, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
+		for _, r := range matched {
+			s.requestAbort(r, at)
 		}
 	})
 	return found
@@ -326,7 +338,7 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler, _ time.Duration) { s.abortAll("Abort requested by /abort_request (abort_all).") })
+	e.do(func(s *scheduler, _ time.Duration) { s.abortAll() })
 }
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
@@ -468,7 +480,7 @@ func (e *Engine) servePending() bool {
 }
 
 func (e *Engine) shutdown() {
-	e.s.abortAll("The server is shutting down.")
+	e.s.abortAll()
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
 		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))

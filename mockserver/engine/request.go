@@ -53,9 +53,21 @@ type Finish struct {
 	// MatchedToken or MatchedString is what stopped a FinishStop request.
 	MatchedToken  *int32
 	MatchedString *string
-	// Message explains a FinishAbort.
+	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
+	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
+	// InWaitingQueue marks an abort of a request still in the waiting
+	// queue: SGLang's tokenizer manager, not a batch output, answers it,
+	// with a finish_reason of type and message only and a meta_info
+	// without prompt or cached tokens.
+	InWaitingQueue bool
 }
+
+// SGLang's abort messages.
+const (
+	AbortedMessage      = "Aborted"                // FINISH_ABORT() of a request in a batch
+	WaitingQueueMessage = "Abort in waiting queue" // a request aborted before it ran
+)
 
 // SpecStats counts a request's speculative decoding rounds.
 type SpecStats struct {
@@ -188,7 +200,7 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 // Abort asks the engine to abort the request: it leaves the queue, or its KV
 // and cache locks are released at the next iteration boundary. It is a no-op
 // once the request has finished.
-func (s *Stream) Abort() { s.engine.abort(s.req, "Abort requested by the client.") }
+func (s *Stream) Abort() { s.engine.abort(s.req) }
 
 // Disconnect tells the engine the request's client left: SGLang aborts the
 // request only later (2 s later for a stream; for a client that waited for

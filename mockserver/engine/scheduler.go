@@ -695,24 +695,34 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 
 func (r *req) admitted() bool { return r.node != nil }
 
-// requestAbort aborts r now if it only waits, else at the next boundary;
-// at is when it was asked.
-func (s *scheduler) requestAbort(r *req, msg string, at time.Duration) {
+// requestAbort aborts r now if it only waits, else when the step in flight
+// ends; at is when it was asked.
+func (s *scheduler) requestAbort(r *req, at time.Duration) {
 	if r.done || s.active[r.rid] != r {
 		return
 	}
 	if r.abortMsg == "" {
-		r.abortMsg = msg
+		r.abortMsg = AbortedMessage
 		s.aborts++
 	}
 	if s.inflight == nil || !r.inFlight(s.inflight) {
-		// Finished now, between boundaries: stamp it with the current time.
+		// Finished now, between boundaries: stamp it with its own time.
 		boundary := s.now
 		s.now = max(s.now, at)
-		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+		s.finishAborted(r)
 		s.now = boundary
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 	}
+}
+
+// finishAborted finishes r with its abort: a request still in the waiting
+// queue gets SGLang's waiting-queue answer.
+func (s *scheduler) finishAborted(r *req) {
+	if slices.Contains(s.waiting, r) {
+		s.finish(r, Finish{Reason: FinishAbort, Message: WaitingQueueMessage, InWaitingQueue: true}, nil)
+		return
+	}
+	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
 }
 
 func (r *req) inFlight(it *iteration) bool {
@@ -744,15 +754,15 @@ func (s *scheduler) reapAborted() {
 	}
 	slices.SortFunc(aborted, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range aborted {
-		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+		s.finishAborted(r)
 	}
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 }
 
-func (s *scheduler) abortAll(msg string) {
+func (s *scheduler) abortAll() {
 	for _, r := range s.active {
 		if r.abortMsg == "" {
-			r.abortMsg = msg
+			r.abortMsg = AbortedMessage
 			s.aborts++
 		}
 	}
