@@ -739,6 +739,9 @@ func TestMetrics(t *testing.T) {
 			"sglang:num_aborted_requests_total" + label + " 0",
 			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`,
 			"sglang:num_running_reqs" + label + " 0",
+			// The cached prompts are evictable: nothing is in use.
+			"sglang:num_used_tokens" + label + " 0\n",
+			"sglang:token_usage" + label + " 0\n",
 			"sglang:max_total_num_tokens" + label + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",
 			"sglang:e2e_request_latency_seconds_count" + label + " 3",

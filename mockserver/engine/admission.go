@@ -78,7 +78,7 @@ func (b *prefillBudget) ceilPage(n int) int { return (n + b.page - 1) / b.page *
 // availableAndEvictable is the KV a batch may claim: free slots and the
 // cache no request holds.
 func (s *scheduler) availableAndEvictable() int {
-	return s.capacity() - s.used() + s.treeStats().Evictable
+	return s.free() + s.treeStats().Evictable
 }
 
 func (b *prefillBudget) remainingTotal(s *scheduler) float64 {
@@ -132,7 +132,7 @@ func (s *scheduler) decodeFits(reqs []*req) bool {
 		need += s.decodeNeed(r)
 	}
 	s.ensureFree(need)
-	return s.capacity()-s.used() >= need
+	return s.free() >= need
 }
 
 // retractDecode is SGLang's retract_decode, run when the next decode step
@@ -152,7 +152,7 @@ func (s *scheduler) retractDecode() {
 		}
 		return cmp.Compare(len(a.tokens), len(b.tokens))
 	})
-	before := s.capacity() - s.used()
+	before := s.free()
 	oldRatio := s.ratio.current
 	var retracted []*req
 	for first := true; first || !s.decodeFits(keep); first = false {
@@ -177,7 +177,7 @@ func (s *scheduler) retractDecode() {
 		s.waiting = append(s.waiting, r)
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
-		len(retracted), s.capacity()-s.used()-before, oldRatio, s.ratio.current))
+		len(retracted), s.free()-before, oldRatio, s.ratio.current))
 }
 
 // release frees a retracted request's KV without caching its output

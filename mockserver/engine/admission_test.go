@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
@@ -180,6 +181,42 @@ func TestRetraction(t *testing.T) {
 		if !strings.Contains(buf.String(), warn) {
 			t.Fatalf("log lacks %q", warn)
 		}
+		checkDrained(t, e)
+	})
+}
+
+// Used tokens are SGLang's num_used_tokens: the pool less its free slots
+// and the evictable cache. An idle server holding a cached prompt uses
+// nothing; a running request uses its locked prefix and its own KV.
+func TestUsedTokensLeaveOutTheEvictableCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.ChunkedPrefillSize = 4096
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		run(t, e, Request{RID: "big", InputIDs: prompt(1, 10000), MaxNewTokens: 1})
+		st := e.Stats()
+		if st.KVUsed != 0 || st.CacheTokens != 10000 || st.CacheEvictable != 10000 || st.KVFree != st.KVCapacity-10000 {
+			t.Fatalf("idle with a cached prompt: used %d, cache %d (evictable %d), free %d of %d; want 0 used", st.KVUsed, st.CacheTokens, st.CacheEvictable, st.KVFree, st.KVCapacity)
+		}
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(2, 3000), MaxNewTokens: 1000})
+		evs := readUntil(t, a, 11)
+		time.Sleep(time.Microsecond) // the 11th token's round is over; the 12th is in flight
+		st = e.Stats()
+		// a holds its 3000 prompt tokens (locked in the cache) and 10 of its
+		// 11 outputs; the next round has allocated one more.
+		if want := 3000 + 10 + 1; st.KVUsed != want || st.CacheEvictable != 10000 || st.KVFree != st.KVCapacity-want-10000 {
+			t.Fatalf("a running after %d tokens: used %d, evictable %d, free %d; want used %d", evs[len(evs)-1].CompletionTokens, st.KVUsed, st.CacheEvictable, st.KVFree, want)
+		}
+		// A long prompt prefilled in chunks is counted as chunked and running.
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(3, 9000), MaxNewTokens: 1})
+		time.Sleep(50 * time.Millisecond)
+		if st := e.Stats(); st.Chunked != 1 || st.Running != 2 || st.WaitingTokens != 0 {
+			t.Fatalf("b in chunked prefill: chunked %d, running %d, waiting tokens %d; want 1, 2 (a and b), 0", st.Chunked, st.Running, st.WaitingTokens)
+		}
+		drain(t, b)
+		a.Abort()
+		drain(t, a)
 		checkDrained(t, e)
 	})
 }

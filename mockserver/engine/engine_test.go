@@ -81,9 +81,9 @@ func run(t *testing.T, e *Engine, r Request) (Event, time.Duration) {
 func checkDrained(t *testing.T, e *Engine) {
 	t.Helper()
 	st := e.Stats()
-	if !st.Idle || st.Running != 0 || st.Queued != 0 || st.CacheProtected != 0 || st.KVUsed != st.CacheTokens {
-		t.Fatalf("engine not drained: idle %v, running %d, queued %d, protected %d, KV used %d vs cache %d",
-			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.CacheTokens)
+	if !st.Idle || st.Running != 0 || st.Queued != 0 || st.CacheProtected != 0 || st.KVUsed != 0 || st.KVFree+st.CacheTokens != st.KVCapacity {
+		t.Fatalf("engine not drained: idle %v, running %d, queued %d, protected %d, KV used %d, free %d, cache %d of %d",
+			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.KVFree, st.CacheTokens, st.KVCapacity)
 	}
 }
 

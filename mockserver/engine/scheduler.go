@@ -186,15 +186,23 @@ func (s *scheduler) treeStats() radixcache.Stats {
 	return s.tree.Stats()
 }
 
-// used is the KV in use: the cache's tokens, the requests' private tokens
-// and what the iteration in flight has allocated.
-func (s *scheduler) used() int {
+// allocated is the KV slots taken: the cache's tokens, the requests'
+// private tokens and what the iteration in flight has allocated.
+func (s *scheduler) allocated() int {
 	u := s.treeStats().Tokens + s.privateKV
 	if s.inflight != nil {
 		u += s.inflight.kv
 	}
 	return u
 }
+
+// free is the KV slots nothing holds.
+func (s *scheduler) free() int { return s.capacity() - s.allocated() }
+
+// used is the KV in use as SGLang reports it (num_used_tokens, token
+// usage): the pool less its free slots and the evictable cache, which no
+// request holds.
+func (s *scheduler) used() int { return s.allocated() - s.treeStats().Evictable }
 
 func (s *scheduler) idle() bool {
 	return len(s.waiting) == 0 && s.chunked == nil && len(s.running) == 0 && s.inflight == nil
@@ -205,7 +213,7 @@ func (s *scheduler) idle() bool {
 // evict_from_tree_cache does for a standard allocator (sgl-project/sglang
 // PR #32016), for prefill and decode alike.
 func (s *scheduler) ensureFree(n int) {
-	if short := n - (s.capacity() - s.used()); short > 0 && s.tree != nil {
+	if short := n - s.free(); short > 0 && s.tree != nil {
 		s.tree.Evict(short)
 	}
 }
@@ -928,8 +936,15 @@ type Stats struct {
 	Now     time.Duration // simulated time since start
 	Running int           // decoding or prefilling
 	Queued  int
-	// KV pool, in tokens.
-	KVUsed, KVCapacity int
+	// Chunked is 1 while a request is prefilled in chunks (it is counted
+	// in Running; SGLang's num_running_reqs leaves it out).
+	Chunked int
+	// WaitingTokens is the prompt tokens of the queued requests.
+	WaitingTokens int
+	// KV pool, in tokens. KVUsed is SGLang's num_used_tokens: the pool less
+	// the free slots (KVFree) and the evictable cache (CacheEvictable),
+	// so a cache that no request holds is not used.
+	KVUsed, KVFree, KVCapacity int
 	// Radix cache, in tokens.
 	CacheTokens, CacheEvictable, CacheProtected int
 	// LastGenThroughput is tokens/s over the last decode log interval.
@@ -947,16 +962,23 @@ type Stats struct {
 
 func (s *scheduler) stats() Stats {
 	ts := s.treeStats()
-	running := len(s.running)
+	chunked := 0
 	if s.chunked != nil {
-		running++
+		chunked = 1
+	}
+	waitingTokens := 0
+	for _, r := range s.waiting {
+		waitingTokens += len(r.tokens)
 	}
 	return Stats{
 		Counters:            s.counters,
 		Now:                 s.now,
-		Running:             running,
+		Running:             len(s.running) + chunked,
+		Chunked:             chunked,
 		Queued:              len(s.waiting),
+		WaitingTokens:       waitingTokens,
 		KVUsed:              s.used(),
+		KVFree:              s.free(),
 		KVCapacity:          s.capacity(),
 		CacheTokens:         ts.Tokens,
 		CacheEvictable:      ts.Evictable,
