@@ -187,9 +187,10 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		if len(events)-1 != *m.SpecVerifyCt+1 {
 			t.Fatalf("got %d events, want one per verify round plus the prefill one (%d)", len(events)-1, *m.SpecVerifyCt+1)
 		}
-		_, after, _ := ts.Do(t, "GET", "/server_info", "")
-		if !strings.Contains(after, `"avg_spec_accept_length":`) {
-			t.Fatalf("server_info lacks avg_spec_accept_length after speculative rounds")
+		// SGLang folds the speculative totals in at a decode log, every 40
+		// decode batches: after these few rounds there is no average yet.
+		if _, after, _ := ts.Do(t, "GET", "/server_info", ""); strings.Contains(after, "avg_spec_accept_length") {
+			t.Fatalf("server_info shows avg_spec_accept_length after %d decode rounds, fewer than 40", *m.SpecVerifyCt)
 		}
 		// stream_interval 4: the first token, then every 4th step, and the finish.
 		_, body, _ = ts.Do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)

@@ -94,6 +94,17 @@
 // testing/synctest (speedup 1) a request's TTFT is exactly its modelled
 // prefill. In real time, SpinWindow makes wake-ups precise.
 //
+// # Reporting
+//
+// What the engine logs and reports follows SGLang's metrics reporter: a
+// "Prefill batch, ..." line per prefill batch (which sets the cache hit
+// rate) and a "Decode batch, ..." line every decode-log interval, which
+// takes the decode throughput since the last one, folds the interval's
+// speculative acceptance into the totals /server_info averages, and zeroes
+// the hit rate. Recording a figure and logging it are separate steps. A
+// flush resets the decode-batch count and the speculative totals, not the
+// throughput or the hit rate.
+//
 // # Ground truth
 //
 // Every request records its timeline — arrival, admission, each prefill

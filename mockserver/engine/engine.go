@@ -47,12 +47,12 @@ type Config struct {
 	// reads it to stamp arrivals and calls, and to know when a modelled
 	// deadline has come; the modelled timeline never depends on it.
 	Clock Clock
-	// Logger receives SGLang-style "Prefill batch." and "Decode batch."
+	// Logger receives SGLang's "Prefill batch, ..." and "Decode batch, ..."
 	// lines at info level; nil discards them.
 	Logger *slog.Logger
-	// DecodeLogInterval is the number of decode rounds between decode log
-	// lines and throughput updates (SGLang's --decode-log-interval); 0
-	// means 40.
+	// DecodeLogInterval is the number of decode batches between decode log
+	// lines, throughput updates and speculative fold-ins (SGLang's
+	// --decode-log-interval); 0 means 40.
 	DecodeLogInterval int
 	// TruthCapacity bounds how many finished requests' ground truths are
 	// kept for Truth; 0 means 10000.

@@ -90,16 +90,27 @@ func TestCountersAndThroughput(t *testing.T) {
 		if st.Counters != want {
 			t.Fatalf("counters: got %+v, want %+v", st.Counters, want)
 		}
-		// Every 10th decode round closes a throughput window. a's 10 rounds
-		// closed the first at a's finish, which is b's arrival; b's prefill
-		// token and its 10 rounds' tokens fill the second.
+		// Every 10th decode batch is a decode log: the throughput is the
+		// decode tokens (prefill's first token left out) since the last
+		// one. a's 10 rounds logged at a's finish; b's 10 rounds, 10 tokens,
+		// log at b's finish.
+		ta, _ := e.Truth("a")
 		b := last.Truth
-		elapsed := (b.Finished - b.Arrival).Seconds()
-		if got, want := st.LastGenThroughput, 11/elapsed; math.Abs(got-want) > 1e-6*want {
-			t.Fatalf("last gen throughput: got %.3f, want %.3f tokens/s (11 tokens over %v)", got, want, b.Finished-b.Arrival)
+		elapsed := (b.Finished - ta.Finished).Seconds()
+		if got, want := st.LastGenThroughput, 10/elapsed; math.Abs(got-want) > 1e-9*want {
+			t.Fatalf("last gen throughput: got %.3f, want %.3f tokens/s (10 tokens over %v)", got, want, b.Finished-ta.Finished)
 		}
-		if st.LastCacheHitRate != 999.0/1000 {
-			t.Fatalf("last prefill hit rate: got %v, want 0.999", st.LastCacheHitRate)
+		// The decode log zeroes the cache hit rate, as SGLang's gauge.
+		if st.LastCacheHitRate != 0 {
+			t.Fatalf("hit rate after a decode log: got %v, want 0", st.LastCacheHitRate)
+		}
+		// A prefill batch sets it; a flush keeps it and the throughput.
+		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
+		if err := e.Flush(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
+			t.Fatalf("after a prefill and a flush: hit rate %v, throughput %v; want 0.999 and %v kept", after.LastCacheHitRate, after.LastGenThroughput, st.LastGenThroughput)
 		}
 	})
 }
@@ -154,8 +165,8 @@ func TestSGLangLogLines(t *testing.T) {
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
 		e.Flush(context.Background(), 0)
 		for _, re := range []string{
-			`Prefill batch\. #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0`,
-			`Decode batch\. #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0`,
+			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
+			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
 			`Cache flushed successfully!`,
 		} {
 			if !regexp.MustCompile(re).Match(buf.Bytes()) {
@@ -389,5 +400,39 @@ func TestLateArrivalIsNotAdmittedBeforeItArrives(t *testing.T) {
 		if ta.Finished >= tc.Arrival || tc.Admitted != tc.Arrival {
 			t.Fatalf("c arrived at %v (a finished at %v): admitted at %v, want at its arrival", tc.Arrival, ta.Finished, tc.Admitted)
 		}
+	})
+}
+
+// SGLang folds the speculative totals in only at a decode log, every 40
+// decode batches: /server_info has no average before the 40th.
+func TestSpecAverageFoldsInAtDecodeLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer e.Close()
+		s := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 1000})
+		var evs []Event
+		read := func(n int) {
+			for len(evs) < n {
+				ev, err := s.Next(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs = append(evs, ev)
+			}
+		}
+		read(40) // the prefill event and 39 decode rounds
+		if st := e.Stats(); st.SpecRounds != 0 || st.AvgSpecAcceptLength != 0 {
+			t.Fatalf("after 39 decode batches: %d rounds folded, average %v; want none", st.SpecRounds, st.AvgSpecAcceptLength)
+		}
+		read(41)
+		tokens := 0
+		for _, ev := range evs[1:] {
+			tokens += len(ev.Tokens)
+		}
+		if st := e.Stats(); st.SpecRounds != 40 || st.AvgSpecAcceptLength != float64(tokens)/40 || st.SpecAcceptLength != float64(tokens)/40 {
+			t.Fatalf("after 40 decode batches: %d rounds, average %v, interval %v; want 40 and %v", st.SpecRounds, st.AvgSpecAcceptLength, st.SpecAcceptLength, float64(tokens)/40)
+		}
+		s.Abort()
+		drain(t, s)
 	})
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -80,6 +79,7 @@ type iteration struct {
 	prefill    []chunk
 	decode     []gain
 	kv         int // KV slots allocated for the step
+	pending    int // prompt tokens still to prefill after this batch
 }
 
 func (it *iteration) end() time.Duration { return it.start + it.dur }
@@ -103,34 +103,31 @@ type pendingFlush struct {
 // scheduler is SGLang's scheduler on a modelled clock. It is not safe for
 // concurrent use: the engine loop owns it.
 type scheduler struct {
-	prof         *profile.Profile
-	tree         *radixcache.Tree // nil when the radix cache is disabled
-	log          *slog.Logger
-	logInterval  int
-	now          time.Duration
-	rng          *rand.Rand // cost jitter
-	waiting      []*req
-	chunked      *req // the request whose prefill is split over iterations
-	running      []*req
-	active       map[string]*req
-	privateKV    int
-	inflight     *iteration
-	aborts       int // active requests with an abort pending
-	flush        *pendingFlush
-	flushes      []FlushRecord
-	settledAt    time.Duration // a flush finds the server idle from here on
-	departed     []*req        // requests whose client left, abort due
-	ratio        tokenRatio
-	batchFull    bool // no prefill until a request finishes or is retracted
-	onFinish     func(*Truth)
-	counters     Counters
-	chunkBuf     []chunk // reused: one iteration is in flight at a time
-	gainBuf      []gain
-	seqBuf       []int32 // builds prompt+output for the finish insert
-	window       window
-	lastHitRate  float64
-	lastThruput  float64
-	decodeRounds int
+	prof        *profile.Profile
+	tree        *radixcache.Tree // nil when the radix cache is disabled
+	log         *slog.Logger
+	logInterval int
+	now         time.Duration
+	rng         *rand.Rand // cost jitter
+	waiting     []*req
+	chunked     *req // the request whose prefill is split over iterations
+	running     []*req
+	active      map[string]*req
+	privateKV   int
+	inflight    *iteration
+	aborts      int // active requests with an abort pending
+	flush       *pendingFlush
+	flushes     []FlushRecord
+	settledAt   time.Duration // a flush finds the server idle from here on
+	departed    []*req        // requests whose client left, abort due
+	ratio       tokenRatio
+	batchFull   bool // no prefill until a request finishes or is retracted
+	onFinish    func(*Truth)
+	counters    Counters
+	chunkBuf    []chunk // reused: one iteration is in flight at a time
+	gainBuf     []gain
+	seqBuf      []int32 // builds prompt+output for the finish insert
+	report      reporter
 }
 
 // Counters are cumulative since the engine started; a flush does not reset
@@ -141,15 +138,6 @@ type Counters struct {
 	PromptTokens     int64
 	CachedTokens     int64
 	GenerationTokens int64
-}
-
-// window holds what a flush resets: the speculative averages and the
-// generation-throughput window.
-type window struct {
-	specTokens, specRounds     int64
-	specAccepted, specProposed int64
-	genTokens                  int64
-	genSince                   time.Duration
 }
 
 const maxFlushRecords = 1000
@@ -373,9 +361,27 @@ func (s *scheduler) planPrefill() *iteration {
 		total += secs
 	}
 	it.dur = profile.Duration(s.jitter(total))
+	it.pending = s.pendingTokens(it)
 	s.ensureFree(it.kv)
-	s.logPrefill(it)
 	return it
+}
+
+// pendingTokens is SGLang's #pending-token for a planned prefill batch: the
+// tokens the waiting requests still need, and what the chunked request
+// still needs after this batch's chunk.
+func (s *scheduler) pendingTokens(it *iteration) int {
+	n := 0
+	for _, r := range s.waiting {
+		n += len(r.fill())
+	}
+	if r := s.chunked; r != nil {
+		for _, c := range it.prefill {
+			if c.r == r {
+				n += r.remainingFill() - c.m
+			}
+		}
+	}
+	return n
 }
 
 // admit matches the request's reusable prefix and locks it. unadmit undoes
@@ -489,6 +495,8 @@ func (s *scheduler) complete(it *iteration) {
 }
 
 func (s *scheduler) completePrefill(it *iteration) {
+	running := len(s.running)
+	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
 	for _, c := range it.prefill {
 		r := c.r
 		r.kvLen += c.m
@@ -540,7 +548,6 @@ func (s *scheduler) cacheUnfinished(r *req) {
 }
 
 func (s *scheduler) completeDecode(it *iteration) {
-	s.decodeRounds++
 	spec := s.prof.Speculative
 	for _, g := range it.decode {
 		r := g.r
@@ -555,16 +562,12 @@ func (s *scheduler) completeDecode(it *iteration) {
 			r.spec.AcceptedDrafts += g.n - 1
 			r.spec.ProposedDrafts += spec.NumDraftTokens - 1
 			r.spec.Histogram[g.n-1]++
-			s.window.specTokens += int64(g.n)
-			s.window.specRounds++
-			s.window.specAccepted += int64(g.n - 1)
-			s.window.specProposed += int64(spec.NumDraftTokens - 1)
 		}
 		s.emit(r, g.n)
 	}
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
-	if s.logInterval > 0 && s.decodeRounds%s.logInterval == 0 {
-		s.logDecode()
+	if l, due := s.recordDecode(it); due {
+		s.logDecode(l)
 	}
 }
 
@@ -594,7 +597,6 @@ func (s *scheduler) emit(r *req, n int) {
 	if !r.internal {
 		s.counters.GenerationTokens += int64(added)
 	}
-	s.window.genTokens += int64(added)
 	if fin != nil {
 		s.finish(r, *fin, r.outputs[start:])
 		return
@@ -861,73 +863,15 @@ func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at
 	reply <- err
 }
 
-// doFlush resets the cache and what SGLang's flush resets: the speculative
-// averages and the throughput window. Lifetime counters stay.
+// doFlush resets the cache and what SGLang's flush resets (reset_metrics):
+// the decode-batch count and the speculative totals. Lifetime counters, the
+// last throughput and the cache hit rate stay.
 func (s *scheduler) doFlush() {
 	if s.tree != nil {
 		s.tree.Reset()
 	}
-	s.window = window{genSince: s.now}
-	s.lastThruput = 0
-	s.lastHitRate = 0
+	s.report.resetOnFlush()
 	s.log.Info("Cache flushed successfully!")
-}
-
-func (s *scheduler) logPrefill(it *iteration) {
-	newSeq, newTok, cached := 0, 0, 0
-	defer func() {
-		if s.log.Enabled(context.Background(), slog.LevelInfo) {
-			s.log.Info(fmt.Sprintf("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, #queue-req: %d",
-				newSeq, newTok, cached, s.tokenUsage(), len(s.running), len(s.waiting)))
-		}
-	}()
-	for _, c := range it.prefill {
-		newTok += c.m
-		if c.newAdmit {
-			newSeq++
-			cached += c.r.cached
-		}
-	}
-	if newTok+cached > 0 {
-		s.lastHitRate = float64(cached) / float64(newTok+cached)
-	}
-}
-
-func (s *scheduler) logDecode() {
-	elapsed := (s.now - s.window.genSince).Seconds()
-	if elapsed > 0 {
-		s.lastThruput = float64(s.window.genTokens) / elapsed
-	}
-	s.window.genTokens, s.window.genSince = 0, s.now
-	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	accept := ""
-	if s.prof.Speculative != nil {
-		accept = fmt.Sprintf("accept len: %.2f, ", s.avgAccept())
-	}
-	tokens := 0
-	for _, r := range s.running {
-		tokens += r.seqKV()
-	}
-	s.log.Info(fmt.Sprintf("Decode batch. #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: True, gen throughput (token/s): %.2f, #queue-req: %d",
-		len(s.running), tokens, s.tokenUsage(), accept, s.lastThruput, len(s.waiting)))
-}
-
-func (s *scheduler) tokenUsage() float64 { return float64(s.used()) / float64(s.capacity()) }
-
-func (s *scheduler) avgAccept() float64 {
-	if s.window.specRounds == 0 {
-		return 0
-	}
-	return float64(s.window.specTokens) / float64(s.window.specRounds)
-}
-
-func (s *scheduler) avgAcceptRate() float64 {
-	if s.window.specProposed == 0 {
-		return 0
-	}
-	return float64(s.window.specAccepted) / float64(s.window.specProposed)
 }
 
 // Stats is a snapshot of the engine's state.
@@ -947,17 +891,23 @@ type Stats struct {
 	KVUsed, KVFree, KVCapacity int
 	// Radix cache, in tokens.
 	CacheTokens, CacheEvictable, CacheProtected int
-	// LastGenThroughput is tokens/s over the last decode log interval.
+	// LastGenThroughput is the decode tokens/s over the last decode-log
+	// interval (SGLang's last_gen_throughput; a flush keeps it).
 	LastGenThroughput float64
-	// LastCacheHitRate is cached/(cached+new) of the last prefill batch.
+	// LastCacheHitRate is cached/(cached+new) of the last prefill batch,
+	// requests prefilled again after a retraction left out; a decode log
+	// zeroes it, as SGLang's cache_hit_rate gauge.
 	LastCacheHitRate float64
-	// SpecRounds and AvgSpecAcceptLength are since start or the last flush;
-	// AvgSpecAcceptLength means nothing while SpecRounds is 0.
+	// SpecRounds and AvgSpecAcceptLength are the speculative totals SGLang
+	// folds in at each decode log since start or the last flush, as
+	// /server_info reports them; AvgSpecAcceptLength means nothing while
+	// SpecRounds is 0.
 	SpecRounds          int64
 	AvgSpecAcceptLength float64
-	// AvgSpecAcceptRate is accepted / proposed drafts over the same window.
-	AvgSpecAcceptRate float64
-	Idle              bool
+	// SpecAcceptLength and SpecAcceptRate are the last decode-log
+	// interval's (SGLang's spec_accept_length and spec_accept_rate gauges).
+	SpecAcceptLength, SpecAcceptRate float64
+	Idle                             bool
 }
 
 func (s *scheduler) stats() Stats {
@@ -983,11 +933,12 @@ func (s *scheduler) stats() Stats {
 		CacheTokens:         ts.Tokens,
 		CacheEvictable:      ts.Evictable,
 		CacheProtected:      ts.Protected,
-		LastGenThroughput:   s.lastThruput,
-		LastCacheHitRate:    s.lastHitRate,
-		SpecRounds:          s.window.specRounds,
-		AvgSpecAcceptLength: s.avgAccept(),
-		AvgSpecAcceptRate:   s.avgAcceptRate(),
+		LastGenThroughput:   s.report.genThroughput,
+		LastCacheHitRate:    s.report.cacheHitRate,
+		SpecRounds:          s.report.specTotalRounds,
+		AvgSpecAcceptLength: s.report.avgSpecAcceptLength(),
+		SpecAcceptLength:    s.report.specAcceptLength,
+		SpecAcceptRate:      s.report.specAcceptRate,
 		Idle:                s.idle(),
 	}
 }
