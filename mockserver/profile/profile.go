@@ -255,7 +255,8 @@ func (p *Profile) Validate() error {
 				fmt.Sprintf("must be a multiple of page_size (%d)", p.PageSize))
 		}
 	}
-	v.check(p.MaxPrefillTokens >= 1, "max_prefill_tokens", p.MaxPrefillTokens, "must be >= 1")
+	v.check(p.MaxPrefillTokens >= max(p.PageSize, 1), "max_prefill_tokens", p.MaxPrefillTokens,
+		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
 	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
 	v.cost("prefill.overhead_s", p.Prefill.OverheadS)
 	v.cost("prefill.per_token_s", p.Prefill.PerTokenS)
