@@ -48,7 +48,10 @@
 //     head of the queue, and no prefill is tried again until a request
 //     finishes or is retracted.
 //   - Running requests can therefore outgrow the pool. When a decode step
-//     does not fit, SGLang's retract_decode frees requests, the fewest
+//     does not fit (one token a request, or under speculative decoding
+//     SGLang's reserve of 2 x max(num_steps x topk, num_draft_tokens); the
+//     mock holds no over-allocated draft slots between rounds), SGLang's
+//     retract_decode frees requests, the fewest
 //     outputs (then the longest prompt) first, until it fits or one is
 //     left: their KV is freed without caching their output, they go to the
 //     back of the queue with their output kept, and are prefilled again,
