@@ -18,6 +18,15 @@
 // floored to a multiple of P, and two keys that differ anywhere inside a page
 // diverge at that page's start. A partial page never matches.
 //
+// # Bigram keys
+//
+// Under EAGLE-family speculative decoding (EAGLE, NEXTN, EAGLE3,
+// FROZEN_KV_MTP) SGLang keys the cache on bigrams, pairs of adjacent tokens:
+// a key of n tokens is n-1 units, and every length the tree reports counts
+// units. NewBigram builds such a tree. A repeated prompt then reuses one
+// token less than under token keys, and two prompts that share only their
+// first token (a BOS) share nothing.
+//
 // # Operations, as SGLang defines them
 //
 //   - Match walks from the root and returns the matched length and the node
@@ -45,7 +54,8 @@
 //
 // SGLang never serves a whole prompt from the cache: the last token must be
 // computed to get logits. ReusablePrefixLen gives the longest prefix a
-// request may match: len-1 tokens, floored to a page multiple.
+// request may match: len-1 tokens, floored to a page multiple (len-2 units
+// under bigram keys).
 //
 // # Handles
 //

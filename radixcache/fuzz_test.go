@@ -185,14 +185,40 @@ func FuzzTree(f *testing.F) {
 	f.Add([]byte{0, 1, 5, 0, 1, 2, 0, 1, 0, 4, 0, 1, 2, 9, 2, 0, 4, 1, 0, 3, 0})
 	f.Add([]byte{1, 1, 8, 0, 0, 1, 1, 2, 2, 0, 1, 1, 6, 0, 0, 1, 1, 1, 1, 2, 0, 4, 5})
 	f.Add([]byte{2, 1, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 2, 0, 3, 0, 1, 6, 4, 9, 5})
+	// Bigram trees (first byte 3-5).
+	f.Add([]byte{3, 1, 5, 0, 1, 2, 0, 1, 0, 4, 0, 1, 2, 9, 2, 0, 4, 1, 0, 3, 0})
+	f.Add([]byte{4, 0, 1, 8, 0, 0, 1, 1, 2, 2, 0, 1, 1, 6, 0, 0, 1, 1, 1, 1, 2, 0, 4, 5})
+	f.Add([]byte{5, 1, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 2, 0, 3, 0, 1, 6, 4, 9, 5})
 	f.Fuzz(runOps)
+}
+
+// bigrams is the reference model's view of a bigram key: one unit per pair
+// of adjacent tokens, spelled as a number (fuzz tokens are below 1000).
+func bigrams(key []int32) []int32 {
+	if len(key) < 2 {
+		return nil
+	}
+	out := make([]int32, len(key)-1)
+	for i := range out {
+		out[i] = key[i]*1000 + key[i+1]
+	}
+	return out
 }
 
 // runOps is the body of FuzzTree.
 func runOps(t *testing.T, data []byte) {
 	in := fuzzInput(data)
-	page := 1 + in.next()%3
+	mode := in.next()
+	page, bigram := 1+mode%3, mode/3%2 == 1
 	tr := mustNew(t, page)
+	units := func(key []int32) []int32 { return key }
+	if bigram {
+		var err error
+		if tr, err = NewBigram(page); err != nil {
+			t.Fatal(err)
+		}
+		units = bigrams
+	}
 	ref := &refModel{page: page}
 	var hs []*handle
 	pick := func() *handle {
@@ -206,7 +232,7 @@ func runOps(t *testing.T, data []byte) {
 		case 0, 1: // Insert
 			ns, key := in.namespace(), in.key()
 			got, node := tr.Insert(ns, key)
-			want, seg := ref.walk(ns, key, true)
+			want, seg := ref.walk(ns, units(key), true)
 			if got != want {
 				t.Fatalf("op %d Insert(%q, %v): got existed %d, want %d", ops, ns, key, got, want)
 			}
@@ -214,7 +240,7 @@ func runOps(t *testing.T, data []byte) {
 		case 2: // Match
 			ns, key := in.namespace(), in.key()
 			got, node := tr.Match(ns, key)
-			want, seg := ref.walk(ns, key, false)
+			want, seg := ref.walk(ns, units(key), false)
 			if got != want {
 				t.Fatalf("op %d Match(%q, %v): got %d, want %d", ops, ns, key, got, want)
 			}

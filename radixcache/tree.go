@@ -55,6 +55,7 @@ type Stats struct {
 // The zero value is not usable; call New.
 type Tree struct {
 	pageSize  int
+	bigram    bool
 	root      *Node
 	epoch     uint64
 	tick      uint64
@@ -77,8 +78,41 @@ func New(pageSize int) (*Tree, error) {
 	return t, nil
 }
 
-// PageSize returns the tree's page size in tokens.
+// NewBigram returns an empty tree keyed on bigrams, as SGLang keys its
+// cache under EAGLE-family speculative decoding: a key of n tokens is n-1
+// units, each a pair of adjacent tokens, and every length (matched,
+// existing, PrefixLen, Stats, Evict) counts units; pages are pageSize
+// units.
+func NewBigram(pageSize int) (*Tree, error) {
+	t, err := New(pageSize)
+	if err != nil {
+		return nil, err
+	}
+	t.bigram = true
+	return t, nil
+}
+
+// PageSize returns the tree's page size in tokens (in bigrams for a bigram
+// tree).
 func (t *Tree) PageSize() int { return t.pageSize }
+
+// Bigram reports whether the tree is keyed on bigrams.
+func (t *Tree) Bigram() bool { return t.bigram }
+
+// units turns a key into the namespace and unit sequence the tree stores.
+// A bigram key's units are its pairs of adjacent tokens; a path of pairs is
+// spelled by its first token and then the second token of each pair, so the
+// first token joins the namespace and the rest is the unit sequence. The
+// namespace stays injective: every such namespace is ns plus four bytes.
+func (t *Tree) units(ns string, key []int32) (string, []int32) {
+	if !t.bigram {
+		return ns, key
+	}
+	if len(key) == 0 {
+		return ns, nil
+	}
+	return ns + string(asBytes(key[:1])), key[1:]
+}
 
 // Reset empties the tree. Handles from before the reset become stale.
 func (t *Tree) Reset() {
@@ -99,8 +133,14 @@ func (t *Tree) Stats() Stats {
 }
 
 // ReusablePrefixLen is the longest prefix of an n-token sequence that a
-// request may take from the cache in a tree with this page size.
-func (t *Tree) ReusablePrefixLen(n int) int { return ReusablePrefixLen(n, t.pageSize) }
+// request may take from the cache in this tree: under bigram keys the n-1
+// tokens a request may match are n-2 units, page-floored.
+func (t *Tree) ReusablePrefixLen(n int) int {
+	if t.bigram {
+		return ReusablePrefixLen(n-1, t.pageSize)
+	}
+	return ReusablePrefixLen(n, t.pageSize)
+}
 
 // ReusablePrefixLen is the longest prefix of an n-token sequence that SGLang
 // lets a request take from the cache: n-1 tokens, because the last token must
@@ -117,8 +157,10 @@ func ReusablePrefixLen(n, pageSize int) int {
 // Match returns the length of the longest cached prefix of key in namespace
 // ns, and the node where it ends (the root when nothing matches). The key is
 // first floored to whole pages. Every node on the path becomes most recently
-// used. Match does not lock the result.
+// used. Match does not lock the result. In a bigram tree the length counts
+// bigrams: a key of n tokens matches at most n-1.
 func (t *Tree) Match(ns string, key []int32) (int, *Node) {
+	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
 	return t.descend(ns, key)
@@ -127,13 +169,15 @@ func (t *Tree) Match(ns string, key []int32) (int, *Node) {
 // Insert caches key in namespace ns and returns how many of its leading
 // tokens were cached already, and the node where key ends. The key is first
 // floored to whole pages; a trailing partial page is not cached. Every node on
-// the path becomes most recently used.
+// the path becomes most recently used. In a bigram tree a key of n tokens
+// caches n-1 bigrams.
 func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
 	return t.InsertOwned(ns, key, "")
 }
 
 // InsertOwned is Insert that records owner on the nodes it creates.
 func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, last *Node) {
+	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
 	existed, node := t.descend(ns, key)

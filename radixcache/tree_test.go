@@ -456,3 +456,66 @@ func checkInvariants(t testing.TB, tr *Tree) {
 		}
 	}
 }
+
+// Under EAGLE-family speculative decoding SGLang keys the cache on bigrams:
+// an n-token key is n-1 units, so every length is one shorter, and a prefix
+// that shares only its first token (a BOS) shares no bigram at all.
+func TestBigramKeys(t *testing.T) {
+	const bos = 7
+	tr, err := NewBigram(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Bigram() {
+		t.Fatal("NewBigram: Bigram() is false")
+	}
+	prompt := cat([]int32{bos}, seq(100, 198)) // 100 tokens
+	if existed, last := tr.Insert("", prompt); existed != 0 || last.PrefixLen() != 99 {
+		t.Fatalf("insert of 100 tokens: got existed %d ending at %d, want 0 ending at 99 bigrams", existed, last.PrefixLen())
+	}
+	wantStats(t, tr, Stats{Tokens: 99, Evictable: 99, Nodes: 1})
+	tests := []struct {
+		name string
+		key  []int32
+		want int
+	}{
+		// The scheduler asks with all but the last token: 99 tokens, 98 bigrams.
+		{"the same prompt again", prompt[:99], 98},
+		{"shares 51 tokens, then differs", cat(prompt[:51], []int32{5, 6, 7}), 50},
+		{"shares only the BOS", cat([]int32{bos}, seq(500, 540)), 0},
+		{"a single token", prompt[:1], 0},
+		{"no token", nil, 0},
+	}
+	for _, tt := range tests {
+		n, node := tr.Match("", tt.key)
+		if n != tt.want || node.PrefixLen() != tt.want {
+			t.Errorf("%s: got %d (node ends at %d), want %d", tt.name, n, node.PrefixLen(), tt.want)
+		}
+	}
+	if got := tr.ReusablePrefixLen(100); got != 98 {
+		t.Errorf("ReusablePrefixLen(100) under bigram keys: got %d, want 98", got)
+	}
+	// Token keys share the BOS.
+	tok := mustNew(t, 1)
+	tok.Insert("", prompt)
+	if n, _ := tok.Match("", cat([]int32{bos}, seq(500, 540))); n != 1 {
+		t.Errorf("token keys, shared BOS: got %d, want 1", n)
+	}
+	// Namespaces stay apart, and pages count bigrams.
+	if n, _ := tr.Match("salt", prompt[:99]); n != 0 {
+		t.Errorf("another namespace: got %d, want 0", n)
+	}
+	paged, err := NewBigram(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := seq(1, 11) // 10 bigrams: 8 in whole pages
+	if _, last := paged.Insert("", key); last.PrefixLen() != 8 {
+		t.Errorf("page 4, 11 tokens: cached %d bigrams, want 8", last.PrefixLen())
+	}
+	if n, _ := paged.Match("", key[:10]); n != 8 || paged.ReusablePrefixLen(11) != 8 {
+		t.Errorf("page 4, reusable prefix of 11 tokens: matched %d, ReusablePrefixLen %d, want 8 and 8", n, paged.ReusablePrefixLen(11))
+	}
+	checkInvariants(t, tr)
+	checkInvariants(t, paged)
+}

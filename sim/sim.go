@@ -64,8 +64,11 @@ type Truth struct {
 	E2E          float64 `json:"e2e_s"`
 	FinishReason string  `json:"finish_reason"`
 	SpecVerifyCt int     `json:"spec_verify_ct"`
-	Prefill      []Chunk `json:"prefill"`
-	Rounds       []Round `json:"rounds"`
+	// Retractions counts the times decode ran out of KV and the request
+	// was retracted, queued and prefilled again.
+	Retractions int     `json:"num_retractions"`
+	Prefill     []Chunk `json:"prefill"`
+	Rounds      []Round `json:"rounds"`
 }
 
 // Chunk is one prefill chunk of a request.

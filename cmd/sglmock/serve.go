@@ -286,7 +286,7 @@ func backlog() string {
 }
 
 // sglangHandler writes log records as SGLang's server does:
-// "[2026-11-30 10:00:00] Prefill batch. ...".
+// "[2026-11-30 10:00:00] Prefill batch, ...".
 type sglangHandler struct {
 	mu    sync.Mutex // the engine and the server log from different goroutines
 	w     io.Writer

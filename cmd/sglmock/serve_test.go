@@ -182,7 +182,7 @@ func TestServeOverTCP(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"The server is fired up and ready to roll!", "Prefill batch.", "Shutdown complete."} {
+	for _, want := range []string{"The server is fired up and ready to roll!", "Prefill batch,", "Shutdown complete."} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}

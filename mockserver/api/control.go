@@ -21,7 +21,8 @@ const flushedText = "Cache flushed.\nPlease check backend logs for more details.
 	"(When there are running or waiting requests, the operation will not be performed.)\n"
 
 // flushCache flushes the radix cache: 200 when idle, else 400 with the
-// reason; ?timeout=S (simulated seconds) waits for idle up to S.
+// reason; ?timeout=S (simulated seconds) waits for idle up to S. As SGLang's
+// plain Response, the reply has no Content-Type.
 func (s *Server) flushCache(c *gin.Context) {
 	var timeout time.Duration
 	if raw := c.Query("timeout"); raw != "" {
@@ -33,13 +34,26 @@ func (s *Server) flushCache(c *gin.Context) {
 		timeout = time.Duration(secs * float64(time.Second))
 	}
 	err := s.eng.Flush(c.Request.Context(), timeout)
+	if err != nil && errors.Is(err, c.Request.Context().Err()) {
+		return // the client left while the flush waited; nobody reads a reply
+	}
+	code, body := flushReply(err)
+	c.Writer.Header()["Content-Type"] = nil // present and empty: no sniffed type either
+	c.Status(code)
+	c.Writer.WriteString(body)
+}
+
+// flushReply maps the engine's flush outcome to SGLang's status and body
+// (http_server.py: the scheduler's message, or "Flush cache failed.\n"
+// when it has none, as for a busy server).
+func flushReply(err error) (int, string) {
 	switch {
 	case err == nil:
-		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(flushedText))
-	case errors.Is(err, c.Request.Context().Err()):
-		// The client left while the flush waited; nobody reads a reply.
+		return http.StatusOK, flushedText
+	case errors.Is(err, engine.ErrFlushTimeout), errors.Is(err, engine.ErrFlushInProgress):
+		return http.StatusBadRequest, err.Error()
 	default:
-		c.Data(http.StatusBadRequest, "text/plain; charset=utf-8", []byte(err.Error()+"\n"))
+		return http.StatusBadRequest, "Flush cache failed.\n"
 	}
 }
 
@@ -184,7 +198,7 @@ func (s *Server) tokenize(c *gin.Context) {
 		writeValidationError(c, "prompt or messages: Field required")
 		return
 	}
-	ids := tokenizer.Encode(nil, text)
+	ids := tokenizer.EncodePrompt(nil, text, s.cfg.Profile.AddBOSToken)
 	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
 }
 

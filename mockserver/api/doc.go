@@ -37,8 +37,21 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
-//   - A client that disconnects aborts its requests: their KV, locks and
-//     queue slots are released at the engine's next iteration boundary.
+//   - /abort_request aborts every active request whose rid starts with
+//     the given one (which must itself be active), as SGLang: a request in
+//     a batch ends with {"type":"abort","message":"Aborted",
+//     "status_code":null,"err_type":null}, a queued one with {"type":
+//     "abort","message":"Abort in waiting queue"} and a meta_info of id,
+//     finish_reason, weight_version, e2e_latency and completion_tokens.
+//   - /flush_cache answers SGLang's plain-text bodies without a
+//     Content-Type: "Flush cache failed.\n" for a busy server,
+//     "Timed out waiting for idle state." and "Another flush_cache is
+//     already in progress." (no newline) for a waiting flush.
+//   - A client that disconnects has its requests aborted as SGLang's
+//     tokenizer manager does it: a stream's 2 s later (simulated), a
+//     waiting client's when its 4 s wait on the request times out or its
+//     next 50-token output goes out; until then they run, hold their KV
+//     and batch slot, and keep the server busy.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // Only this package imports gin.

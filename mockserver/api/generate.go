@@ -278,10 +278,18 @@ func (o *output) due() bool {
 	return o.events == 1 || o.last.Finish != nil || (o.events-1)%o.item.streamInterval == 0
 }
 
-// abortAll aborts every stream: the client is gone or one of them failed.
+// abortAll aborts every stream at once: one of them was refused.
 func abortAll(streams []*engine.Stream) {
 	for _, st := range streams {
 		st.Abort()
+	}
+}
+
+// disconnectAll tells the engine the client of every stream left; SGLang
+// aborts them only later (see engine.Stream.Disconnect).
+func disconnectAll(streams []*engine.Stream, streaming bool) {
+	for _, st := range streams {
+		st.Disconnect(streaming)
 	}
 }
 
@@ -319,10 +327,14 @@ type (
 		Matched any    `json:"matched"`
 	}
 	finishAbort struct {
-		Type       string `json:"type"`
-		Message    string `json:"message"`
-		StatusCode int    `json:"status_code"`
-		ErrType    string `json:"err_type"`
+		Type       string  `json:"type"`
+		Message    string  `json:"message"`
+		StatusCode *int    `json:"status_code"`
+		ErrType    *string `json:"err_type"`
+	}
+	finishAbortInQueue struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
 	}
 )
 
@@ -331,17 +343,17 @@ func finishReason(f *engine.Finish) any {
 	if f == nil {
 		return nil
 	}
-	switch f.Reason {
-	case engine.FinishLength:
+	switch {
+	case f.Reason == engine.FinishLength:
 		return finishLength{"length", f.Length}
-	case engine.FinishStop:
-		if f.MatchedToken != nil {
-			return finishStop{"stop", *f.MatchedToken}
-		}
+	case f.Reason == engine.FinishStop && f.MatchedToken != nil:
+		return finishStop{"stop", *f.MatchedToken}
+	case f.Reason == engine.FinishStop:
 		return finishStop{"stop", *f.MatchedString}
-	default:
-		return finishAbort{"abort", f.Message, 400, "BadRequestError"}
+	case f.InWaitingQueue:
+		return finishAbortInQueue{"abort", f.Message}
 	}
+	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }
 
 // metaInfo is meta_info, in SGLang's field order.
@@ -350,6 +362,7 @@ type metaInfo struct {
 	FinishReason     any     `json:"finish_reason"`
 	PromptTokens     int     `json:"prompt_tokens"`
 	WeightVersion    string  `json:"weight_version"`
+	NumRetractions   int     `json:"num_retractions"`
 	CompletionTokens int     `json:"completion_tokens"`
 	CachedTokens     int     `json:"cached_tokens"`
 	E2ELatency       float64 `json:"e2e_latency,omitempty"`
@@ -374,6 +387,7 @@ func (o *output) meta() metaInfo {
 		FinishReason:     finishReason(ev.Finish),
 		PromptTokens:     ev.PromptTokens,
 		WeightVersion:    weightVersion,
+		NumRetractions:   ev.Retractions,
 		CompletionTokens: ev.CompletionTokens,
 		CachedTokens:     ev.CachedTokens,
 	}
@@ -396,16 +410,30 @@ func (o *output) meta() metaInfo {
 	return m
 }
 
+// waitingQueueMeta is the meta_info SGLang's tokenizer manager sends for a
+// request aborted in the waiting queue (_handle_abort_req), in its order.
+type waitingQueueMeta struct {
+	ID               string  `json:"id"`
+	FinishReason     any     `json:"finish_reason"`
+	WeightVersion    string  `json:"weight_version"`
+	E2ELatency       float64 `json:"e2e_latency"`
+	CompletionTokens int     `json:"completion_tokens"`
+}
+
 // generateResponse is one /generate result object.
 type generateResponse struct {
-	Text      string   `json:"text"`
-	OutputIDs []int32  `json:"output_ids"`
-	MetaInfo  metaInfo `json:"meta_info"`
-	Index     *int     `json:"index,omitempty"`
+	Text      string  `json:"text"`
+	OutputIDs []int32 `json:"output_ids"`
+	MetaInfo  any     `json:"meta_info"` // metaInfo, or waitingQueueMeta
+	Index     *int    `json:"index,omitempty"`
 }
 
 func (o *output) response(withIndex bool) generateResponse {
 	r := generateResponse{Text: o.text(), OutputIDs: o.ids, MetaInfo: o.meta()}
+	if f, t := o.last.Finish, o.last.Truth; f != nil && f.InWaitingQueue && t != nil {
+		r.MetaInfo = waitingQueueMeta{ID: o.rid, FinishReason: finishReason(f), WeightVersion: weightVersion,
+			E2ELatency: t.E2E().Seconds(), CompletionTokens: o.last.CompletionTokens}
+	}
 	if r.OutputIDs == nil {
 		r.OutputIDs = []int32{}
 	}
@@ -462,14 +490,14 @@ func (s *Server) generate(c *gin.Context) {
 }
 
 // collect reads every stream to its end. If ctx ends first (the client
-// disconnected), it aborts them all and reports false.
+// disconnected), it tells the engine and reports false.
 func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
 		outs[i] = &output{item: items[i], rid: st.RID()}
 		evs, err := st.Collect(ctx)
 		if err != nil {
-			abortAll(streams)
+			disconnectAll(streams, false)
 			return nil, false
 		}
 		for _, ev := range evs {
@@ -581,7 +609,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
-			abortAll(streams)
+			disconnectAll(streams, true)
 			return
 		}
 		o := outs[t.i]
@@ -594,7 +622,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 			continue
 		}
 		if err := w.data(marshal(o.response(batch))); err != nil {
-			abortAll(streams)
+			disconnectAll(streams, true)
 			return
 		}
 	}

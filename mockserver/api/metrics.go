@@ -132,6 +132,6 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descGenThroughput, st.LastGenThroughput)
 	gauge(descCacheHitRate, st.LastCacheHitRate)
 	gauge(descMaxTotalTokens, float64(st.KVCapacity))
-	gauge(descSpecAcceptLength, st.AvgSpecAcceptLength)
-	gauge(descSpecAcceptRate, st.AvgSpecAcceptRate)
+	gauge(descSpecAcceptLength, st.SpecAcceptLength)
+	gauge(descSpecAcceptRate, st.SpecAcceptRate)
 }

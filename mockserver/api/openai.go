@@ -423,7 +423,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		for i := range outs {
 			empty := ""
 			if !send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil) {
-				abortAll(streams)
+				disconnectAll(streams, true)
 				return
 			}
 		}
@@ -431,7 +431,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
-			abortAll(streams)
+			disconnectAll(streams, true)
 			return
 		}
 		o := outs[t.i]
@@ -461,21 +461,21 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		reason, matched := openAIFinish(fin)
 		if !r.chat {
 			if !send(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll(streams)
+				disconnectAll(streams, true)
 				return
 			}
 			continue
 		}
 		if delta != "" || fin == nil {
 			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u) {
-				abortAll(streams)
+				disconnectAll(streams, true)
 				return
 			}
 		}
 		if fin != nil {
 			// Current SGLang ends a chat choice with an empty delta.
 			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll(streams)
+				disconnectAll(streams, true)
 				return
 			}
 		}

@@ -114,6 +114,7 @@ func truthJSON(t *engine.Truth) sim.Truth {
 		E2E:              t.E2E().Seconds(),
 		FinishReason:     t.Finish.Reason,
 		SpecVerifyCt:     t.Spec.VerifyCt,
+		Retractions:      t.Retractions,
 		Prefill:          chunks,
 		Rounds:           rounds,
 	}

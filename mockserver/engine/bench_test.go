@@ -124,7 +124,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 // microseconds and the p99 ratio.
 func BenchmarkWakeLateness(b *testing.B) {
 	measure := func(spin time.Duration, n int) (p50, p99 float64) {
-		e := &Engine{speedup: 1, spin: spin, inbox: make(chan func(*scheduler)), stop: make(chan struct{}), wallStart: time.Now()}
+		e := &Engine{speedup: 1, spin: spin, inbox: make(chan call), clock: systemClock{}, stop: make(chan struct{}), wallStart: time.Now()}
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		late := make([]float64, 0, n)

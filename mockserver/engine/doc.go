@@ -10,11 +10,14 @@
 // batch, the KV pool and the radix cache. A thin shell (Engine) owns one
 // goroutine that plans an iteration, waits until its modelled end on an
 // absolute deadline, and applies it; calls from other goroutines run on that
-// goroutine between steps, so a request submitted during an iteration joins
+// goroutine between steps, stamped with the time they were made (the core
+// never reads a clock), so a request submitted during an iteration joins
 // the next one, as on a GPU.
 //
 // # Scheduling, as SGLang does it
 //
+//   - A text prompt is tokenized on the caller's goroutine, with a BOS
+//     first when the profile's tokenizer adds one (add_bos_token).
 //   - An iteration is a prefill batch when any waiting prompt can be
 //     admitted, else a decode round over every running request (prefill
 //     first is SGLang's default).
@@ -24,16 +27,37 @@
 //     that does not fit the rest of the budget is cut into a chunk and
 //     finished in later iterations; with chunking off a prompt runs whole.
 //   - Admission matches the prompt's reusable prefix (all but its last
-//     token, page-floored, capped by logprob_start_len) and locks it; the
-//     cached tokens are counted once, here. After every chunk the prompt so
-//     far is inserted and the lock moves to the new end, so later requests
-//     reuse it at once; chunk self-hits are never counted.
+//     token, page-floored, capped by logprob_start_len; one token less
+//     under EAGLE-family speculative decoding, whose cache SGLang keys on
+//     bigrams) and locks it; the cached tokens are counted once, here.
+//     After every chunk the prompt so far is inserted and the lock moves to
+//     the new end, so later requests reuse it at once; chunk self-hits are
+//     never counted.
 //   - The KV pool holds the cache's tokens and every request's private
-//     tokens. A request is admitted only when the pool, after evicting
-//     unlocked cache leaves, has room for its whole remaining prompt and all
-//     its possible output beyond what running requests may still need; so a
-//     running request never has to be preempted, and a request that does
-//     not fit waits at the head of the queue.
+//     tokens. An allocation that does not fit the free slots evicts
+//     unlocked cache leaves, least recently used first, for the shortfall
+//     only (SGLang's evict_from_tree_cache).
+//   - Admission is SGLang's PrefillAdder: max_new_tokens is first clipped
+//     to the context and the pool (init_req_max_new_tokens). A running
+//     request is expected to need min(remaining output, 4096) x a token
+//     ratio that starts at 0.7, decays by (0.7-0.098)/600 every decode
+//     batch to 0.098 and resets when the server is idle; a new request
+//     needs its extend, min(max_new_tokens, 4096) and one page strictly
+//     below the free and evictable KV less those expectations and what the
+//     batch already reserved. A request that does not fit waits at the
+//     head of the queue, and no prefill is tried again until a request
+//     finishes or is retracted.
+//   - Running requests can therefore outgrow the pool. When a decode step
+//     does not fit (one token a request, or under speculative decoding
+//     SGLang's reserve of 2 x max(num_steps x topk, num_draft_tokens); the
+//     mock holds no over-allocated draft slots between rounds), SGLang's
+//     retract_decode frees requests, the fewest
+//     outputs (then the longest prompt) first, until it fits or one is
+//     left: their KV is freed without caching their output, they go to the
+//     back of the queue with their output kept, and are prefilled again,
+//     prompt and output, when readmitted (counted in num_retractions; hits
+//     then are not cached tokens). The ratio becomes the remaining
+//     requests' (output + 20 each) / (max_new_tokens + 1).
 //   - The first output token comes out of prefill. Each decode round gives
 //     every running request one token, or k tokens (1 <= k <= num_steps+1)
 //     under speculative decoding, drawn from the request's own RNG seeded by
@@ -41,18 +65,48 @@
 //   - A request finishes on max_new_tokens, a stop token id or a stop
 //     string (SGLang's order). Its prompt and output, but the last token,
 //     go into the cache; its lock and private KV are released. An abort
-//     does the same at the next iteration boundary, or at once if the
-//     request is only queued.
-//   - A flush succeeds only when nothing is queued, running or in flight;
-//     with a timeout it waits for idle, checked at every boundary, until its
-//     simulated deadline; one waiting flush at a time.
+//     does the same when the step in flight ends, whose tokens come with
+//     it (a chunked prefill stops after the chunk in flight), with
+//     SGLang's "Aborted"; a request only queued ends at once, "Abort in
+//     waiting queue". Abort(rid) takes every request whose rid starts
+//     with an active rid, as SGLang's scheduler matches them.
+//   - A client that leaves (Stream.Disconnect) has its request aborted
+//     when SGLang's tokenizer manager would: a stream's 2 s later, a
+//     waiting client's when its 4 s wait on the request times out or its
+//     next 50-token output is sent. Until then it runs.
+//   - A flush succeeds only when nothing is queued, running or in flight
+//     and the last iteration that finished a request has settled (the
+//     profile's flush_busy_after_finish_s: SGLang's overlap scheduler still
+//     holds that batch). SGLang's precedence: a waiting flush refuses every
+//     new one; a flush without timeout flushes or fails at once; with a
+//     timeout it waits for idle, checked at every boundary and when the
+//     server settles, until its simulated deadline.
 //
 // # Time
 //
-// Simulated time is wall time since start times the speedup. Costs are
+// The engine's clock (Config.Clock, the system clock by default) times the
+// speedup gives the simulated time at which a request arrives or a call is
+// made; the modelled timeline is the model's alone. While the engine is
+// busy, each iteration starts exactly where the last one ended; only an
+// idle engine takes its start from a request's arrival or a call, and a
+// request that reaches a busy engine is admitted at the first boundary at
+// or after its arrival. The loop waits on the wall clock for each modelled
+// end, so a host stall or a late timer delays delivery, which is the
+// client's measurement error, and never moves the ground truth. Costs are
 // rounded to whole nanoseconds once per iteration and added, so under
 // testing/synctest (speedup 1) a request's TTFT is exactly its modelled
 // prefill. In real time, SpinWindow makes wake-ups precise.
+//
+// # Reporting
+//
+// What the engine logs and reports follows SGLang's metrics reporter: a
+// "Prefill batch, ..." line per prefill batch (which sets the cache hit
+// rate) and a "Decode batch, ..." line every decode-log interval, which
+// takes the decode throughput since the last one, folds the interval's
+// speculative acceptance into the totals /server_info averages, and zeroes
+// the hit rate. Recording a figure and logging it are separate steps. A
+// flush resets the decode-batch count and the speculative totals, not the
+// throughput or the hit rate.
 //
 // # Ground truth
 //

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,12 +43,16 @@ type Config struct {
 	// time at speedup 100). Leave it 0 under testing/synctest, whose
 	// timers fire exactly and whose clock a poll would never advance.
 	SpinWindow time.Duration
-	// Logger receives SGLang-style "Prefill batch." and "Decode batch."
+	// Clock tells the wall time; nil means the system clock. The engine
+	// reads it to stamp arrivals and calls, and to know when a modelled
+	// deadline has come; the modelled timeline never depends on it.
+	Clock Clock
+	// Logger receives SGLang's "Prefill batch, ..." and "Decode batch, ..."
 	// lines at info level; nil discards them.
 	Logger *slog.Logger
-	// DecodeLogInterval is the number of decode rounds between decode log
-	// lines and throughput updates (SGLang's --decode-log-interval); 0
-	// means 40.
+	// DecodeLogInterval is the number of decode batches between decode log
+	// lines, throughput updates and speculative fold-ins (SGLang's
+	// --decode-log-interval); 0 means 40.
 	DecodeLogInterval int
 	// TruthCapacity bounds how many finished requests' ground truths are
 	// kept for Truth; 0 means 10000.
@@ -59,6 +64,20 @@ type Config struct {
 	OnFinish func(*Truth)
 }
 
+// Clock tells the wall time.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// call is an operation for the loop goroutine, stamped with the simulated
+// time it was asked at.
+type call struct {
+	at  time.Duration
+	run func(s *scheduler, at time.Duration)
+}
+
 // Engine is the simulated SGLang scheduler: one goroutine owns the
 // scheduler and waits on modelled deadlines; every method is safe for
 // concurrent use.
@@ -67,7 +86,8 @@ type Engine struct {
 	speedup   float64
 	spin      time.Duration
 	s         *scheduler
-	inbox     chan func(*scheduler)
+	inbox     chan call
+	clock     Clock
 	stop      chan struct{}
 	done      chan struct{}
 	closing   atomic.Bool
@@ -99,6 +119,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	if cfg.DecodeLogInterval == 0 {
 		cfg.DecodeLogInterval = 40
 	}
@@ -114,14 +137,14 @@ func New(cfg Config) (*Engine, error) {
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
 		s:         newScheduler(cfg.Profile, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
-		inbox:     make(chan func(*scheduler)),
+		inbox:     make(chan call),
+		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
-		wallStart: time.Now(),
+		wallStart: cfg.Clock.Now(),
 		truths:    truths,
 		rids:      make(map[string]struct{}),
 	}
-	e.s.clock = e.Now
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
@@ -152,7 +175,7 @@ func (e *Engine) Speedup() float64 { return e.speedup }
 
 // Now returns the simulated time since the engine started.
 func (e *Engine) Now() time.Duration {
-	return time.Duration(float64(time.Since(e.wallStart)) * e.speedup)
+	return time.Duration(float64(e.clock.Now().Sub(e.wallStart)) * e.speedup)
 }
 
 // wallAt returns the wall time at which simulated time sim is reached.
@@ -161,10 +184,11 @@ func (e *Engine) wallAt(sim time.Duration) time.Time {
 }
 
 // send hands op to the loop goroutine, which runs it before its next
-// step; it does not wait for op to run.
-func (e *Engine) send(op func(*scheduler)) error {
+// step, with the simulated time it was asked at; it does not wait for op
+// to run.
+func (e *Engine) send(op func(s *scheduler, at time.Duration)) error {
 	select {
-	case e.inbox <- op:
+	case e.inbox <- call{at: e.Now(), run: op}:
 		return nil
 	case <-e.done:
 		return ErrClosed
@@ -172,10 +196,11 @@ func (e *Engine) send(op func(*scheduler)) error {
 }
 
 // do runs op on the loop goroutine and waits for it.
-func (e *Engine) do(op func(*scheduler)) error {
+func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 	ran := make(chan struct{})
+	c := call{at: e.Now(), run: func(s *scheduler, at time.Duration) { op(s, at); close(ran) }}
 	select {
-	case e.inbox <- func(s *scheduler) { op(s); close(ran) }:
+	case e.inbox <- c:
 		<-ran
 		return nil
 	case <-e.done:
@@ -191,7 +216,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	tokens := r.InputIDs
 	if tokens == nil {
 		// About one token per 4 bytes of English: one allocation, usually.
-		tokens = tokenizer.Encode(make([]int32, 0, len(r.Text)/4+8), r.Text)
+		tokens = tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
 	} else {
 		tokens = slices.Clone(tokens)
 	}
@@ -205,7 +230,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		ns:       r.Namespace,
 		tokens:   tokens,
 		hash:     tokenizer.PromptHash(tokens),
-		maxNew:   r.MaxNewTokens,
+		maxNew:   clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
 		reuseCap: len(tokens),
 	}
 	for _, st := range r.Stop {
@@ -231,9 +256,10 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
 	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
-	q.outputs = make([]int32, 0, min(r.MaxNewTokens, 256))
-	q.truth.Rounds = make([]RoundRecord, 0, min(max(r.MaxNewTokens-1, 0), 64))
+	q.outputs = make([]int32, 0, min(q.maxNew, 256))
+	q.truth.Rounds = make([]RoundRecord, 0, min(max(q.maxNew-1, 0), 64))
 	q.stream = newStream(e, q)
 	e.ridsMu.Lock()
 	_, dup := e.rids[q.rid]
@@ -246,7 +272,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	// Hand the request over without waiting for the loop to run it: the
 	// loop takes it before its next step, and the stream reports the rest.
-	if err := e.send(func(s *scheduler) { s.enqueue(q) }); err != nil {
+	if err := e.send(func(s *scheduler, _ time.Duration) { s.enqueue(q) }); err != nil {
 		e.ridsMu.Lock()
 		delete(e.rids, q.rid)
 		e.ridsMu.Unlock()
@@ -282,18 +308,29 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	return nil
 }
 
-func (e *Engine) abort(r *req, msg string) {
-	e.do(func(s *scheduler) { s.requestAbort(r, msg) })
+func (e *Engine) abort(r *req) {
+	e.do(func(s *scheduler, at time.Duration) { s.requestAbort(r, at) })
 }
 
-// Abort aborts the active request with this rid, as /abort_request does,
-// and reports whether there was one.
+// Abort aborts requests as /abort_request does, and reports whether rid was
+// active. As in SGLang, rid must be an active request's id (the tokenizer
+// manager checks), and the scheduler then aborts every active request
+// whose id starts with rid, in arrival order.
 func (e *Engine) Abort(rid string) bool {
 	var found bool
-	e.do(func(s *scheduler) {
-		r, ok := s.active[rid]
-		if found = ok; ok {
-			s.requestAbort(r, "Abort requested by /abort_request.")
+	e.do(func(s *scheduler, at time.Duration) {
+		if _, found = s.active[rid]; !found {
+			return
+		}
+		var matched []*req
+		for id, r := range s.active {
+			if strings.HasPrefix(id, rid) {
+				matched = append(matched, r)
+			}
+		}
+		slices.SortFunc(matched, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
+		for _, r := range matched {
+			s.requestAbort(r, at)
 		}
 	})
 	return found
@@ -301,7 +338,7 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler) { s.abortAll("Abort requested by /abort_request (abort_all).") })
+	e.do(func(s *scheduler, _ time.Duration) { s.abortAll() })
 }
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
@@ -310,7 +347,7 @@ func (e *Engine) AbortAll() {
 // ErrFlushInProgress; ctx only stops the caller's wait.
 func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
 	reply := make(chan error, 1)
-	if err := e.do(func(s *scheduler) { s.requestFlush(timeout, reply) }); err != nil {
+	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, reply) }); err != nil {
 		return err
 	}
 	select {
@@ -326,7 +363,7 @@ func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
 // Stats returns a snapshot of counters, queue, KV pool and cache.
 func (e *Engine) Stats() Stats {
 	var st Stats
-	if e.do(func(s *scheduler) { st = s.stats() }) != nil {
+	if e.do(func(s *scheduler, _ time.Duration) { st = s.stats() }) != nil {
 		st.Idle = true
 	}
 	return st
@@ -335,7 +372,7 @@ func (e *Engine) Stats() Stats {
 // FlushHistory returns the recorded flush calls, oldest first.
 func (e *Engine) FlushHistory() []FlushRecord {
 	var out []FlushRecord
-	e.do(func(s *scheduler) { out = slices.Clone(s.flushes) })
+	e.do(func(s *scheduler, _ time.Duration) { out = slices.Clone(s.flushes) })
 	return out
 }
 
@@ -357,59 +394,117 @@ func (e *Engine) Truths() []*Truth {
 }
 
 // loop owns the scheduler: it plans an iteration, waits for its modelled
-// end, and applies it; between and during iterations it serves calls.
+// end, and applies it; between and during iterations it serves calls. The
+// modelled clock only moves to an iteration's modelled end, to a call or
+// an arrival while idle, or to a wake-up the scheduler asked for: a host
+// stall or a late timer delays delivery but never moves the timeline.
 func (e *Engine) loop() {
 	defer close(e.done)
 	s := e.s
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		s.now = max(s.now, e.Now())
 		it := s.plan()
 		s.inflight = it
 		if it == nil {
-			select {
-			case op := <-e.inbox:
-				op(s)
-			case <-e.stop:
+			if !e.idle(timer) {
 				e.shutdown()
 				return
 			}
 			continue
 		}
-		if !e.waitUntil(it.end(), timer) {
-			s.complete(it)
+		ok := e.waitUntil(it.end(), timer)
+		s.abortDeparted(it.end()) // aborts due while it ran
+		s.complete(it)
+		if !ok {
 			e.shutdown()
 			return
 		}
-		s.complete(it)
+	}
+}
+
+// serveIdle runs a call that came while nothing runs: the idle engine's
+// clock moves to when it was asked.
+func (e *Engine) serveIdle(c call) {
+	e.s.now = max(e.s.now, c.at)
+	c.run(e.s, c.at)
+}
+
+// idle waits, with nothing to run, for the next call or for the scheduler's
+// next wake-up time, whichever comes first. A wake-up moves the modelled
+// clock to exactly that time. It returns false if the engine is closing.
+func (e *Engine) idle(timer *time.Timer) bool {
+	s := e.s
+	at, due := s.wake()
+	if !due {
+		select {
+		case c := <-e.inbox:
+			e.serveIdle(c)
+			return true
+		case <-e.stop:
+			return false
+		}
+	}
+	wait := e.wallAt(at).Sub(e.clock.Now())
+	if wait <= 0 {
+		s.now = max(s.now, at)
+		return true
+	}
+	timer.Reset(wait)
+	select {
+	case c := <-e.inbox:
+		timer.Stop()
+		e.serveIdle(c)
+	case <-timer.C:
+		s.now = max(s.now, at)
+	case <-e.stop:
+		timer.Stop()
+		return false
+	}
+	return true
+}
+
+// servePending serves the calls already waiting without blocking. It
+// returns false if the engine is closing.
+func (e *Engine) servePending() bool {
+	for {
+		select {
+		case c := <-e.inbox:
+			c.run(e.s, c.at)
+		case <-e.stop:
+			return false
+		default:
+			return true
+		}
 	}
 }
 
 func (e *Engine) shutdown() {
-	e.s.abortAll("The server is shutting down.")
+	e.s.abortAll()
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
-		e.s.answerFlush(f.record, ErrClosed, f.reply, e.s.current())
+		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))
 	}
 }
 
 // waitUntil serves calls until the wall clock reaches simulated time sim.
-// It sleeps on a timer to SpinWindow before the deadline, then polls. It
-// returns false if the engine is closing.
+// It sleeps on a timer to SpinWindow before the deadline, then polls. An
+// engine that runs behind the wall clock (a host too slow for the speedup)
+// does not wait, but still serves the calls already waiting, once per
+// iteration. It returns false if the engine is closing.
 func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 	deadline := e.wallAt(sim)
 	for {
-		remaining := time.Until(deadline)
+		remaining := deadline.Sub(e.clock.Now())
 		if remaining <= 0 {
-			return true
+			return e.servePending()
 		}
 		if sleep := remaining - e.spin; sleep > 0 {
 			timer.Reset(sleep)
 			select {
-			case op := <-e.inbox:
+			case c := <-e.inbox:
 				timer.Stop()
-				op(e.s)
+				c.run(e.s, c.at)
 			case <-timer.C:
 			case <-e.stop:
 				timer.Stop()
@@ -417,13 +512,9 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 			}
 			continue
 		}
-		select {
-		case op := <-e.inbox:
-			op(e.s)
-		case <-e.stop:
+		if !e.servePending() {
 			return false
-		default:
-			runtime.Gosched()
 		}
+		runtime.Gosched()
 	}
 }

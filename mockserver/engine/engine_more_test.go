@@ -5,13 +5,16 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
 )
 
 func TestSpeedupScalesWallTime(t *testing.T) {
@@ -87,16 +90,27 @@ func TestCountersAndThroughput(t *testing.T) {
 		if st.Counters != want {
 			t.Fatalf("counters: got %+v, want %+v", st.Counters, want)
 		}
-		// Every 10th decode round closes a throughput window. a's 10 rounds
-		// closed the first at a's finish, which is b's arrival; b's prefill
-		// token and its 10 rounds' tokens fill the second.
+		// Every 10th decode batch is a decode log: the throughput is the
+		// decode tokens (prefill's first token left out) since the last
+		// one. a's 10 rounds logged at a's finish; b's 10 rounds, 10 tokens,
+		// log at b's finish.
+		ta, _ := e.Truth("a")
 		b := last.Truth
-		elapsed := (b.Finished - b.Arrival).Seconds()
-		if got, want := st.LastGenThroughput, 11/elapsed; math.Abs(got-want) > 1e-6*want {
-			t.Fatalf("last gen throughput: got %.3f, want %.3f tokens/s (11 tokens over %v)", got, want, b.Finished-b.Arrival)
+		elapsed := (b.Finished - ta.Finished).Seconds()
+		if got, want := st.LastGenThroughput, 10/elapsed; math.Abs(got-want) > 1e-9*want {
+			t.Fatalf("last gen throughput: got %.3f, want %.3f tokens/s (10 tokens over %v)", got, want, b.Finished-ta.Finished)
 		}
-		if st.LastCacheHitRate != 999.0/1000 {
-			t.Fatalf("last prefill hit rate: got %v, want 0.999", st.LastCacheHitRate)
+		// The decode log zeroes the cache hit rate, as SGLang's gauge.
+		if st.LastCacheHitRate != 0 {
+			t.Fatalf("hit rate after a decode log: got %v, want 0", st.LastCacheHitRate)
+		}
+		// A prefill batch sets it; a flush keeps it and the throughput.
+		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
+		if err := e.Flush(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
+			t.Fatalf("after a prefill and a flush: hit rate %v, throughput %v; want 0.999 and %v kept", after.LastCacheHitRate, after.LastGenThroughput, st.LastGenThroughput)
 		}
 	})
 }
@@ -151,8 +165,8 @@ func TestSGLangLogLines(t *testing.T) {
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
 		e.Flush(context.Background(), 0)
 		for _, re := range []string{
-			`Prefill batch\. #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0`,
-			`Decode batch\. #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0`,
+			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
+			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
 			`Cache flushed successfully!`,
 		} {
 			if !regexp.MustCompile(re).Match(buf.Bytes()) {
@@ -198,25 +212,34 @@ func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
 	})
 }
 
-// Admission counts each KV token once: what this batch computes, plus what
-// requests may still need after it. A and B together need exactly the pool
-// (600+100 and 100+200 of 1000 tokens), so B joins A's last chunk.
+// Admission is SGLang's PrefillAdder arithmetic, each KV token counted
+// once. a's last chunk (200 of 600) reserves 200+1+100 of what remains
+// (1000 - 400 locked = 600), leaving 299; b needs its extend, its output
+// and a page (100+N+1) strictly below that: N = 197 joins a's last chunk,
+// N = 198 waits for a to finish.
 func TestAdmissionFillsThePoolExactly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := loadProfile(t, "default")
-		p.ContextLength, p.MaxTotalTokens, p.ChunkedPrefillSize = 1000, 1000, 400
-		e := startEngine(t, Config{Profile: p})
-		defer e.Close()
-		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 100})
-		synctest.Wait() // a's first chunk is in flight
-		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: 200})
-		ea, eb := drain(t, a), drain(t, b)
-		ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
-		if len(ta.Prefill) != 2 || tb.Prefill[0].Start != ta.Prefill[1].Start || tb.Prefill[0].Batch != 2 {
-			t.Fatalf("b's prefill %+v, want it batched with a's last chunk %+v", tb.Prefill, ta.Prefill)
-		}
-		checkDrained(t, e)
-	})
+	for _, tt := range []struct {
+		maxNew int
+		joins  bool
+	}{{197, true}, {198, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "default")
+			p.ContextLength, p.MaxTotalTokens, p.ChunkedPrefillSize = 1000, 1000, 400
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 600), MaxNewTokens: 100})
+			synctest.Wait() // a's first chunk is in flight
+			b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: tt.maxNew})
+			ea, eb := drain(t, a), drain(t, b)
+			ta, tb := ea[len(ea)-1].Truth, eb[len(eb)-1].Truth
+			joined := tb.Prefill[0].Start == ta.Prefill[1].Start && tb.Prefill[0].Batch == 2
+			if len(ta.Prefill) != 2 || joined != tt.joins || (!tt.joins && tb.Admitted != ta.Finished) {
+				t.Fatalf("b with max_new_tokens %d: prefill %+v, admitted %v; a's chunks %+v, finished %v; want joined=%v",
+					tt.maxNew, tb.Prefill, tb.Admitted, ta.Prefill, ta.Finished, tt.joins)
+			}
+			checkDrained(t, e)
+		})
+	}
 }
 
 // Calls served while an iteration runs are stamped with their own time, not
@@ -237,14 +260,179 @@ func TestCallsBetweenBoundariesUseTheCurrentTime(t *testing.T) {
 			t.Fatalf("queued request aborted at 5 s: finished at %v", got)
 		}
 		// Asked at 5 s with 20 s to wait: at the 23.72 s boundary a still
-		// decodes, and the deadline (25 s) has not passed.
+		// decodes, and the deadline (25 s) has not passed; the flush goes
+		// through once a's last round has settled (the profile's 50 ms).
 		if err := e.Flush(context.Background(), 20*time.Second); err != nil {
 			t.Fatalf("flush asked at 5 s with a 20 s timeout: %v", err)
 		}
 		eva := drain(t, a)
 		hist := e.FlushHistory()
-		if len(hist) != 1 || hist[0].At != 5*time.Second || hist[0].Answered != eva[len(eva)-1].Truth.Finished {
-			t.Fatalf("flush record %+v, want asked at 5 s and answered when a finished (%v)", hist, eva[len(eva)-1].Truth.Finished)
+		settled := eva[len(eva)-1].Truth.Finished + p.FlushBusyAfterFinish()
+		if len(hist) != 1 || hist[0].At != 5*time.Second || hist[0].Answered != settled {
+			t.Fatalf("flush record %+v, want asked at 5 s and answered when a settled (%v)", hist, settled)
 		}
+	})
+}
+
+// Under EAGLE, EAGLE3, NEXTN and FROZEN_KV_MTP SGLang keys the radix cache
+// on bigrams: the same 100-token prompt again reuses 98 tokens, not 99;
+// other algorithms reuse 99.
+func TestEagleFamilyReusesOneTokenLess(t *testing.T) {
+	for _, tt := range []struct {
+		algorithm string
+		cached    int
+	}{{"EAGLE", 98}, {"EAGLE3", 98}, {"NEXTN", 98}, {"FROZEN_KV_MTP", 98}, {"DFLASH", 99}, {"NGRAM", 99}, {"", 99}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			if tt.algorithm == "" {
+				p.Speculative = nil
+			} else {
+				spec := *p.Speculative
+				spec.Algorithm = tt.algorithm
+				p.Speculative = &spec
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			run(t, e, Request{InputIDs: prompt(1, 100), MaxNewTokens: 1})
+			again, _ := run(t, e, Request{InputIDs: prompt(1, 100), MaxNewTokens: 1})
+			if again.CachedTokens != tt.cached {
+				t.Fatalf("%q: the same prompt again: cached %d, want %d", tt.algorithm, again.CachedTokens, tt.cached)
+			}
+			checkDrained(t, e)
+		})
+	}
+}
+
+// Llama's tokenizer begins every text prompt with BOS (add_bos_token), so
+// two prompts that differ from their first character still share one
+// cached token under token keys (none under EAGLE3's bigram keys); prompts
+// sent as input_ids get no BOS.
+func TestBOSIsSharedByTextPrompts(t *testing.T) {
+	const rest = " Summarize the two-point method for measuring decode speed."
+	for _, tt := range []struct {
+		name      string
+		addBOS    bool
+		eagle3    bool
+		ids       bool
+		cached    int
+		bosPrompt int // tokens added to the text's own
+	}{
+		{"BOS, token keys", true, false, false, 1, 1},
+		{"BOS, EAGLE3 bigram keys", true, true, false, 0, 1},
+		{"no BOS", false, false, false, 0, 0},
+		{"BOS profile, input_ids", true, false, true, 0, 0},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			p.AddBOSToken = tt.addBOS
+			if !tt.eagle3 {
+				p.Speculative = nil
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			var last Event
+			for _, nonce := range []string{"3f2a9c1e", "b71d04aa"} {
+				r := Request{Text: nonce + rest, MaxNewTokens: 1}
+				if tt.ids {
+					r = Request{InputIDs: tokenizer.Encode(nil, r.Text), MaxNewTokens: 1}
+				}
+				last, _ = run(t, e, r)
+			}
+			if want := tokenizer.Count("b71d04aa"+rest) + tt.bosPrompt; last.CachedTokens != tt.cached || last.PromptTokens != want {
+				t.Fatalf("%s: second nonce-prefixed prompt: cached %d of %d, want %d of %d", tt.name, last.CachedTokens, last.PromptTokens, tt.cached, want)
+			}
+		})
+	}
+}
+
+// stallClock is the system clock plus a jump: a host that stalled, or a
+// timer that fired late, puts the wall clock ahead of the modelled one.
+type stallClock struct{ stall atomic.Int64 }
+
+func (c *stallClock) Now() time.Time { return time.Now().Add(time.Duration(c.stall.Load())) }
+
+// Wall lateness never moves the modelled timeline: while the engine is
+// busy, each iteration starts exactly where the last one ended, so a 700 ms
+// stall in the middle of two requests leaves every truth as it was.
+func TestHostStallLeavesTheTruthUnchanged(t *testing.T) {
+	truths := func(stall time.Duration) []*Truth {
+		var out []*Truth
+		synctest.Test(t, func(t *testing.T) {
+			clock := &stallClock{}
+			e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100"), Clock: clock})
+			defer e.Close()
+			a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 3000), MaxNewTokens: 60})
+			b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 2000), MaxNewTokens: 40})
+			evs := readUntil(t, a, 10)
+			clock.stall.Store(int64(stall)) // the host stalls while both decode
+			evs = append(evs, drain(t, a)...)
+			evb := drain(t, b)
+			out = []*Truth{evs[len(evs)-1].Truth, evb[len(evb)-1].Truth}
+		})
+		return out
+	}
+	want, got := truths(0), truths(700*time.Millisecond)
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("%s after a 700 ms host stall:\n got %+v\nwant %+v", want[i].RID, got[i], want[i])
+		}
+	}
+	if len(want[0].Rounds) < 10 {
+		t.Fatalf("a ran %d decode rounds: the stall did not fall while it decoded", len(want[0].Rounds))
+	}
+}
+
+// A request that reaches a busy engine while the host runs late has an
+// arrival ahead of the modelled clock: it is admitted at the first boundary
+// at or after its arrival, here when the idle engine starts at it, never
+// before it arrived.
+func TestLateArrivalIsNotAdmittedBeforeItArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := &stallClock{}
+		e := startEngine(t, Config{Profile: loadProfile(t, "default"), Clock: clock})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 500), MaxNewTokens: 20})
+		readUntil(t, a, 5)
+		clock.stall.Store(int64(2 * time.Second))
+		c := submit(t, e, Request{RID: "c", InputIDs: prompt(2, 500), MaxNewTokens: 1})
+		eva, evc := drain(t, a), drain(t, c)
+		ta, tc := eva[len(eva)-1].Truth, evc[len(evc)-1].Truth
+		if ta.Finished >= tc.Arrival || tc.Admitted != tc.Arrival {
+			t.Fatalf("c arrived at %v (a finished at %v): admitted at %v, want at its arrival", tc.Arrival, ta.Finished, tc.Admitted)
+		}
+	})
+}
+
+// SGLang folds the speculative totals in only at a decode log, every 40
+// decode batches: /server_info has no average before the 40th.
+func TestSpecAverageFoldsInAtDecodeLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "llama-8b-eagle3-h100")})
+		defer e.Close()
+		s := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 1000})
+		var evs []Event
+		read := func(n int) {
+			for len(evs) < n {
+				ev, err := s.Next(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs = append(evs, ev)
+			}
+		}
+		read(40) // the prefill event and 39 decode rounds
+		if st := e.Stats(); st.SpecRounds != 0 || st.AvgSpecAcceptLength != 0 {
+			t.Fatalf("after 39 decode batches: %d rounds folded, average %v; want none", st.SpecRounds, st.AvgSpecAcceptLength)
+		}
+		read(41)
+		tokens := 0
+		for _, ev := range evs[1:] {
+			tokens += len(ev.Tokens)
+		}
+		if st := e.Stats(); st.SpecRounds != 40 || st.AvgSpecAcceptLength != float64(tokens)/40 || st.SpecAcceptLength != float64(tokens)/40 {
+			t.Fatalf("after 40 decode batches: %d rounds, average %v, interval %v; want 40 and %v", st.SpecRounds, st.AvgSpecAcceptLength, st.SpecAcceptLength, float64(tokens)/40)
+		}
+		s.Abort()
+		drain(t, s)
 	})
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -52,9 +53,21 @@ type Finish struct {
 	// MatchedToken or MatchedString is what stopped a FinishStop request.
 	MatchedToken  *int32
 	MatchedString *string
-	// Message explains a FinishAbort.
+	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
+	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
+	// InWaitingQueue marks an abort of a request still in the waiting
+	// queue: SGLang's tokenizer manager, not a batch output, answers it,
+	// with a finish_reason of type and message only and a meta_info
+	// without prompt or cached tokens.
+	InWaitingQueue bool
 }
+
+// SGLang's abort messages.
+const (
+	AbortedMessage      = "Aborted"                // FINISH_ABORT() of a request in a batch
+	WaitingQueueMessage = "Abort in waiting queue" // a request aborted before it ran
+)
 
 // SpecStats counts a request's speculative decoding rounds.
 type SpecStats struct {
@@ -73,8 +86,11 @@ type Event struct {
 	CachedTokens     int
 	At               time.Duration // simulated time since the engine started
 	Finish           *Finish
-	Spec             *SpecStats // on the last event, with speculative decoding
-	Truth            *Truth     // on the last event
+	// Retractions counts the times the request was retracted so far
+	// (SGLang's num_retractions).
+	Retractions int
+	Spec        *SpecStats // on the last event, with speculative decoding
+	Truth       *Truth     // on the last event
 }
 
 // ChunkRecord is one prefill chunk of a request.
@@ -114,7 +130,10 @@ type Truth struct {
 	Rounds     []RoundRecord
 	Finish     Finish
 	Spec       SpecStats
-	Internal   bool
+	// Retractions counts the times decode ran out of KV and retracted the
+	// request: its KV was freed, and it was queued and prefilled again.
+	Retractions int
+	Internal    bool
 }
 
 // TTFT is the time from arrival to the first token.
@@ -181,7 +200,16 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 // Abort asks the engine to abort the request: it leaves the queue, or its KV
 // and cache locks are released at the next iteration boundary. It is a no-op
 // once the request has finished.
-func (s *Stream) Abort() { s.engine.abort(s.req, "Abort requested by the client.") }
+func (s *Stream) Abort() { s.engine.abort(s.req) }
+
+// Disconnect tells the engine the request's client left: SGLang aborts the
+// request only later (2 s later for a stream; for a client that waited for
+// one response, when its 4 s wait times out or its next 50-token output
+// goes out), and until then it runs. streaming says which kind of client
+// it was. It is a no-op once the request has finished.
+func (s *Stream) Disconnect(streaming bool) {
+	s.engine.do(func(sc *scheduler, at time.Duration) { sc.disconnect(s.req, at, streaming) })
+}
 
 // Collect waits for the last event and returns every event not yet read,
 // waking once rather than per event. It returns ctx's error if ctx ends
@@ -230,6 +258,9 @@ var (
 	ErrFlushBusy       = errors.New("Cache not flushed because there are pending requests.")
 	ErrFlushTimeout    = errors.New("Timed out waiting for idle state.")
 	ErrFlushInProgress = errors.New("Another flush_cache is already in progress.")
+	// ErrFlushSettling is ErrFlushBusy when nothing is queued or running
+	// but the last iteration that finished a request has not settled.
+	ErrFlushSettling = fmt.Errorf("%w (The last batch is still settling: flush_busy_after_finish_s.)", ErrFlushBusy)
 )
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;

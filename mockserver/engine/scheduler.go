@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -33,27 +32,26 @@ type req struct {
 	seq      uint64           // arrival order
 	node     *radixcache.Node // the cache node it holds locked
 	cached   int
-	kvLen    int // prompt tokens in KV (cached or computed)
-	private  int // KV tokens it owns outside the tree
+	kvLen    int     // tokens of fill() in KV (cached or computed)
+	refill   []int32 // prompt and output of a retracted request, to prefill again
+	private  int     // KV tokens it owns outside the tree
 	outputs  []int32
 	text     []byte // decoded outputs, for stop strings
 	spec     SpecStats
-	abortMsg string // set when an abort is requested
+	abortMsg string        // set when an abort is requested
+	lastSent time.Duration // arrival, or its last output a waiting client was sent
+	left     bool          // its client disconnected: an abort is due
+	leftWait bool          // ... while waiting for one response (not a stream)
+	abortDue time.Duration
 	done     bool
 	truth    Truth
 }
 
-func (r *req) remainingPrompt() int { return len(r.tokens) - r.kvLen }
-
-// reservation is the KV the request may still need: the rest of its prompt
-// and every token it may still generate. Admission keeps room for all of it,
-// so a running request never has to be preempted.
-func (r *req) reservation() int { return r.remainingPrompt() + r.maxNew - len(r.outputs) }
-
-// seqKV is how many tokens of the request's sequence have KV: the prompt so
-// far, and every output but the last (whose KV the next round computes).
+// seqKV is how many tokens of the request's sequence have KV: what its
+// prefill has computed so far, then every output but the last (whose KV the
+// next round computes).
 func (r *req) seqKV() int {
-	if len(r.outputs) == 0 {
+	if len(r.outputs) == 0 || r.refill != nil {
 		return r.kvLen
 	}
 	return len(r.tokens) + len(r.outputs) - 1
@@ -81,6 +79,7 @@ type iteration struct {
 	prefill    []chunk
 	decode     []gain
 	kv         int // KV slots allocated for the step
+	pending    int // prompt tokens still to prefill after this batch
 }
 
 func (it *iteration) end() time.Duration { return it.start + it.dur }
@@ -104,31 +103,31 @@ type pendingFlush struct {
 // scheduler is SGLang's scheduler on a modelled clock. It is not safe for
 // concurrent use: the engine loop owns it.
 type scheduler struct {
-	prof         *profile.Profile
-	tree         *radixcache.Tree // nil when the radix cache is disabled
-	log          *slog.Logger
-	logInterval  int
-	now          time.Duration
-	rng          *rand.Rand // cost jitter
-	waiting      []*req
-	chunked      *req // the request whose prefill is split over iterations
-	running      []*req
-	active       map[string]*req
-	privateKV    int
-	inflight     *iteration
-	aborts       int // active requests with an abort pending
-	flush        *pendingFlush
-	flushes      []FlushRecord
-	onFinish     func(*Truth)
-	clock        func() time.Duration // the engine's simulated now, between boundaries
-	counters     Counters
-	chunkBuf     []chunk // reused: one iteration is in flight at a time
-	gainBuf      []gain
-	seqBuf       []int32 // builds prompt+output for the finish insert
-	window       window
-	lastHitRate  float64
-	lastThruput  float64
-	decodeRounds int
+	prof        *profile.Profile
+	tree        *radixcache.Tree // nil when the radix cache is disabled
+	log         *slog.Logger
+	logInterval int
+	now         time.Duration
+	rng         *rand.Rand // cost jitter
+	waiting     []*req
+	chunked     *req // the request whose prefill is split over iterations
+	running     []*req
+	active      map[string]*req
+	privateKV   int
+	inflight    *iteration
+	aborts      int // active requests with an abort pending
+	flush       *pendingFlush
+	flushes     []FlushRecord
+	settledAt   time.Duration // a flush finds the server idle from here on
+	departed    []*req        // requests whose client left, abort due
+	ratio       tokenRatio
+	batchFull   bool // no prefill until a request finishes or is retracted
+	onFinish    func(*Truth)
+	counters    Counters
+	chunkBuf    []chunk // reused: one iteration is in flight at a time
+	gainBuf     []gain
+	seqBuf      []int32 // builds prompt+output for the finish insert
+	report      reporter
 }
 
 // Counters are cumulative since the engine started; a flush does not reset
@@ -141,15 +140,6 @@ type Counters struct {
 	GenerationTokens int64
 }
 
-// window holds what a flush resets: the speculative averages and the
-// generation-throughput window.
-type window struct {
-	specTokens, specRounds     int64
-	specAccepted, specProposed int64
-	genTokens                  int64
-	genSince                   time.Duration
-}
-
 const maxFlushRecords = 1000
 
 func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
@@ -160,8 +150,13 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 		rng:         rand.New(rand.NewPCG(p.Seed, 0x6a09e667f3bcc909)),
 		active:      make(map[string]*req),
 	}
+	s.ratio.reset()
 	if !disableCache {
-		tree, err := radixcache.New(p.PageSize)
+		newTree := radixcache.New
+		if p.BigramKeys() {
+			newTree = radixcache.NewBigram
+		}
+		tree, err := newTree(p.PageSize)
 		if err != nil {
 			panic(err) // the profile was validated
 		}
@@ -172,16 +167,6 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 
 func (s *scheduler) capacity() int { return s.prof.MaxTotalTokens }
 
-// current is the simulated time for something that happens between
-// iteration boundaries (a call served while an iteration runs): s.now is
-// the last boundary.
-func (s *scheduler) current() time.Duration {
-	if s.clock == nil {
-		return s.now
-	}
-	return max(s.now, s.clock())
-}
-
 func (s *scheduler) treeStats() radixcache.Stats {
 	if s.tree == nil {
 		return radixcache.Stats{}
@@ -189,9 +174,9 @@ func (s *scheduler) treeStats() radixcache.Stats {
 	return s.tree.Stats()
 }
 
-// used is the KV in use: the cache's tokens, the requests' private tokens
-// and what the iteration in flight has allocated.
-func (s *scheduler) used() int {
+// allocated is the KV slots taken: the cache's tokens, the requests'
+// private tokens and what the iteration in flight has allocated.
+func (s *scheduler) allocated() int {
 	u := s.treeStats().Tokens + s.privateKV
 	if s.inflight != nil {
 		u += s.inflight.kv
@@ -199,13 +184,24 @@ func (s *scheduler) used() int {
 	return u
 }
 
+// free is the KV slots nothing holds.
+func (s *scheduler) free() int { return s.capacity() - s.allocated() }
+
+// used is the KV in use as SGLang reports it (num_used_tokens, token
+// usage): the pool less its free slots and the evictable cache, which no
+// request holds.
+func (s *scheduler) used() int { return s.allocated() - s.treeStats().Evictable }
+
 func (s *scheduler) idle() bool {
 	return len(s.waiting) == 0 && s.chunked == nil && len(s.running) == 0 && s.inflight == nil
 }
 
-// ensureFree evicts cached prefixes until n KV slots are free, if it can.
+// ensureFree evicts cached prefixes until n KV slots are free, if it can. It
+// evicts the shortfall, not the whole allocation, as SGLang's
+// evict_from_tree_cache does for a standard allocator (sgl-project/sglang
+// PR #32016), for prefill and decode alike.
 func (s *scheduler) ensureFree(n int) {
-	if short := n - (s.capacity() - s.used()); short > 0 && s.tree != nil {
+	if short := n - s.free(); short > 0 && s.tree != nil {
 		s.tree.Evict(short)
 	}
 }
@@ -227,32 +223,78 @@ func (s *scheduler) enqueue(r *req) {
 // flush, then a prefill batch if any prompt can be admitted, else a decode
 // round over the running batch. It returns nil when there is nothing to do.
 func (s *scheduler) plan() *iteration {
-	s.reapAborted()
-	s.serviceFlush()
-	if it := s.planPrefill(); it != nil {
-		return it
+	for {
+		s.abortDeparted(s.now)
+		s.reapAborted()
+		s.serviceFlush()
+		if it := s.planPrefill(); it != nil {
+			return it
+		}
+		if it := s.planDecode(); it != nil {
+			return it
+		}
+		// Nothing runs. A request that reached the queue before the
+		// modelled clock reached its arrival (the host ran late) starts
+		// the idle engine at its arrival.
+		if next, ok := s.nextArrival(); ok {
+			s.now = next
+			continue
+		}
+		if s.idle() {
+			s.ratio.reset() // SGLang's on_idle
+		}
+		return nil
 	}
-	return s.planDecode()
 }
 
+// nextArrival is the earliest arrival still ahead of the modelled clock
+// among the waiting requests.
+func (s *scheduler) nextArrival() (time.Duration, bool) {
+	var next time.Duration
+	found := false
+	for _, r := range s.waiting {
+		if a := r.truth.Arrival; a > s.now && (!found || a < next) {
+			next, found = a, true
+		}
+	}
+	return next, found
+}
+
+// planPrefill forms a prefill batch as SGLang's PrefillAdder does: the
+// chunked request's next chunk first, then waiting requests in FCFS order
+// while the memory budget (see prefillBudget), the token budgets and the
+// running-request bound allow. The first request that does not fit stops
+// the batch; when memory or request slots ran out, no prefill is tried
+// again until a request finishes or is retracted (SGLang's batch_is_full).
 func (s *scheduler) planPrefill() *iteration {
+	if s.chunked == nil && (s.batchFull || len(s.waiting) == 0) {
+		return nil
+	}
 	budget, chunking := s.prof.ChunkBudget()
+	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
 	it := &iteration{start: s.now, prefill: s.chunkBuf[:0]}
 	defer func() { s.chunkBuf = it.prefill[:0] }()
-	reserved := 0
-	for _, r := range s.running {
-		reserved += r.reservation()
-	}
-	// reserved is what requests may still need beyond this iteration; what
-	// this iteration computes is in it.kv, so each token is counted once.
+	b := s.newPrefillBudget()
 	if r := s.chunked; r != nil {
-		m := min(r.remainingPrompt(), budget-budget%page)
-		reserved += r.reservation() - m
+		// The chunked request must progress: its chunk is bounded by what
+		// memory remains only when something remains.
+		limit := budget
+		if rem := int(b.remainingTotal(s)); rem > 0 {
+			limit = min(limit, rem)
+		}
+		limit = max(limit-limit%page, page)
+		m := min(r.remainingFill(), limit)
+		expected := 0
+		if m == r.remainingFill() {
+			expected = r.expectedNew()
+		}
+		b.reserve(m, expected)
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m})
 		it.kv += m
-		budget -= m
-		if m < r.remainingPrompt() {
+		budget -= b.ceilPage(m)
+		remInput -= b.ceilPage(m)
+		if m < r.remainingFill() {
 			budget = 0 // still chunking: nothing else joins
 		}
 	}
@@ -260,36 +302,51 @@ func (s *scheduler) planPrefill() *iteration {
 	if s.chunked != nil {
 		slots--
 	}
-	for len(s.waiting) > 0 && slots > 0 && budget > 0 {
+	for len(s.waiting) > 0 && budget > 0 && remInput > 0 {
+		if slots <= 0 {
+			s.batchFull = true
+			break
+		}
 		r := s.waiting[0]
-		s.admit(r)
-		extend := r.remainingPrompt()
-		free := s.capacity() - s.used() - it.kv + s.treeStats().Evictable
-		if r.reservation() > free-reserved {
+		if r.truth.Arrival > s.now {
+			break // it has not arrived yet on the modelled clock
+		}
+		s.admit(r) // its prefix is locked: not evictable for this test
+		extend := r.remainingFill()
+		expected := r.expectedNew()
+		if !b.fits(s, extend, expected) {
 			s.unadmit(r) // the head of the queue waits for room; FCFS
+			s.batchFull = true
 			break
 		}
 		m := extend
-		if len(it.prefill) > 0 && extend > budget && !chunking {
+		switch {
+		case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
+			m = 0 // without chunking only the first prompt may exceed the budget
+		case chunking && b.ceilPage(extend) > budget:
+			m = budget - budget%page
+			expected = 0
+		}
+		if m == 0 {
 			s.unadmit(r)
 			break
 		}
-		if chunking && extend > budget {
-			m = budget - budget%page
-			if m == 0 {
-				s.unadmit(r)
-				break
-			}
-		}
 		s.waiting = s.waiting[1:]
-		r.truth.Admitted = s.now
-		reserved += r.reservation() - m
+		if r.truth.Retractions == 0 {
+			r.truth.Admitted = s.now
+		}
+		b.reserve(m, expected)
 		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m, newAdmit: true})
 		it.kv += m
-		budget -= m
+		budget -= b.ceilPage(m)
+		remInput -= b.ceilPage(m)
 		slots--
 		if m < extend {
 			s.chunked = r
+			break
+		}
+		if !b.hasCapacity(s) {
+			s.batchFull = true
 			break
 		}
 	}
@@ -304,9 +361,27 @@ func (s *scheduler) planPrefill() *iteration {
 		total += secs
 	}
 	it.dur = profile.Duration(s.jitter(total))
+	it.pending = s.pendingTokens(it)
 	s.ensureFree(it.kv)
-	s.logPrefill(it)
 	return it
+}
+
+// pendingTokens is SGLang's #pending-token for a planned prefill batch: the
+// tokens the waiting requests still need, and what the chunked request
+// still needs after this batch's chunk.
+func (s *scheduler) pendingTokens(it *iteration) int {
+	n := 0
+	for _, r := range s.waiting {
+		n += len(r.fill())
+	}
+	if r := s.chunked; r != nil {
+		for _, c := range it.prefill {
+			if c.r == r {
+				n += r.remainingFill() - c.m
+			}
+		}
+	}
+	return n
 }
 
 // admit matches the request's reusable prefix and locks it. unadmit undoes
@@ -315,22 +390,34 @@ func (s *scheduler) admit(r *req) {
 	if s.tree == nil {
 		return
 	}
-	limit := min(s.tree.ReusablePrefixLen(len(r.tokens)), r.reuseCap)
-	matched, node := s.tree.Match(r.ns, r.tokens[:max(limit, 0)])
+	// All but the last token may match (its logits must be computed), and
+	// no more than logprob_start_len; the tree floors the key to pages and,
+	// under bigram keys, matches one unit fewer.
+	fill := r.fill()
+	limit := min(len(fill)-1, r.reuseCap)
+	matched, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.cached, r.kvLen = node, matched, matched
-	r.truth.CachedTokens = matched
-	r.truth.ReusedFrom = node.Owner()
+	r.node, r.kvLen = node, matched
+	if r.truth.Retractions == 0 {
+		// A retracted request's hits are never cached tokens again
+		// (SGLang's retracted_stain).
+		r.cached = matched
+		r.truth.CachedTokens = matched
+		r.truth.ReusedFrom = node.Owner()
+	}
 }
 
 func (s *scheduler) unadmit(r *req) {
 	if r.node != nil {
 		s.unlock(r)
 	}
-	r.cached, r.kvLen = 0, 0
-	r.truth.CachedTokens, r.truth.ReusedFrom = 0, ""
+	r.kvLen = 0
+	if r.truth.Retractions == 0 {
+		r.cached = 0
+		r.truth.CachedTokens, r.truth.ReusedFrom = 0, ""
+	}
 }
 
 func (s *scheduler) unlock(r *req) {
@@ -340,9 +427,21 @@ func (s *scheduler) unlock(r *req) {
 	r.node = nil
 }
 
+// planDecode plans a decode round over the running batch, SGLang's
+// update_running_batch: if the step does not fit the KV pool, requests are
+// retracted first; otherwise the token ratio decays by one step.
 func (s *scheduler) planDecode() *iteration {
 	if len(s.running) == 0 {
 		return nil
+	}
+	if s.decodeFits(s.running) {
+		s.ratio.decayStep()
+	} else {
+		// A lone request that still lacks the speculative reserve runs:
+		// what a round really adds fits, as max_new_tokens is clipped to
+		// the pool and nothing else holds KV during decode.
+		s.retractDecode()
+		s.batchFull = false
 	}
 	it := &iteration{start: s.now, decode: s.gainBuf[:0]}
 	defer func() { s.gainBuf = it.decode[:0] }()
@@ -396,6 +495,8 @@ func (s *scheduler) complete(it *iteration) {
 }
 
 func (s *scheduler) completePrefill(it *iteration) {
+	running := len(s.running)
+	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
 	for _, c := range it.prefill {
 		r := c.r
 		r.kvLen += c.m
@@ -403,18 +504,23 @@ func (s *scheduler) completePrefill(it *iteration) {
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.m, Batch: len(it.prefill),
 		})
 		s.cacheUnfinished(r)
-		if r.remainingPrompt() > 0 {
+		if r.remainingFill() > 0 {
 			continue // chunked: the next chunk comes in a later iteration
 		}
 		if s.chunked == r {
 			s.chunked = nil
 		}
-		r.truth.FirstToken = s.now
-		if r.abortMsg != "" {
-			continue // reaped at the next boundary
+		if r.refill != nil {
+			r.refill = nil // prompt and output are back in KV
+		} else {
+			r.truth.FirstToken = s.now
 		}
 		if r.maxNew == 0 {
-			s.finish(r, Finish{Reason: FinishLength, Length: 0}, nil)
+			fin := Finish{Reason: FinishLength, Length: 0}
+			if r.abortMsg != "" {
+				fin = Finish{Reason: FinishAbort, Message: r.abortMsg}
+			}
+			s.finish(r, fin, nil)
 			continue
 		}
 		s.emit(r, 1)
@@ -432,7 +538,7 @@ func (s *scheduler) cacheUnfinished(r *req) {
 		s.setPrivate(r, r.kvLen)
 		return
 	}
-	_, node := s.tree.InsertOwned(r.ns, r.tokens[:r.kvLen], r.rid)
+	_, node := s.tree.InsertOwned(r.ns, r.fill()[:r.kvLen], r.rid)
 	if err := s.tree.Lock(node); err != nil {
 		panic(err)
 	}
@@ -442,11 +548,10 @@ func (s *scheduler) cacheUnfinished(r *req) {
 }
 
 func (s *scheduler) completeDecode(it *iteration) {
-	s.decodeRounds++
 	spec := s.prof.Speculative
 	for _, g := range it.decode {
 		r := g.r
-		if r.done || r.abortMsg != "" {
+		if r.done {
 			continue
 		}
 		r.truth.Rounds = append(r.truth.Rounds, RoundRecord{
@@ -457,16 +562,12 @@ func (s *scheduler) completeDecode(it *iteration) {
 			r.spec.AcceptedDrafts += g.n - 1
 			r.spec.ProposedDrafts += spec.NumDraftTokens - 1
 			r.spec.Histogram[g.n-1]++
-			s.window.specTokens += int64(g.n)
-			s.window.specRounds++
-			s.window.specAccepted += int64(g.n - 1)
-			s.window.specProposed += int64(spec.NumDraftTokens - 1)
 		}
 		s.emit(r, g.n)
 	}
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
-	if s.logInterval > 0 && s.decodeRounds%s.logInterval == 0 {
-		s.logDecode()
+	if l, due := s.recordDecode(it); due {
+		s.logDecode(l)
 	}
 }
 
@@ -475,17 +576,27 @@ func (s *scheduler) completeDecode(it *iteration) {
 func (s *scheduler) emit(r *req, n int) {
 	start := len(r.outputs)
 	var fin *Finish
+	if r.abortMsg != "" {
+		// Aborted while its step ran: the step's tokens come with the
+		// abort, which SGLang checks before any other finishing condition.
+		for range n {
+			r.outputs = append(r.outputs, tokenizer.OutputToken(r.hash, len(r.outputs)))
+		}
+		fin = &Finish{Reason: FinishAbort, Message: r.abortMsg}
+	}
 	for i := 0; i < n && fin == nil; i++ {
 		tok := tokenizer.OutputToken(r.hash, len(r.outputs))
 		r.outputs = append(r.outputs, tok)
 		fin = s.checkFinished(r)
+	}
+	if fin == nil && len(r.outputs)%forceStreamInterval == 0 {
+		s.sentIntermediate(r)
 	}
 	s.setPrivate(r, r.seqKV()-r.lockedLen())
 	added := len(r.outputs) - start
 	if !r.internal {
 		s.counters.GenerationTokens += int64(added)
 	}
-	s.window.genTokens += int64(added)
 	if fin != nil {
 		s.finish(r, *fin, r.outputs[start:])
 		return
@@ -495,6 +606,7 @@ func (s *scheduler) emit(r *req, n int) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Retractions:      r.truth.Retractions,
 		At:               s.now,
 	})
 }
@@ -540,6 +652,12 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	if r.abortMsg != "" {
 		s.aborts--
 	}
+	if len(r.truth.Prefill) > 0 {
+		// The request was in a batch: the server settles only after it,
+		// and the batch has room again.
+		s.settledAt = max(s.settledAt, s.now+s.prof.FlushBusyAfterFinish())
+		s.batchFull = false
+	}
 	if s.tree != nil && r.admitted() {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
 		s.tree.InsertOwned(r.ns, s.seqBuf[:r.seqKV()], r.rid)
@@ -570,6 +688,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Retractions:      r.truth.Retractions,
 		At:               s.now,
 		Finish:           &fin,
 		Truth:            &truth,
@@ -586,23 +705,34 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 
 func (r *req) admitted() bool { return r.node != nil }
 
-// requestAbort aborts r now if it only waits, else at the next boundary.
-func (s *scheduler) requestAbort(r *req, msg string) {
+// requestAbort aborts r now if it only waits, else when the step in flight
+// ends; at is when it was asked.
+func (s *scheduler) requestAbort(r *req, at time.Duration) {
 	if r.done || s.active[r.rid] != r {
 		return
 	}
 	if r.abortMsg == "" {
-		r.abortMsg = msg
+		r.abortMsg = AbortedMessage
 		s.aborts++
 	}
 	if s.inflight == nil || !r.inFlight(s.inflight) {
-		// Finished now, between boundaries: stamp it with the current time.
+		// Finished now, between boundaries: stamp it with its own time.
 		boundary := s.now
-		s.now = s.current()
-		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+		s.now = max(s.now, at)
+		s.finishAborted(r)
 		s.now = boundary
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 	}
+}
+
+// finishAborted finishes r with its abort: a request still in the waiting
+// queue gets SGLang's waiting-queue answer.
+func (s *scheduler) finishAborted(r *req) {
+	if slices.Contains(s.waiting, r) {
+		s.finish(r, Finish{Reason: FinishAbort, Message: WaitingQueueMessage, InWaitingQueue: true}, nil)
+		return
+	}
+	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
 }
 
 func (r *req) inFlight(it *iteration) bool {
@@ -634,15 +764,15 @@ func (s *scheduler) reapAborted() {
 	}
 	slices.SortFunc(aborted, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range aborted {
-		s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+		s.finishAborted(r)
 	}
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 }
 
-func (s *scheduler) abortAll(msg string) {
+func (s *scheduler) abortAll() {
 	for _, r := range s.active {
 		if r.abortMsg == "" {
-			r.abortMsg = msg
+			r.abortMsg = AbortedMessage
 			s.aborts++
 		}
 	}
@@ -651,36 +781,49 @@ func (s *scheduler) abortAll(msg string) {
 	}
 }
 
-// requestFlush answers a /flush_cache: at once when idle or when it may not
-// wait; otherwise it parks until idle or its deadline.
-func (s *scheduler) requestFlush(timeout time.Duration, reply chan error) {
-	now := s.current()
+// requestFlush answers a /flush_cache in SGLang's order (its
+// SchedulerFlushWrapper): a parked flush refuses every new one; a flush that
+// may not wait flushes if the server is idle and fails if not; otherwise an
+// idle server flushes at once and a busy one parks the flush until it is
+// idle or its deadline passes.
+func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
+	now := max(s.now, at)
 	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
 	if s.chunked != nil {
 		rec.Running++
 	}
 	switch {
-	case s.idle():
+	case s.flush != nil:
+		s.answerFlush(rec, ErrFlushInProgress, reply, now)
+	case s.flushIdle(now):
 		s.doFlush()
 		s.answerFlush(rec, nil, reply, now)
+	case timeout <= 0 && s.idle():
+		s.answerFlush(rec, ErrFlushSettling, reply, now)
 	case timeout <= 0:
 		s.answerFlush(rec, ErrFlushBusy, reply, now)
 		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
-	case s.flush != nil:
-		s.answerFlush(rec, ErrFlushInProgress, reply, now)
 	default:
 		s.flush = &pendingFlush{record: rec, deadline: now + timeout, reply: reply}
 	}
 }
 
-// serviceFlush runs at every iteration boundary for a parked flush.
+// flushIdle is SGLang's is_fully_idle as a flush sees it at time now:
+// nothing queued, running or in flight, and the last iteration that
+// finished a request has settled (flush_busy_after_finish_s).
+func (s *scheduler) flushIdle(now time.Duration) bool {
+	return s.idle() && now >= s.settledAt
+}
+
+// serviceFlush runs at every iteration boundary, and when an idle engine
+// wakes for a parked flush.
 func (s *scheduler) serviceFlush() {
 	f := s.flush
 	if f == nil {
 		return
 	}
 	switch {
-	case s.idle():
+	case s.flushIdle(s.now):
 		s.flush = nil
 		s.doFlush()
 		s.answerFlush(f.record, nil, f.reply, s.now)
@@ -688,6 +831,23 @@ func (s *scheduler) serviceFlush() {
 		s.flush = nil
 		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
 	}
+}
+
+// wake is when an engine with nothing to run must look again: a parked
+// flush succeeds when the server settles, or times out at its deadline; an
+// abort for a departed client comes due.
+func (s *scheduler) wake() (time.Duration, bool) {
+	at, due := s.nextAbortDue()
+	if f := s.flush; f != nil {
+		flushAt := f.deadline
+		if s.idle() && s.settledAt < flushAt {
+			flushAt = s.settledAt
+		}
+		if !due || flushAt < at {
+			at, due = flushAt, true
+		}
+	}
+	return at, due
 }
 
 func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {
@@ -703,73 +863,15 @@ func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at
 	reply <- err
 }
 
-// doFlush resets the cache and what SGLang's flush resets: the speculative
-// averages and the throughput window. Lifetime counters stay.
+// doFlush resets the cache and what SGLang's flush resets (reset_metrics):
+// the decode-batch count and the speculative totals. Lifetime counters, the
+// last throughput and the cache hit rate stay.
 func (s *scheduler) doFlush() {
 	if s.tree != nil {
 		s.tree.Reset()
 	}
-	s.window = window{genSince: s.now}
-	s.lastThruput = 0
-	s.lastHitRate = 0
+	s.report.resetOnFlush()
 	s.log.Info("Cache flushed successfully!")
-}
-
-func (s *scheduler) logPrefill(it *iteration) {
-	newSeq, newTok, cached := 0, 0, 0
-	defer func() {
-		if s.log.Enabled(context.Background(), slog.LevelInfo) {
-			s.log.Info(fmt.Sprintf("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, #running-req: %d, #queue-req: %d",
-				newSeq, newTok, cached, s.tokenUsage(), len(s.running), len(s.waiting)))
-		}
-	}()
-	for _, c := range it.prefill {
-		newTok += c.m
-		if c.newAdmit {
-			newSeq++
-			cached += c.r.cached
-		}
-	}
-	if newTok+cached > 0 {
-		s.lastHitRate = float64(cached) / float64(newTok+cached)
-	}
-}
-
-func (s *scheduler) logDecode() {
-	elapsed := (s.now - s.window.genSince).Seconds()
-	if elapsed > 0 {
-		s.lastThruput = float64(s.window.genTokens) / elapsed
-	}
-	s.window.genTokens, s.window.genSince = 0, s.now
-	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
-		return
-	}
-	accept := ""
-	if s.prof.Speculative != nil {
-		accept = fmt.Sprintf("accept len: %.2f, ", s.avgAccept())
-	}
-	tokens := 0
-	for _, r := range s.running {
-		tokens += r.seqKV()
-	}
-	s.log.Info(fmt.Sprintf("Decode batch. #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: True, gen throughput (token/s): %.2f, #queue-req: %d",
-		len(s.running), tokens, s.tokenUsage(), accept, s.lastThruput, len(s.waiting)))
-}
-
-func (s *scheduler) tokenUsage() float64 { return float64(s.used()) / float64(s.capacity()) }
-
-func (s *scheduler) avgAccept() float64 {
-	if s.window.specRounds == 0 {
-		return 0
-	}
-	return float64(s.window.specTokens) / float64(s.window.specRounds)
-}
-
-func (s *scheduler) avgAcceptRate() float64 {
-	if s.window.specProposed == 0 {
-		return 0
-	}
-	return float64(s.window.specAccepted) / float64(s.window.specProposed)
 }
 
 // Stats is a snapshot of the engine's state.
@@ -778,44 +880,65 @@ type Stats struct {
 	Now     time.Duration // simulated time since start
 	Running int           // decoding or prefilling
 	Queued  int
-	// KV pool, in tokens.
-	KVUsed, KVCapacity int
+	// Chunked is 1 while a request is prefilled in chunks (it is counted
+	// in Running; SGLang's num_running_reqs leaves it out).
+	Chunked int
+	// WaitingTokens is the prompt tokens of the queued requests.
+	WaitingTokens int
+	// KV pool, in tokens. KVUsed is SGLang's num_used_tokens: the pool less
+	// the free slots (KVFree) and the evictable cache (CacheEvictable),
+	// so a cache that no request holds is not used.
+	KVUsed, KVFree, KVCapacity int
 	// Radix cache, in tokens.
 	CacheTokens, CacheEvictable, CacheProtected int
-	// LastGenThroughput is tokens/s over the last decode log interval.
+	// LastGenThroughput is the decode tokens/s over the last decode-log
+	// interval (SGLang's last_gen_throughput; a flush keeps it).
 	LastGenThroughput float64
-	// LastCacheHitRate is cached/(cached+new) of the last prefill batch.
+	// LastCacheHitRate is cached/(cached+new) of the last prefill batch,
+	// requests prefilled again after a retraction left out; a decode log
+	// zeroes it, as SGLang's cache_hit_rate gauge.
 	LastCacheHitRate float64
-	// SpecRounds and AvgSpecAcceptLength are since start or the last flush;
-	// AvgSpecAcceptLength means nothing while SpecRounds is 0.
+	// SpecRounds and AvgSpecAcceptLength are the speculative totals SGLang
+	// folds in at each decode log since start or the last flush, as
+	// /server_info reports them; AvgSpecAcceptLength means nothing while
+	// SpecRounds is 0.
 	SpecRounds          int64
 	AvgSpecAcceptLength float64
-	// AvgSpecAcceptRate is accepted / proposed drafts over the same window.
-	AvgSpecAcceptRate float64
-	Idle              bool
+	// SpecAcceptLength and SpecAcceptRate are the last decode-log
+	// interval's (SGLang's spec_accept_length and spec_accept_rate gauges).
+	SpecAcceptLength, SpecAcceptRate float64
+	Idle                             bool
 }
 
 func (s *scheduler) stats() Stats {
 	ts := s.treeStats()
-	running := len(s.running)
+	chunked := 0
 	if s.chunked != nil {
-		running++
+		chunked = 1
+	}
+	waitingTokens := 0
+	for _, r := range s.waiting {
+		waitingTokens += len(r.tokens)
 	}
 	return Stats{
 		Counters:            s.counters,
 		Now:                 s.now,
-		Running:             running,
+		Running:             len(s.running) + chunked,
+		Chunked:             chunked,
 		Queued:              len(s.waiting),
+		WaitingTokens:       waitingTokens,
 		KVUsed:              s.used(),
+		KVFree:              s.free(),
 		KVCapacity:          s.capacity(),
 		CacheTokens:         ts.Tokens,
 		CacheEvictable:      ts.Evictable,
 		CacheProtected:      ts.Protected,
-		LastGenThroughput:   s.lastThruput,
-		LastCacheHitRate:    s.lastHitRate,
-		SpecRounds:          s.window.specRounds,
-		AvgSpecAcceptLength: s.avgAccept(),
-		AvgSpecAcceptRate:   s.avgAcceptRate(),
+		LastGenThroughput:   s.report.genThroughput,
+		LastCacheHitRate:    s.report.cacheHitRate,
+		SpecRounds:          s.report.specTotalRounds,
+		AvgSpecAcceptLength: s.report.avgSpecAcceptLength(),
+		SpecAcceptLength:    s.report.specAcceptLength,
+		SpecAcceptRate:      s.report.specAcceptRate,
 		Idle:                s.idle(),
 	}
 }

@@ -198,12 +198,12 @@ func (s *Server) Send(method, path, body string, header ...string) (int, string,
 }
 
 // CheckIdle fails the test unless the engine holds nothing: no request, no
-// lock, and no KV beyond the (unlocked) cache.
+// lock, no KV in use, and every slot free or in the (unlocked) cache.
 func CheckIdle(t testing.TB, e *engine.Engine) {
 	t.Helper()
 	st := e.Stats()
-	if !st.Idle || st.CacheProtected != 0 || st.KVUsed != st.CacheTokens {
-		t.Fatalf("engine not idle: idle %v, running %d, queued %d, protected %d, KV used %d, cache %d",
-			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.CacheTokens)
+	if !st.Idle || st.CacheProtected != 0 || st.KVUsed != 0 || st.KVFree+st.CacheTokens != st.KVCapacity {
+		t.Fatalf("engine not idle: idle %v, running %d, queued %d, protected %d, KV used %d, free %d, cache %d of %d",
+			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.KVFree, st.CacheTokens, st.KVCapacity)
 	}
 }

@@ -56,6 +56,8 @@ func (p *Profile) ChunkBudget() (tokens int, chunked bool) {
 
 // Chunks splits a lone request's prefill of extend tokens after prefix
 // cached tokens into the chunk sizes the scheduler runs, one batch each.
+// Even on a profile that fails validation (a budget below one page) every
+// chunk takes at least one page, so the split always ends.
 func (p *Profile) Chunks(extend int) []int {
 	budget, chunked := p.ChunkBudget()
 	if !chunked || extend <= budget {
@@ -64,7 +66,8 @@ func (p *Profile) Chunks(extend int) []int {
 		}
 		return []int{extend}
 	}
-	budget -= budget % p.PageSize
+	page := max(p.PageSize, 1)
+	budget = max(budget-budget%page, page)
 	var out []int
 	for extend > 0 {
 		m := min(budget, extend)

@@ -29,6 +29,18 @@
 // kimi-k2.6-rtx6000 needs one, since its measured decode rounds are not
 // linear in context.
 //
+// # Server behaviour
+//
+// add_bos_token makes every text prompt (/generate text, completion prompt
+// strings, chat) begin with a BOS token, as a Llama tokenizer does
+// (llama-8b-eagle3-h100 sets it): two prompts that differ from their first
+// character still share that token in the cache. Prompts sent as input_ids
+// are taken as they are.
+//
+// flush_busy_after_finish_s is how long the server stays busy for
+// /flush_cache after an iteration that finished a request (0, exact, by
+// default; kimi-k2.6-rtx6000 assumes 50 ms).
+//
 // # Files
 //
 // Built-in profiles are embedded from builtin/*.yaml. Unknown keys and

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -28,9 +29,21 @@ type Profile struct {
 	MaxPrefillTokens   int    `yaml:"max_prefill_tokens" json:"max_prefill_tokens"`     // tokens per prefill batch
 	MaxRunningRequests int    `yaml:"max_running_requests" json:"max_running_requests"`
 
+	// AddBOSToken makes the tokenizer begin every text prompt (/generate
+	// text, completion prompt strings, chat) with a BOS token, as Llama's
+	// does; prompts sent as input_ids are taken as they are.
+	AddBOSToken bool `yaml:"add_bos_token,omitempty" json:"add_bos_token"`
+
 	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
 	Decode      DecodeCost   `yaml:"decode" json:"decode"`
 	Speculative *Speculative `yaml:"speculative,omitempty" json:"speculative,omitempty"`
+
+	// FlushBusyAfterFinishS is how long, in simulated seconds, the server
+	// stays busy for /flush_cache after an iteration that finished a
+	// request: SGLang's idle check also waits for the overlap scheduler's
+	// last batch and result queue, so a flush sent right after a response
+	// can be refused. 0 (exact) means idle the moment the iteration ends.
+	FlushBusyAfterFinishS float64 `yaml:"flush_busy_after_finish_s,omitempty" json:"flush_busy_after_finish_s"`
 
 	Seed   uint64  `yaml:"seed" json:"seed"`
 	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
@@ -80,7 +93,22 @@ type Speculative struct {
 }
 
 // Algorithms are the speculative algorithm names, spelled as SGLang spells them.
-var Algorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DDTREE"}
+var Algorithms = []string{"EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "DFLASH", "DDTREE"}
+
+// BigramKeys reports whether SGLang keys the radix cache on bigrams under
+// this profile: for the algorithms its SpeculativeAlgorithm.is_eagle()
+// accepts (EAGLE, its alias NEXTN, EAGLE3 and FROZEN_KV_MTP), whose draft
+// KV is one token behind the target's.
+func (p *Profile) BigramKeys() bool {
+	if p.Speculative == nil {
+		return false
+	}
+	switch p.Speculative.Algorithm {
+	case "EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP":
+		return true
+	}
+	return false
+}
 
 // Table is a monotone piecewise-linear function given by [tokens, seconds]
 // points with strictly increasing tokens and non-decreasing seconds. It is 0
@@ -217,6 +245,13 @@ func (p *Profile) YAML() []byte {
 	return b
 }
 
+// FlushBusyAfterFinish is flush_busy_after_finish_s as a Duration.
+func (p *Profile) FlushBusyAfterFinish() time.Duration { return Duration(p.FlushBusyAfterFinishS) }
+
+// maxFlushBusyS bounds flush_busy_after_finish_s: a real server settles in
+// milliseconds, and a bound keeps the simulated deadline far from overflow.
+const maxFlushBusyS = 60
+
 // Validate checks every field and names the first one that is impossible.
 func (p *Profile) Validate() error {
 	v := validator{profile: p.Name}
@@ -233,7 +268,8 @@ func (p *Profile) Validate() error {
 				fmt.Sprintf("must be a multiple of page_size (%d)", p.PageSize))
 		}
 	}
-	v.check(p.MaxPrefillTokens >= 1, "max_prefill_tokens", p.MaxPrefillTokens, "must be >= 1")
+	v.check(p.MaxPrefillTokens >= max(p.PageSize, 1), "max_prefill_tokens", p.MaxPrefillTokens,
+		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
 	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
 	v.cost("prefill.overhead_s", p.Prefill.OverheadS)
 	v.cost("prefill.per_token_s", p.Prefill.PerTokenS)
@@ -252,6 +288,8 @@ func (p *Profile) Validate() error {
 		v.table("decode.ctx_table", p.Decode.CtxTable)
 	}
 	v.check(p.Jitter >= 0 && p.Jitter < 1, "jitter", p.Jitter, "must be in [0, 1)")
+	v.check(p.FlushBusyAfterFinishS >= 0 && p.FlushBusyAfterFinishS <= maxFlushBusyS, "flush_busy_after_finish_s",
+		p.FlushBusyAfterFinishS, fmt.Sprintf("must be in [0, %g] seconds", float64(maxFlushBusyS)))
 	if s := p.Speculative; s != nil {
 		v.check(slices.Contains(Algorithms, s.Algorithm), "speculative.algorithm", s.Algorithm,
 			"must be one of "+strings.Join(Algorithms, ", "))

@@ -166,6 +166,11 @@ func TestChunks(t *testing.T) {
 		{-1, 60, 130, []int{130}},         // chunking off: the whole prompt at once
 		{100, 1000, 0, nil},
 	}
+	// A profile that fails validation (budget below a page) still ends.
+	bad := &Profile{ChunkedPrefillSize: 16, MaxPrefillTokens: 8, PageSize: 16}
+	if got := bad.Chunks(40); !slices.Equal(got, []int{16, 16, 8}) {
+		t.Errorf("Chunks(40) with a budget of 8 and page 16: got %v, want one page a chunk", got)
+	}
 	for _, tt := range tests {
 		p.ChunkedPrefillSize, p.MaxPrefillTokens = tt.chunk, tt.maxPrefill
 		got := p.Chunks(tt.extend)
@@ -213,8 +218,12 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"draft tokens with topk 1", "num_draft_tokens: 4", "num_draft_tokens: 8", "speculative.num_draft_tokens = 8"},
 		{"unknown key", "jitter: 0", "jitter: 0\nturbo: true", "field turbo not found"},
 		{"jitter out of range", "jitter: 0", "jitter: 1.5", "jitter = 1.5"},
+		{"negative flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: -0.1", "flush_busy_after_finish_s = -0.1"},
+		{"huge flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: 1e9", "flush_busy_after_finish_s = 1e+09"},
 		{"zero round factor", "round_cost_factor: 1.25", "round_cost_factor: 0", "speculative.round_cost_factor = 0"},
 		{"running requests", "max_running_requests: 256", "max_running_requests: 0", "max_running_requests = 0"},
+		{"prefill budget below a page", "page_size: 1\nchunked_prefill_size: 8192\nmax_prefill_tokens: 16384",
+			"page_size: 16\nchunked_prefill_size: 8192\nmax_prefill_tokens: 8", "max_prefill_tokens = 8: must be >= page_size (16)"},
 		{"table with coefficient", "per_ctx_token_s: 4.0e-9", "per_ctx_token_s: 4.0e-9\n  ctx_table: [[10, 1]]", "decode.ctx_table"},
 		{"decreasing table", "per_ctx_token_s: 4.0e-9", "ctx_table: [[10, 1], [5, 2]]", "decode.ctx_table[1] = [5 2]"},
 		{"not yaml", "name: llama", "name: [llama", "yaml"},

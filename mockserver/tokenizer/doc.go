@@ -5,7 +5,9 @@
 // # Token ids
 //
 //   - 0..255: single bytes (punctuation, digits, white space, non-ASCII bytes).
-//   - 256..1023: special tokens; see EOS, IMStart and IMEnd.
+//   - 256..1023: special tokens; see EOS, IMStart, IMEnd and BOS (259,
+//     "<|begin_of_text|>", which EncodePrompt puts before a text prompt
+//     when the profile's tokenizer adds one; plain text never produces it).
 //   - 1024 and up: a run of 1 to 6 ASCII letters, all lower case but maybe the
 //     first, with or without one leading space. The id encodes the run itself
 //     (bijective base 26, a capital flag and a space flag), so decoding needs

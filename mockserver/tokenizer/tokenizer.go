@@ -10,6 +10,10 @@ const (
 	EOS     int32 = 256 // end of text
 	IMStart int32 = 257 // start of a chat message
 	IMEnd   int32 = 258 // end of a chat message
+	// BOS begins a text prompt under a profile with add_bos_token, as a
+	// Llama tokenizer adds it. Text without special-token markup never
+	// produces it.
+	BOS int32 = 259
 
 	firstPiece  = 1024
 	maxLetters  = 6
@@ -23,6 +27,7 @@ var specials = []struct {
 	{EOS, "<|endoftext|>"},
 	{IMStart, "<|im_start|>"},
 	{IMEnd, "<|im_end|>"},
+	{BOS, "<|begin_of_text|>"},
 }
 
 // blockStart[k] is the number of letter runs shorter than k letters, so runs of
@@ -157,6 +162,17 @@ func AppendDecode(dst []byte, id int32) []byte {
 	default:
 		return fmt.Appendf(dst, "<|unk_%d|>", id)
 	}
+}
+
+// EncodePrompt appends the token ids of a text prompt to dst: BOS first when
+// addBOS (a tokenizer that adds special tokens, as Llama's does), then
+// text's ids. Prompts given as token ids are not encoded, so they never get
+// a BOS.
+func EncodePrompt(dst []int32, text string, addBOS bool) []int32 {
+	if addBOS {
+		dst = append(dst, BOS)
+	}
+	return Encode(dst, text)
 }
 
 // Decode returns the text of ids.

@@ -74,9 +74,30 @@ func TestEncodeSplits(t *testing.T) {
 }
 
 func TestSpecialTokens(t *testing.T) {
-	got := Encode(nil, "<|endoftext|><|im_start|><|im_end|>")
-	if want := []int32{EOS, IMStart, IMEnd}; !slices.Equal(got, want) {
+	got := Encode(nil, "<|endoftext|><|im_start|><|im_end|><|begin_of_text|>")
+	if want := []int32{EOS, IMStart, IMEnd, BOS}; !slices.Equal(got, want) {
 		t.Fatalf("specials: got %v, want %v", got, want)
+	}
+}
+
+// A text prompt begins with BOS when the tokenizer adds one; plain text
+// never produces it, so it is only ever the first token.
+func TestEncodePromptAddsBOS(t *testing.T) {
+	for _, text := range []string{"", "Hello world", english, "<|im_start|>user\nhi<|im_end|>\n"} {
+		plain := Encode(nil, text)
+		with := EncodePrompt(nil, text, true)
+		if len(with) != len(plain)+1 || with[0] != BOS || !slices.Equal(with[1:], plain) {
+			t.Errorf("EncodePrompt(%q, BOS): got %v, want BOS then %v", text, with, plain)
+		}
+		if without := EncodePrompt(nil, text, false); !slices.Equal(without, plain) {
+			t.Errorf("EncodePrompt(%q, no BOS): got %v, want %v", text, without, plain)
+		}
+		if slices.Contains(plain, BOS) {
+			t.Errorf("Encode(%q) produced BOS", text)
+		}
+	}
+	if got := Decode([]int32{BOS}); got != "<|begin_of_text|>" {
+		t.Errorf("Decode(BOS): got %q", got)
 	}
 }
 

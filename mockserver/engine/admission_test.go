@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"sglmock/mockserver/profile"
+	"sglmock/mockserver/tokenizer"
+)
+
+func TestClipMaxNewTokens(t *testing.T) {
+	p := &profile.Profile{ContextLength: 1000, MaxTotalTokens: 1000, PageSize: 1}
+	tests := []struct {
+		name                        string
+		ctx, pool, page, in, maxNew int
+		want                        int
+	}{
+		{"fits", 1000, 1000, 1, 10, 500, 500},
+		// max_req_len = ctx-1, and one more for the token being computed.
+		{"input+max_new = context", 1000, 5000, 1, 10, 990, 988},
+		// The pool: page-ceiled input, max_new and a page stay below it.
+		{"pool bound", 1000, 1000, 1, 10, 990, 988},
+		{"pool bound, page 16", 1000, 1000, 16, 10, 990, 967},
+		{"nothing left", 1000, 1000, 1, 999, 1, 0},
+	}
+	for _, tt := range tests {
+		p.ContextLength, p.MaxTotalTokens, p.PageSize = tt.ctx, tt.pool, tt.page
+		if got := clipMaxNew(p, tt.in, tt.maxNew); got != tt.want {
+			t.Errorf("%s: clipMaxNew(input %d, max_new %d): got %d, want %d", tt.name, tt.in, tt.maxNew, got, tt.want)
+		}
+	}
+	// The engine applies it: a request asking for the whole context
+	// generates two tokens fewer and finishes on length.
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		last, _ := run(t, e, Request{InputIDs: prompt(1, 100), MaxNewTokens: p.ContextLength - 100})
+		if want := p.ContextLength - 102; last.CompletionTokens != want || last.Finish.Length != want {
+			t.Fatalf("max_new_tokens = context - input: got %d tokens, finish %+v, want %d", last.CompletionTokens, last.Finish, want)
+		}
+	})
+}
+
+func TestTokenRatioDecaysToItsFloor(t *testing.T) {
+	var r tokenRatio
+	r.reset()
+	if r.current != 0.7 {
+		t.Fatalf("initial ratio: got %v, want 0.7", r.current)
+	}
+	for range 300 {
+		r.decayStep()
+	}
+	if want := 0.7 - 300*(0.7-0.098)/600; math.Abs(r.current-want) > 1e-12 {
+		t.Fatalf("after 300 decode batches: got %v, want %v", r.current, want)
+	}
+	for range 1000 {
+		r.decayStep()
+	}
+	if math.Abs(r.current-0.098) > 1e-12 {
+		t.Fatalf("after 1300 decode batches: got %v, want the floor 0.098", r.current)
+	}
+}
+
+// ratioPool is a 10000-token pool with an 8192-token context.
+func ratioPool(t *testing.T) *profile.Profile {
+	p := loadProfile(t, "default")
+	p.ContextLength, p.MaxTotalTokens = 8192, 10000
+	return p
+}
+
+// readUntil reads s until an event with at least n completion tokens.
+func readUntil(t *testing.T, s *Stream, n int) []Event {
+	t.Helper()
+	var evs []Event
+	for {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if ev.CompletionTokens >= n || ev.Finish != nil {
+			return evs
+		}
+	}
+}
+
+// A running request reserves only min(remaining output, 4096) x the token
+// ratio, which decays from 0.7 by (0.7-0.098)/600 a decode batch. a (100
+// prompt tokens, 5000 outputs) runs alone; after j decode rounds b (3000 +
+// 4096 + one page = 7097) fits iff 7097 < 10000 - (100+j) - 4096 x (0.7 -
+// j x decay), i.e. from j = 21. Once b is refused, no prefill is tried until
+// a request finishes (SGLang's batch_is_full), however far the ratio decays.
+func TestAdmissionReservesTheExpectedOutput(t *testing.T) {
+	for _, tt := range []struct {
+		after  int // b arrives while a's round after+1 runs
+		admits bool
+	}{{30, true}, {10, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			e := startEngine(t, Config{Profile: ratioPool(t)})
+			defer e.Close()
+			a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 5000})
+			readUntil(t, a, 1+tt.after)
+			b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 3000), MaxNewTokens: 4096})
+			eva, evb := drain(t, a), drain(t, b)
+			ta, tb := eva[len(eva)-1].Truth, evb[len(evb)-1].Truth
+			want := ta.Finished
+			if tt.admits {
+				r := ta.Rounds[tt.after] // b is considered when this round ends
+				want = r.Start + r.Duration
+			}
+			if tb.Admitted != want {
+				t.Fatalf("b arriving during a's round %d: admitted at %v, want %v (a finished at %v)",
+					tt.after+1, tb.Admitted, want, ta.Finished)
+			}
+			checkDrained(t, e)
+		})
+	}
+}
+
+// When decode runs out of KV, SGLang's retract_decode frees the request it
+// prefers least to keep: the fewest outputs, then the longest prompt. a (40
+// prompt tokens) and b (20) both ask for 6000 tokens of a 10000 pool; b is
+// admitted while a runs, both run until the pool is full after 4970 rounds,
+// and a is retracted. Its KV is freed without caching its output; it goes to the
+// back of the queue, behind c, which waited; it is prefilled again (its 40
+// cached prompt tokens reused, its 4971 outputs recomputed) once b
+// finishes, and reports one retraction and its original cached tokens.
+func TestRetraction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		e := startEngine(t, Config{Profile: ratioPool(t), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		defer e.Close()
+		pa := prompt(1, 40)
+		a := submit(t, e, Request{RID: "a", InputIDs: pa, MaxNewTokens: 6000})
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 20), MaxNewTokens: 6000})
+		evb := readUntil(t, b, 4502)
+		c := submit(t, e, Request{RID: "c", InputIDs: prompt(3, 1000), MaxNewTokens: 10})
+		eva := drain(t, a)
+		evb = append(evb, drain(t, b)...)
+		evc := drain(t, c)
+		ta, tb, tc := eva[len(eva)-1].Truth, evb[len(evb)-1].Truth, evc[len(evc)-1].Truth
+
+		if aEnd := ta.Prefill[0].Start + ta.Prefill[0].Duration; ta.Admitted != 0 || tb.Admitted != aEnd {
+			t.Fatalf("a and b: admitted at %v and %v, want 0 and right after a's prefill (%v)", ta.Admitted, tb.Admitted, aEnd)
+		}
+		if ta.Retractions != 1 || tb.Retractions != 0 || tc.Retractions != 0 || eva[len(eva)-1].Retractions != 1 {
+			t.Fatalf("retractions: a %d (last event %d), b %d, c %d; want 1, 0, 0", ta.Retractions, eva[len(eva)-1].Retractions, tb.Retractions, tc.Retractions)
+		}
+		if len(ta.Prefill) != 2 || ta.Prefill[1].Prefix != 40 || ta.Prefill[1].Tokens != 4971 {
+			t.Fatalf("a's prefills %+v, want a second one recomputing 4971 outputs after its 40 cached prompt tokens", ta.Prefill)
+		}
+		again := ta.Prefill[1].Start
+		if tc.Admitted >= again || again != tb.Finished {
+			t.Fatalf("a prefilled again at %v; c admitted at %v and b finished at %v: want c first, a when b finished", again, tc.Admitted, tb.Finished)
+		}
+		if ta.CachedTokens != 0 || eva[len(eva)-1].CachedTokens != 0 || ta.Admitted != 0 {
+			t.Fatalf("a after readmission: cached %d, admitted %v; want its first admission's 0 and 0", ta.CachedTokens, ta.Admitted)
+		}
+		// Its output is whole and continues where it stopped.
+		var out []int32
+		for _, ev := range eva {
+			out = append(out, ev.Tokens...)
+		}
+		h := tokenizer.PromptHash(pa)
+		for i, tok := range out {
+			if tok != tokenizer.OutputToken(h, i) {
+				t.Fatalf("a's output token %d: got %d, want %d", i, tok, tokenizer.OutputToken(h, i))
+			}
+		}
+		if len(out) != 6000 || ta.CompletionTokens != 6000 {
+			t.Fatalf("a: %d tokens streamed, %d reported, want 6000", len(out), ta.CompletionTokens)
+		}
+		const warn = "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 4970, #new_token_ratio: 0.0980 -> 0.8317"
+		if !strings.Contains(buf.String(), warn) {
+			t.Fatalf("log lacks %q", warn)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// Used tokens are SGLang's num_used_tokens: the pool less its free slots
+// and the evictable cache. An idle server holding a cached prompt uses
+// nothing; a running request uses its locked prefix and its own KV.
+func TestUsedTokensLeaveOutTheEvictableCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.ChunkedPrefillSize = 4096
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		run(t, e, Request{RID: "big", InputIDs: prompt(1, 10000), MaxNewTokens: 1})
+		st := e.Stats()
+		if st.KVUsed != 0 || st.CacheTokens != 10000 || st.CacheEvictable != 10000 || st.KVFree != st.KVCapacity-10000 {
+			t.Fatalf("idle with a cached prompt: used %d, cache %d (evictable %d), free %d of %d; want 0 used", st.KVUsed, st.CacheTokens, st.CacheEvictable, st.KVFree, st.KVCapacity)
+		}
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(2, 3000), MaxNewTokens: 1000})
+		evs := readUntil(t, a, 11)
+		time.Sleep(time.Microsecond) // the 11th token's round is over; the 12th is in flight
+		st = e.Stats()
+		// a holds its 3000 prompt tokens (locked in the cache) and 10 of its
+		// 11 outputs; the next round has allocated one more.
+		if want := 3000 + 10 + 1; st.KVUsed != want || st.CacheEvictable != 10000 || st.KVFree != st.KVCapacity-want-10000 {
+			t.Fatalf("a running after %d tokens: used %d, evictable %d, free %d; want used %d", evs[len(evs)-1].CompletionTokens, st.KVUsed, st.CacheEvictable, st.KVFree, want)
+		}
+		// A long prompt prefilled in chunks is counted as chunked and running.
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(3, 9000), MaxNewTokens: 1})
+		time.Sleep(50 * time.Millisecond)
+		if st := e.Stats(); st.Chunked != 1 || st.Running != 2 || st.WaitingTokens != 0 {
+			t.Fatalf("b in chunked prefill: chunked %d, running %d, waiting tokens %d; want 1, 2 (a and b), 0", st.Chunked, st.Running, st.WaitingTokens)
+		}
+		drain(t, b)
+		a.Abort()
+		drain(t, a)
+		checkDrained(t, e)
+	})
+}
