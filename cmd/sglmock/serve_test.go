@@ -224,8 +224,8 @@ func TestServeGracePeriod(t *testing.T) {
 	}
 	sim.Body.Close()
 	rest, _ := io.ReadAll(r)
-	if !strings.Contains(string(rest), `"message":"The server is shutting down."`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
-		t.Fatalf("the stream still running after the grace period must end with the shutdown abort; got ...%q", tail(string(rest)))
+	if !strings.Contains(string(rest), `"finish_reason":{"type":"abort","message":"Aborted"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream still running after the grace period must end with SGLang's abort; got ...%q", tail(string(rest)))
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
