@@ -37,6 +37,10 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
+//   - The prefix cache is partitioned by extra_key with the LoRA adapter
+//     appended, as SGLang's Req builds it. /generate has no cache_salt (the
+//     key is ignored there); the OpenAI routes prepend cache_salt to
+//     extra_key, as _compute_extra_key does.
 //   - A client that disconnects aborts its requests: their KV, locks and
 //     queue slots are released at the engine's next iteration boundary.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

@@ -61,8 +61,9 @@ type generateBody struct {
 	ReturnLogprob   json.RawMessage `json:"return_logprob"`
 	LogprobStartLen json.RawMessage `json:"logprob_start_len"`
 	LoraPath        json.RawMessage `json:"lora_path"`
-	ExtraKey        *string         `json:"extra_key"`
-	CacheSalt       *string         `json:"cache_salt"`
+	// ExtraKey partitions the prefix cache. GenerateReqInput has no
+	// cache_salt: a /generate body's cache_salt is an unknown key, ignored.
+	ExtraKey json.RawMessage `json:"extra_key"`
 }
 
 // item is one sequence to generate, with what the HTTP layer needs to
@@ -107,13 +108,17 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 	return out, nil
 }
 
-// namespace joins SGLang's three cache partitions: LoRA adapter, extra_key
-// and cache_salt. Requests that differ in any never share a prefix.
-func namespace(lora, extraKey, cacheSalt string) string {
-	if lora == "" && extraKey == "" && cacheSalt == "" {
+// cacheNamespace is the radix cache namespace SGLang's Req builds
+// (schedule_batch.py, Req.__init__): the request's extra_key with the LoRA
+// adapter appended, plainly concatenated. A present extra_key, even "", is a
+// namespace of its own, since SGLang's radix key tests extra_key against
+// None; the engine's "" means none, so every present key gets a leading
+// marker byte.
+func cacheNamespace(extraKey *string, lora string) string {
+	if extraKey == nil && lora == "" {
 		return ""
 	}
-	return lora + "\x00" + extraKey + "\x00" + cacheSalt
+	return "\x01" + deref(extraKey) + lora
 }
 
 // parseGenerate turns a /generate body into items. Type errors are
@@ -177,8 +182,9 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 	if err != nil {
 		return nil, false, err, nil
 	}
-	ns := func(i int) string {
-		return namespace(loras[i], deref(b.ExtraKey), deref(b.CacheSalt))
+	extraKeys, err := perItem(b.ExtraKey, n, "extra_key", (*string)(nil))
+	if err != nil {
+		return nil, false, err, nil
 	}
 	for i := range n {
 		p := params[i]
@@ -199,7 +205,7 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 				it.req.RID = fmt.Sprintf("%s-%d", rids[i], c)
 			}
 			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
-			it.req.Namespace = ns(i)
+			it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 			items = append(items, it)
 		}
 		batch = batch || copies > 1

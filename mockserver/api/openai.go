@@ -88,6 +88,17 @@ func (s *Server) usageOf(outs []*output, copies int, withCached bool) usage {
 	return u
 }
 
+// openAIExtraKey is serving_base.py's _compute_extra_key: cache_salt then
+// extra_key, concatenated without a separator, the empty ones skipped; none
+// when both are empty.
+func openAIExtraKey(cacheSalt, extraKey *string) *string {
+	key := deref(cacheSalt) + deref(extraKey)
+	if key == "" {
+		return nil
+	}
+	return &key
+}
+
 // openAIFinish maps a finish to OpenAI's finish_reason and matched_stop.
 func openAIFinish(f *engine.Finish) (reason any, matched any) {
 	if f == nil {
@@ -118,7 +129,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine
 		}
 		maxNew = *maxTokens
 	}
-	ns := namespace(deref(b.LoraPath), deref(b.ExtraKey), deref(b.CacheSalt))
+	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
 	var items []item
 	for i, p := range prompts {
 		for c := range copies {
