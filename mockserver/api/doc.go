@@ -41,6 +41,11 @@
 //     appended, as SGLang's Req builds it. /generate has no cache_salt (the
 //     key is ignored there); the OpenAI routes prepend cache_salt to
 //     extra_key, as _compute_extra_key does.
+//   - Parallel sampling (n > 1) is SGLang's: every copy is checked first,
+//     then each prompt is prefilled by a request with max_new_tokens 0 and
+//     a fresh rid (counted like any other), waited for, and only then are
+//     the n copies sent, each under a fresh rid, each finding the prompt
+//     cached. A client's rid names a sequence only when n is 1.
 //   - A client that disconnects aborts its requests: their KV, locks and
 //     queue slots are released at the engine's next iteration boundary.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

@@ -121,28 +121,37 @@ func cacheNamespace(extraKey *string, lora string) string {
 	return "\x01" + deref(extraKey) + lora
 }
 
-// parseGenerate turns a /generate body into items. Type errors are
-// validation errors (first return); semantic ones are /generate errors.
-func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, validation, semantic error) {
+// plan is a parsed generation request: its sequences, prompt-major, with
+// copies (SGLang's n, parallel_sample_num) sequences per prompt.
+type plan struct {
+	items  []item
+	copies int
+	// batch: the answer is a list, and stream events carry an index.
+	batch bool
+}
+
+// parseGenerate turns a /generate body into a plan. Type errors are
+// validation errors (first error); semantic ones are /generate errors.
+func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic error) {
 	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
 	if hasText == hasIDs || !isNull(b.InputEmbeds) {
 		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
-			return nil, false, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
+			return plan{}, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
 		}
-		return nil, false, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
+		return plan{}, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
 	}
 	var texts []string
 	var ids [][]int32
 	switch {
 	case hasText && isList(b.Text):
 		if err := json.Unmarshal(b.Text, &texts); err != nil {
-			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
 		}
-		batch = true
+		p.batch = true
 	case hasText:
 		var one string
 		if err := json.Unmarshal(b.Text, &one); err != nil {
-			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
 		}
 		texts = []string{one}
 	default:
@@ -150,67 +159,72 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 		if err := json.Unmarshal(b.InputIDs, &one); err == nil {
 			ids = [][]int32{one}
 		} else if err := json.Unmarshal(b.InputIDs, &ids); err == nil {
-			batch = true
+			p.batch = true
 		} else {
-			return nil, false, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
+			return plan{}, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
 		}
 	}
 	n := max(len(texts), len(ids))
 	if n == 0 {
-		return nil, false, nil, errors.New("The batch is empty.")
+		return plan{}, nil, errors.New("The batch is empty.")
 	}
 	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
-	if batch && !isNull(b.RID) && !isList(b.RID) {
-		return nil, false, nil, errors.New("The rid should be a list for batch processing.")
+	if p.batch && !isNull(b.RID) && !isList(b.RID) {
+		return plan{}, nil, errors.New("The rid should be a list for batch processing.")
 	}
 	rids, err := perItem(b.RID, n, "rid", "")
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	logprob, err := perItem(b.ReturnLogprob, n, "return_logprob", false)
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", -1)
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	loras, err := perItem(b.LoraPath, n, "lora_path", "")
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	extraKeys, err := perItem(b.ExtraKey, n, "extra_key", (*string)(nil))
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
+	}
+	copies, err := copiesOf(params[0].N)
+	if err != nil {
+		return plan{}, nil, err
 	}
 	for i := range n {
-		p := params[i]
-		copies, err := copiesOf(p.N)
-		if err != nil {
-			return nil, false, nil, err
+		if c, err := copiesOf(params[i].N); err != nil {
+			return plan{}, nil, err
+		} else if c != copies {
+			return plan{}, nil, errors.New("The parallel_sample_num should be the same for all samples in sample params.")
 		}
-		for c := range copies {
-			it := s.itemFrom(p, len(items))
+		for range copies {
+			it := s.itemFrom(params[i], len(p.items))
 			if texts != nil {
 				it.req.Text = texts[i]
 			} else {
 				it.req.InputIDs = ids[i]
 			}
-			if rids[i] != "" && copies == 1 {
+			// Parallel samples get fresh rids (SGLang regenerates them), so
+			// a client's rid names a sequence only when n is 1.
+			if copies == 1 {
 				it.req.RID = rids[i]
-			} else if rids[i] != "" {
-				it.req.RID = fmt.Sprintf("%s-%d", rids[i], c)
 			}
 			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
 			it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
-			items = append(items, it)
+			p.items = append(p.items, it)
 		}
-		batch = batch || copies > 1
 	}
-	return items, batch, nil, nil
+	p.copies = copies
+	p.batch = p.batch || copies > 1
+	return p, nil, nil
 }
 
 // maxN bounds n (parallel samples per prompt), as OpenAI does, so one
@@ -252,11 +266,17 @@ func (s *Server) itemFrom(p samplingParams, index int) item {
 	return it
 }
 
-// submitAll submits every item; on the first refusal it aborts those it
-// already submitted and returns the refusal.
-func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
-	streams := make([]*engine.Stream, 0, len(items))
-	for _, it := range items {
+// submit submits a plan's sequences; on the first refusal it aborts those
+// it already submitted and returns the refusal. With n > 1 it first caches
+// the prompts, as SGLang's parallel sampling does.
+func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
+	if p.copies > 1 {
+		if err := s.cachePrompts(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	streams := make([]*engine.Stream, 0, len(p.items))
+	for _, it := range p.items {
 		st, err := s.eng.Submit(it.req)
 		if err != nil {
 			abortAll(streams)
@@ -265,6 +285,39 @@ func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
 		streams = append(streams, st)
 	}
 	return streams, nil
+}
+
+// cachePrompts is the prelude of SGLang's parallel sampling
+// (tokenizer_manager.py, _handle_batch_request): every prompt is tokenized
+// and checked before anything runs; then, prompt after prompt, a copy with
+// max_new_tokens 0 and a fresh rid prefills it into the cache and is
+// waited for. It is a request like any other (counted in the metrics,
+// listed under /sim/requests), so each of the n copies submitted next finds
+// the whole prompt cached. The copies share one tokenization.
+func (s *Server) cachePrompts(ctx context.Context, p plan) error {
+	for i := 0; i < len(p.items); i += p.copies {
+		group := p.items[i : i+p.copies]
+		tokens := s.eng.Tokenize(group[0].req)
+		for c := range group {
+			group[c].req.InputIDs, group[c].req.Text = tokens, ""
+		}
+		if err := s.eng.Check(group[0].req); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(p.items); i += p.copies {
+		prefill := p.items[i].req
+		prefill.RID, prefill.MaxNewTokens = "", 0
+		st, err := s.eng.Submit(prefill)
+		if err != nil {
+			return err
+		}
+		if _, err := st.Collect(ctx); err != nil {
+			st.Abort()
+			return err
+		}
+	}
+	return nil
 }
 
 // output accumulates one sequence's output for rendering.
@@ -426,7 +479,7 @@ func (s *Server) generate(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	items, batch, verr, serr := s.parseGenerate(&body)
+	p, verr, serr := s.parseGenerate(&body)
 	switch {
 	case verr != nil:
 		writeValidationError(c, verr.Error())
@@ -438,8 +491,11 @@ func (s *Server) generate(c *gin.Context) {
 		writeGenerateError(c, serr.Error())
 		return
 	}
-	streams, err := s.submitAll(items)
+	streams, err := s.submit(c.Request.Context(), p)
 	if err != nil {
+		if c.Request.Context().Err() != nil {
+			return // the client left while its prompts were cached
+		}
 		if body.Stream {
 			s.streamError(c, err.Error())
 		} else {
@@ -448,14 +504,14 @@ func (s *Server) generate(c *gin.Context) {
 		return
 	}
 	if body.Stream {
-		s.streamGenerate(c, items, streams, batch)
+		s.streamGenerate(c, p.items, streams, p.batch)
 		return
 	}
-	outs, ok := collect(c.Request.Context(), items, streams)
+	outs, ok := collect(c.Request.Context(), p.items, streams)
 	if !ok {
 		return // the client left; its requests are aborted
 	}
-	if !batch {
+	if !p.batch {
 		writeJSON(c, http.StatusOK, outs[0].response(false))
 		return
 	}

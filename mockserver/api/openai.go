@@ -116,39 +116,43 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 	}
 }
 
-// prepare validates the shared fields and builds items for prompts.
-func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) ([]item, int, error) {
+// prepareOpenAI validates the shared fields and plans copies of each
+// prompt, prompt-major.
+func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
-		return nil, 0, err
+		return plan{}, err
 	}
 	maxNew := 128
 	if maxTokens != nil {
 		if *maxTokens <= 0 {
-			return nil, 0, fmt.Errorf("max_tokens must be positive, got %d.", *maxTokens)
+			return plan{}, fmt.Errorf("max_tokens must be positive, got %d.", *maxTokens)
 		}
 		maxNew = *maxTokens
 	}
 	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
-	var items []item
-	for i, p := range prompts {
-		for c := range copies {
-			it := item{index: len(items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
-			it.req = p
+	p := plan{copies: copies, batch: len(prompts)*copies > 1}
+	for i, prompt := range prompts {
+		for range copies {
+			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+			it.req = prompt
 			it.req.MaxNewTokens = maxNew
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
 			it.req.Namespace = ns
-			if b.RID != nil && len(prompts) == 1 && copies == 1 {
+			// Parallel samples get fresh rids, as SGLang regenerates them.
+			switch {
+			case b.RID == nil || copies > 1:
+			case len(prompts) == 1:
 				it.req.RID = *b.RID
-			} else if b.RID != nil {
-				it.req.RID = fmt.Sprintf("%s-%d-%d", *b.RID, i, c)
+			default:
+				it.req.RID = fmt.Sprintf("%s_%d", *b.RID, i)
 			}
-			items = append(items, it)
+			p.items = append(p.items, it)
 		}
 	}
-	return items, copies, nil
+	return p, nil
 }
 
 // parsePrompt reads a completions prompt: a string, a list of strings, a
@@ -195,19 +199,19 @@ func (s *Server) completions(c *gin.Context) {
 		writeValidationError(c, err.Error())
 		return
 	}
-	items, copies, err := s.prepareOpenAI(&body.openAICommon, body.MaxTokens, prompts)
+	p, err := s.prepareOpenAI(&body.openAICommon, body.MaxTokens, prompts)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "text_completion"}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "text_completion"}
 	if body.Echo {
 		r.echo = func(i int) string {
-			p := items[i].req
-			if p.InputIDs != nil {
-				return tokenizer.Decode(p.InputIDs)
+			prompt := prompts[i/p.copies]
+			if prompt.InputIDs != nil {
+				return tokenizer.Decode(prompt.InputIDs)
 			}
-			return p.Text
+			return prompt.Text
 		}
 	}
 	r.run()
@@ -277,12 +281,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if body.MaxCompletionTokens != nil {
 		maxTokens = body.MaxCompletionTokens
 	}
-	items, copies, err := s.prepareOpenAI(&body.openAICommon, maxTokens, []engine.Request{prompt})
+	p, err := s.prepareOpenAI(&body.openAICommon, maxTokens, []engine.Request{prompt})
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "chat.completion", chat: true}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "chat.completion", chat: true}
 	r.run()
 }
 
@@ -291,8 +295,7 @@ type openAIRun struct {
 	s      *Server
 	c      *gin.Context
 	common *openAICommon
-	items  []item
-	copies int
+	plan   plan
 	object string
 	chat   bool
 	echo   func(i int) string
@@ -306,7 +309,10 @@ func (r *openAIRun) model() string {
 }
 
 func (r *openAIRun) run() {
-	streams, err := r.s.submitAll(r.items)
+	streams, err := r.s.submit(r.c.Request.Context(), r.plan)
+	if err != nil && r.c.Request.Context().Err() != nil {
+		return // the client left while its prompts were cached
+	}
 	if err != nil {
 		if r.common.Stream {
 			w := &sse{c: r.c}
@@ -321,7 +327,7 @@ func (r *openAIRun) run() {
 		r.stream(streams)
 		return
 	}
-	outs, ok := collect(r.c.Request.Context(), r.items, streams)
+	outs, ok := collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
 		return
 	}
@@ -339,7 +345,7 @@ func (r *openAIRun) run() {
 			choices[i] = completionChoice{Index: i, Text: text, FinishReason: reason, MatchedStop: matched}
 		}
 	}
-	u := r.s.usageOf(outs, r.copies, true)
+	u := r.s.usageOf(outs, r.plan.copies, true)
 	writeJSON(r.c, http.StatusOK, openAIResponse{
 		ID:       outs[0].rid,
 		Object:   r.object,
@@ -417,7 +423,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	outs := make([]*output, len(streams))
 	sent := make([]string, len(streams)) // text already sent per choice
 	for i, st := range streams {
-		outs[i] = &output{item: r.items[i], rid: st.RID()}
+		outs[i] = &output{item: r.plan.items[i], rid: st.RID()}
 	}
 	w := &sse{c: r.c}
 	opts := r.common.StreamOptions
@@ -491,7 +497,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		}
 	}
 	if opts != nil && opts.IncludeUsage {
-		u := r.s.usageOf(outs, r.copies, true)
+		u := r.s.usageOf(outs, r.plan.copies, true)
 		if !send(nil, &u) {
 			return
 		}

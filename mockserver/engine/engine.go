@@ -188,13 +188,7 @@ func (e *Engine) do(op func(*scheduler)) error {
 func (e *Engine) Submit(r Request) (*Stream, error) {
 	arrival := e.Now()
 	seq := e.arrivals.Add(1)
-	tokens := r.InputIDs
-	if tokens == nil {
-		// About one token per 4 bytes of English: one allocation, usually.
-		tokens = tokenizer.Encode(make([]int32, 0, len(r.Text)/4+8), r.Text)
-	} else {
-		tokens = slices.Clone(tokens)
-	}
+	tokens := e.Tokenize(r)
 	if err := e.validate(r, tokens); err != nil {
 		return nil, err
 	}
@@ -253,6 +247,26 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		return nil, err
 	}
 	return q.stream, nil
+}
+
+// Tokenize returns r's prompt as Submit sees it: a copy of InputIDs, or
+// Text tokenized.
+func (e *Engine) Tokenize(r Request) []int32 {
+	if r.InputIDs != nil {
+		return slices.Clone(r.InputIDs)
+	}
+	// About one token per 4 bytes of English: one allocation, usually.
+	return tokenizer.Encode(make([]int32, 0, len(r.Text)/4+8), r.Text)
+}
+
+// Check applies Submit's validation to r without queueing it, for callers
+// that must refuse a group of requests before submitting any of them.
+func (e *Engine) Check(r Request) error {
+	tokens := r.InputIDs
+	if tokens == nil {
+		tokens = e.Tokenize(r)
+	}
+	return e.validate(r, tokens)
 }
 
 // validate applies SGLang's checks, with its messages.
