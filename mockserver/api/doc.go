@@ -26,13 +26,18 @@
 //     the first event comes out of prefill with the first token; native
 //     events carry cumulative text and output_ids and meta_info in every
 //     event; under speculative decoding one event carries several tokens.
-//     OpenAI streams carry text deltas; chat opens with a role delta and
-//     closes with an empty delta carrying finish_reason.
+//     OpenAI streams carry text deltas and, as SGLang kick-starts their
+//     generators, send nothing (not even the status line) before the first
+//     output; a chat choice's role delta goes out with its first content,
+//     and the empty deltas carrying finish_reason follow the last output.
+//     An abort that carries a status code ends an OpenAI stream with
+//     data: {"error": {...}} (Python's json.dumps spacing).
 //   - A request refused before scheduling gets 400: the validation envelope
 //     {"object":"error",...,"code":400} for malformed bodies, {"error":
 //     {"message"}} from /generate, the ErrorResponse with type
-//     "BadRequestError" from /v1. A streaming request refused inside the
-//     generator gets 200 with one error event and [DONE], as SGLang's do.
+//     "BadRequestError" from /v1, streaming or not. A streaming /generate
+//     refused inside its generator gets 200 with one error event and
+//     [DONE], as SGLang's does.
 //   - 401 {"error":"Unauthorized"} without the --api-key bearer token
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup

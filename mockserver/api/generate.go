@@ -384,6 +384,16 @@ type (
 	}
 )
 
+// abortStatus is the HTTP status an abort's finish_reason carries, 0 for a
+// graceful abort that carries none. An OpenAI stream ends with an error
+// event on an abort that carries one.
+func abortStatus(f *engine.Finish) int {
+	if f == nil || f.Reason != engine.FinishAbort {
+		return 0
+	}
+	return http.StatusBadRequest
+}
+
 // finishReason renders SGLang's finish_reason object, or nil while running.
 func finishReason(f *engine.Finish) any {
 	if f == nil {
@@ -398,7 +408,7 @@ func finishReason(f *engine.Finish) any {
 		}
 		return finishStop{"stop", *f.MatchedString}
 	default:
-		return finishAbort{"abort", f.Message, 400, "BadRequestError"}
+		return finishAbort{"abort", f.Message, abortStatus(f), "BadRequestError"}
 	}
 }
 
@@ -538,46 +548,6 @@ func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*ou
 		}
 	}
 	return outs, true
-}
-
-// sse writes Server-Sent Events: "data: " + payload + "\n\n", flushed.
-type sse struct {
-	c       *gin.Context
-	started bool
-}
-
-func (w *sse) start() {
-	if w.started {
-		return
-	}
-	w.started = true
-	h := w.c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.c.Status(http.StatusOK)
-}
-
-func (w *sse) data(payload []byte) error {
-	w.start()
-	buf := make([]byte, 0, len(payload)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, payload...)
-	buf = append(buf, "\n\n"...)
-	if _, err := w.c.Writer.Write(buf); err != nil {
-		return err
-	}
-	w.c.Writer.Flush()
-	return nil
-}
-
-func (w *sse) done() error { return w.data([]byte("[DONE]")) }
-
-// streamError is SGLang's stream answer to a request refused inside the
-// generator: status 200, one error event, then [DONE].
-func (s *Server) streamError(c *gin.Context, message string) {
-	w := &sse{c: c}
-	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
-	w.done()
 }
 
 // tagged is one event from one of several merged streams.

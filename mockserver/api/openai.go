@@ -314,13 +314,9 @@ func (r *openAIRun) run() {
 		return // the client left while its prompts were cached
 	}
 	if err != nil {
-		if r.common.Stream {
-			w := &sse{c: r.c}
-			w.data(marshal(errorObject(err.Error(), "BadRequestError", 400)))
-			w.done()
-		} else {
-			writeOpenAIError(r.c, err.Error())
-		}
+		// SGLang kick-starts a stream's generator before answering, so a
+		// stream refused before its first output gets the same 400.
+		writeOpenAIError(r.c, err.Error())
 		return
 	}
 	if r.common.Stream {
@@ -408,6 +404,13 @@ type (
 // "error" key: clients such as the official Go one fail a stream on
 // "error": null.
 
+// stream serves a streaming request as SGLang's generators do. Nothing,
+// not even the status line, goes out before the first output event (run
+// only starts it once the request was accepted); a chat choice's role chunk
+// goes out with its first content. An abort that carries a status code ends
+// the stream with an error event. The chat finish chunks and the usage
+// chunk follow the last output, carrying the id of the last event's
+// request, as SGLang's loop variable leaves it.
 func (r *openAIRun) stream(streams []*engine.Stream) {
 	ctx, cancel := context.WithCancel(r.c.Request.Context())
 	next, wait := events(ctx, streams)
@@ -428,22 +431,18 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	w := &sse{c: r.c}
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
-	send := func(choice any, u *usage) bool {
-		ch := openAIResponse{ID: outs[0].rid, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+	lastRID := outs[0].rid
+	add := func(choice any, u *usage) {
+		if r.chat {
+			created = time.Now().Unix() // SGLang stamps each chat chunk
+		}
+		ch := openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
 		if choice != nil {
 			ch.Choices = []any{choice}
 		}
-		return w.data(marshal(ch)) == nil
+		w.add(marshal(ch))
 	}
-	if r.chat {
-		for i := range outs {
-			empty := ""
-			if !send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil) {
-				abortAll(streams)
-				return
-			}
-		}
-	}
+	var finished []*output // chat choices, in the order they finished
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
@@ -458,6 +457,12 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		}
 		if !o.due() {
 			continue
+		}
+		lastRID = o.rid
+		if status := abortStatus(fin); status != 0 {
+			w.add(streamingError(fin.Message, statusName(status), status))
+			abortAll(streams)
+			break
 		}
 		// A stop string trims the final text, possibly below what was
 		// already sent; sent text cannot be taken back, so nothing more goes.
@@ -474,35 +479,37 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			cu := r.s.usageOf([]*output{o}, 1, false)
 			u = &cu
 		}
-		reason, matched := openAIFinish(fin)
-		if !r.chat {
-			if !send(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll(streams)
-				return
+		if r.chat {
+			if o.events == 1 {
+				empty := ""
+				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
 			}
-			continue
-		}
-		if delta != "" || fin == nil {
-			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u) {
-				abortAll(streams)
-				return
+			if delta != "" {
+				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u)
 			}
-		}
-		if fin != nil {
-			// Current SGLang ends a chat choice with an empty delta.
-			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, u) {
-				abortAll(streams)
-				return
+			if fin != nil {
+				finished = append(finished, o)
 			}
+		} else {
+			reason, matched := openAIFinish(fin)
+			add(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u)
 		}
-	}
-	if opts != nil && opts.IncludeUsage {
-		u := r.s.usageOf(outs, r.plan.copies, true)
-		if !send(nil, &u) {
+		if err := w.flush(); err != nil {
+			abortAll(streams)
 			return
 		}
 	}
-	w.done()
+	for _, o := range finished {
+		// Current SGLang ends a chat choice with an empty delta.
+		reason, matched := openAIFinish(o.last.Finish)
+		add(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
+	}
+	if opts != nil && opts.IncludeUsage {
+		u := r.s.usageOf(outs, r.plan.copies, true)
+		add(nil, &u)
+	}
+	w.add([]byte("[DONE]"))
+	w.flush()
 }
 
 // modelCard is one /v1/models entry.
