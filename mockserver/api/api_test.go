@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -97,58 +96,48 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 	})
 }
 
+// A streaming /generate answers with its status line at once, before
+// prefill (SGLang returns its StreamingResponse first); the events come out
+// of the model's timeline exactly.
 func TestGenerateStreamBytesAndTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(1, 300)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
-		req, _ := http.NewRequest("POST", ts.URL+"/generate", strings.NewReader(fmt.Sprintf(
-			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt))))
-		start := time.Now()
-		resp, err := ts.Client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		s := postStream(t, ts, "/generate", fmt.Sprintf(
+			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt)))
+		if ct := s.resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" || s.resp.StatusCode != 200 {
+			t.Fatalf("got %d, content type %q", s.resp.StatusCode, ct)
 		}
-		defer resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" {
-			t.Fatalf("content type: got %q", ct)
+		if s.headers != 0 {
+			t.Fatalf("status line at %v, want it at once, before the %v prefill", s.headers, at[0])
 		}
-		r := bufio.NewReader(resp.Body)
-		var got strings.Builder
-		var arrivals []time.Duration
-		for {
-			line, err := r.ReadString('\n')
-			if strings.HasPrefix(line, "data: ") {
-				arrivals = append(arrivals, time.Since(start))
-			}
-			got.WriteString(line)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		var want strings.Builder
+		var want []string
 		for k := 1; k <= 3; k++ {
 			fin, e2e := "null", ""
 			if k == 3 {
 				fin = `{"type":"length","length":3}`
 				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
 			}
-			fmt.Fprintf(&want, `data: {"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
-				`"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}`+"\n\n",
-				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e)
+			want = append(want, fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
+				`"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}`,
+				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e))
 		}
-		want.WriteString("data: [DONE]\n\n")
-		if got.String() != want.String() {
-			t.Fatalf("stream bytes:\n%q\nwant\n%q", got.String(), want.String())
+		want = append(want, "[DONE]")
+		if strings.Join(s.events, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("stream events:\n%s\nwant\n%s", strings.Join(s.events, "\n"), strings.Join(want, "\n"))
 		}
 		// The first event comes out of prefill; each later one a round after.
 		for k := range 3 {
-			if arrivals[k] != at[k] {
-				t.Fatalf("event %d arrived at %v, want exactly %v", k+1, arrivals[k], at[k])
+			if s.at[k] != at[k] {
+				t.Fatalf("event %d arrived at %v, want exactly %v", k+1, s.at[k], at[k])
 			}
+		}
+		// A stream refused after its headers went out gets one error event.
+		s = postStream(t, ts, "/generate", `{"text": "x", "input_ids": [1], "stream": true}`)
+		if s.resp.StatusCode != 200 || s.headers != 0 || len(s.events) != 2 ||
+			s.events[0] != `{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}` {
+			t.Fatalf("refused stream: %d at %v, %q", s.resp.StatusCode, s.headers, s.events)
 		}
 	})
 }

@@ -26,6 +26,8 @@
 //     the first event comes out of prefill with the first token; native
 //     events carry cumulative text and output_ids and meta_info in every
 //     event; under speculative decoding one event carries several tokens.
+//     A streaming /generate sends its status line and headers at once,
+//     before prefill, as SGLang returns its StreamingResponse first.
 //     OpenAI streams carry text deltas and, as SGLang kick-starts their
 //     generators, send nothing (not even the status line) before the first
 //     output; a chat choice's role delta goes out with its first content,

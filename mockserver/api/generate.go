@@ -490,31 +490,23 @@ func (s *Server) generate(c *gin.Context) {
 		return
 	}
 	p, verr, serr := s.parseGenerate(&body)
-	switch {
-	case verr != nil:
+	if verr != nil {
 		writeValidationError(c, verr.Error())
 		return
-	case serr != nil && body.Stream:
-		s.streamError(c, serr.Error())
+	}
+	if body.Stream {
+		s.streamGenerate(c, p, serr)
 		return
-	case serr != nil:
+	}
+	if serr != nil {
 		writeGenerateError(c, serr.Error())
 		return
 	}
 	streams, err := s.submit(c.Request.Context(), p)
 	if err != nil {
-		if c.Request.Context().Err() != nil {
-			return // the client left while its prompts were cached
-		}
-		if body.Stream {
-			s.streamError(c, err.Error())
-		} else {
+		if c.Request.Context().Err() == nil {
 			writeGenerateError(c, err.Error())
 		}
-		return
-	}
-	if body.Stream {
-		s.streamGenerate(c, p.items, streams, p.batch)
 		return
 	}
 	outs, ok := collect(c.Request.Context(), p.items, streams)
@@ -597,7 +589,26 @@ func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged,
 	}, wg.Wait
 }
 
-func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.Stream, batch bool) {
+// streamGenerate serves a streaming /generate. SGLang's generate_request
+// returns its StreamingResponse before the request is even parsed, so the
+// status line and headers go out at once, before prefill; a request refused
+// after that (serr, or a refusal at submit) gets one error event.
+func (s *Server) streamGenerate(c *gin.Context, p plan, serr error) {
+	w := &sse{c: c}
+	if w.open() != nil {
+		return
+	}
+	if serr != nil {
+		streamError(w, serr.Error())
+		return
+	}
+	streams, err := s.submit(c.Request.Context(), p)
+	if err != nil {
+		if c.Request.Context().Err() == nil {
+			streamError(w, err.Error())
+		}
+		return
+	}
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	next, wait := events(ctx, streams)
 	defer func() {
@@ -606,9 +617,8 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	}()
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
-		outs[i] = &output{item: items[i], rid: st.RID()}
+		outs[i] = &output{item: p.items[i], rid: st.RID()}
 	}
-	w := &sse{c: c}
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
@@ -624,7 +634,7 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 		if !o.due() {
 			continue
 		}
-		if err := w.data(marshal(o.response(batch))); err != nil {
+		if err := w.data(marshal(o.response(p.batch))); err != nil {
 			abortAll(streams)
 			return
 		}

@@ -31,6 +31,12 @@ func (w *sse) start() {
 	w.c.Status(http.StatusOK)
 }
 
+// open sends the status line and headers now.
+func (w *sse) open() error {
+	w.start()
+	return w.flush()
+}
+
 func (w *sse) add(payload []byte) {
 	w.buf = append(w.buf, "data: "...)
 	w.buf = append(w.buf, payload...)
@@ -55,10 +61,9 @@ func (w *sse) data(payload []byte) error {
 
 func (w *sse) done() error { return w.data([]byte("[DONE]")) }
 
-// streamError is SGLang's stream answer to a request refused inside the
-// generator: status 200, one error event, then [DONE].
-func (s *Server) streamError(c *gin.Context, message string) {
-	w := &sse{c: c}
+// streamError is a streaming /generate's answer to a request refused
+// inside SGLang's generator: one error event, then [DONE].
+func streamError(w *sse, message string) {
 	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
 	w.done()
 }
