@@ -672,38 +672,34 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 	})
 }
 
-// The OpenAI shapes byte for byte. Under synctest the clock starts at
-// 2000-01-01 UTC, so "created" is 946684800.
+// The OpenAI shapes byte for byte, as golden files. Under synctest the
+// clock starts at 2000-01-01 UTC, so "created" is 946684800.
 func TestOpenAIBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
-		prompt := ids(7, 20)
-		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 2)
-		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model": "m", "prompt": %s, "max_tokens": 2, "rid": "c1"}`, jsonOf(prompt)))
-		want := fmt.Sprintf(`{"id":"c1","object":"text_completion","created":946684800,"model":"m","choices":[{"index":0,"text":%s,`+
-			`"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":{"prompt_tokens":20,"total_tokens":22,`+
-			`"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0},"metadata":{"weight_version":"default"}}`,
-			jsonOf(tokenizer.Decode(toks)))
-		if body != want {
-			t.Fatalf("completion:\n%s\nwant\n%s", body, want)
-		}
-
-		msgs := `[{"role": "user", "content": "Hi"}]`
-		chatPrompt := tokenizer.Encode(nil, tokenizer.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: "Hi"}}, true))
-		ctoks, _ := expectedOutput(ts.Engine().Profile(), chatPrompt, 2)
-		_, body, _ = ts.Do(t, "POST", "/v1/chat/completions", fmt.Sprintf(
-			`{"model": "m", "messages": %s, "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`, msgs))
-		head := `{"id":"k1","object":"chat.completion.chunk","created":946684800,"model":"m","choices":`
-		n := len(chatPrompt)
-		var w strings.Builder
-		w.WriteString("data: " + head + `[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"matched_stop":null}]}` + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[:1]))) + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[1:2]))) + "\n\n")
-		w.WriteString("data: " + head + `[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length","matched_stop":null}]}` + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0}}`, n, n+2) + "\n\n")
-		w.WriteString("data: [DONE]\n\n")
-		if body != w.String() {
-			t.Fatalf("chat stream:\n%s\nwant\n%s", body, w.String())
+		prompt := jsonOf(ids(7, 20))
+		chat := `"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2`
+		for _, tt := range []struct{ golden, path, body string }{
+			// Deltas carry "reasoning_content": null; the chat usage chunk
+			// keeps "prompt_tokens_details": null.
+			{"openai/chat_stream.txt", "/v1/chat/completions", `{"model": "m", ` + chat + `, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`},
+			{"openai/chat.json", "/v1/chat/completions", `{"model": "m", ` + chat + `, "rid": "k0"}`},
+			{"openai/completion.json", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "rid": "c1"}`},
+			// Content chunks carry "usage": null; the usage chunk has no
+			// prompt_tokens_details while nothing is cached...
+			{"openai/completion_stream.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c2"}`},
+			// ...and has them once something is.
+			{"openai/completion_stream_cached.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c3"}`},
+			{"openai/completion_stream_continuous.txt", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "stream": true, "stream_options": {"continuous_usage_stats": true}, "rid": "c4"}`},
+		} {
+			code, body, _ := ts.Do(t, "POST", tt.path, tt.body)
+			if code != 200 {
+				t.Fatalf("%s: %d %s", tt.golden, code, body)
+			}
+			if !strings.HasSuffix(body, "\n") {
+				body += "\n"
+			}
+			mocktest.Golden(t, tt.golden, []byte(body))
 		}
 	})
 }

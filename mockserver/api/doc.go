@@ -33,7 +33,10 @@
 //     output; a chat choice's role delta goes out with its first content,
 //     and the empty deltas carrying finish_reason follow the last output.
 //     An abort that carries a status code ends an OpenAI stream with
-//     data: {"error": {...}} (Python's json.dumps spacing).
+//     data: {"error": {...}} (Python's json.dumps spacing). Chat deltas
+//     carry "reasoning_content": null; completions chunks carry "usage":
+//     null, and their final usage chunk drops a null prompt_tokens_details
+//     (exclude_none), while chat's keeps it.
 //   - A request refused before scheduling gets 400: the validation envelope
 //     {"object":"error",...,"code":400} for malformed bodies, {"error":
 //     {"message"}} from /generate, the ErrorResponse with type

@@ -55,15 +55,29 @@ type chatBody struct {
 	InputIDs            []int32       `json:"input_ids"`
 }
 
+// promptTokensDetails is SGLang's PromptTokensDetails.
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
 // usage is SGLang's UsageInfo, in its field order.
 type usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	ReasoningTokens int `json:"reasoning_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
+	ReasoningTokens     int                  `json:"reasoning_tokens"`
+}
+
+// usageExcludeNone is usage as model_dump_json(exclude_none=True) writes
+// it, which the completions stream's final usage chunk uses: no
+// prompt_tokens_details when there is none.
+type usageExcludeNone struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+	ReasoningTokens     int                  `json:"reasoning_tokens"`
 }
 
 // usageOf sums usage over outputs, counting each prompt once (n copies of a
@@ -81,9 +95,7 @@ func (s *Server) usageOf(outs []*output, copies int, withCached bool) usage {
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	if withCached && s.cfg.EnableCacheReport && cached > 0 {
-		u.PromptTokensDetails = &struct {
-			CachedTokens int `json:"cached_tokens"`
-		}{cached}
+		u.PromptTokensDetails = &promptTokensDetails{cached}
 	}
 	return u
 }
@@ -387,9 +399,32 @@ type (
 		FinishReason any            `json:"finish_reason"`
 		MatchedStop  any            `json:"matched_stop"`
 	}
+	// chatDelta is sse_utils.py's StreamDelta: reasoning_content is always
+	// there (null without a reasoning parser, so SDK code that reads
+	// delta.reasoning_content works), role and content only when set.
 	chatDelta struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		ReasoningContent *string `json:"reasoning_content"`
+		Role             string  `json:"role,omitempty"`
+		Content          *string `json:"content,omitempty"`
+	}
+	// completionChunk is a CompletionStreamResponse: "usage" is there,
+	// null, on every content chunk.
+	completionChunk struct {
+		ID      string             `json:"id"`
+		Object  string             `json:"object"`
+		Created int64              `json:"created"`
+		Model   string             `json:"model"`
+		Choices []completionChoice `json:"choices"`
+		Usage   *usage             `json:"usage"`
+	}
+	// usageChunk is the final chunk of include_usage.
+	usageChunk struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		Model   string `json:"model"`
+		Choices []any  `json:"choices"`
+		Usage   any    `json:"usage"`
 	}
 	chatChunkChoice struct {
 		Index        int       `json:"index"`
@@ -433,14 +468,14 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	continuous := opts != nil && opts.ContinuousUsageStats
 	lastRID := outs[0].rid
 	add := func(choice any, u *usage) {
-		if r.chat {
-			created = time.Now().Unix() // SGLang stamps each chat chunk
+		if !r.chat {
+			w.add(marshal(completionChunk{ID: lastRID, Object: object, Created: created, Model: r.model(),
+				Choices: []completionChoice{choice.(completionChoice)}, Usage: u}))
+			return
 		}
-		ch := openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
-		if choice != nil {
-			ch.Choices = []any{choice}
-		}
-		w.add(marshal(ch))
+		// SGLang stamps each chat chunk and leaves "usage" out unless set.
+		created = time.Now().Unix()
+		w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
 	}
 	var finished []*output // chat choices, in the order they finished
 	for left := len(streams); left > 0; {
@@ -506,7 +541,13 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	}
 	if opts != nil && opts.IncludeUsage {
 		u := r.s.usageOf(outs, r.plan.copies, true)
-		add(nil, &u)
+		ch := usageChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+		if r.chat {
+			ch.Created = time.Now().Unix()
+		} else {
+			ch.Usage = usageExcludeNone(u)
+		}
+		w.add(marshal(ch))
 	}
 	w.add([]byte("[DONE]"))
 	w.flush()

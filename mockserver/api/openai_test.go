@@ -110,6 +110,10 @@ func TestOpenAIGoClient(t *testing.T) {
 			if c.Choices[0].Delta.Role == "assistant" {
 				roleChunks++
 			}
+			// SDK code reads delta.reasoning_content: it is there, null.
+			if rc, ok := c.Choices[0].Delta.JSON.ExtraFields["reasoning_content"]; !ok || rc.Raw() != "null" {
+				t.Fatalf("chunk delta without reasoning_content: null: %s", c.RawJSON())
+			}
 			content.WriteString(c.Choices[0].Delta.Content)
 			if c.Choices[0].FinishReason != "" {
 				finish = c.Choices[0].FinishReason
