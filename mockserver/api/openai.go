@@ -407,18 +407,9 @@ type (
 		Role             string  `json:"role,omitempty"`
 		Content          *string `json:"content,omitempty"`
 	}
-	// completionChunk is a CompletionStreamResponse: "usage" is there,
-	// null, on every content chunk.
-	completionChunk struct {
-		ID      string             `json:"id"`
-		Object  string             `json:"object"`
-		Created int64              `json:"created"`
-		Model   string             `json:"model"`
-		Choices []completionChoice `json:"choices"`
-		Usage   *usage             `json:"usage"`
-	}
-	// usageChunk is the final chunk of include_usage.
-	usageChunk struct {
+	// streamChunk is a completions chunk (CompletionStreamResponse, whose
+	// "usage" is there even when null) or a final include_usage chunk.
+	streamChunk struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
@@ -469,8 +460,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	lastRID := outs[0].rid
 	add := func(choice any, u *usage) {
 		if !r.chat {
-			w.add(marshal(completionChunk{ID: lastRID, Object: object, Created: created, Model: r.model(),
-				Choices: []completionChoice{choice.(completionChoice)}, Usage: u}))
+			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
 			return
 		}
 		// SGLang stamps each chat chunk and leaves "usage" out unless set.
@@ -541,7 +531,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	}
 	if opts != nil && opts.IncludeUsage {
 		u := r.s.usageOf(outs, r.plan.copies, true)
-		ch := usageChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+		ch := streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
 		if r.chat {
 			ch.Created = time.Now().Unix()
 		} else {
