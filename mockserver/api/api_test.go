@@ -16,6 +16,7 @@ import (
 	"sglmock/mockserver/mocktest"
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
+	"sglmock/sim"
 )
 
 func ids(from, n int) []int32 {
@@ -82,7 +83,7 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		took := time.Since(start)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
 		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
-			`"prompt_tokens":100,"weight_version":"default","completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
+			`"prompt_tokens":100,"weight_version":"default","reasoning_tokens":0,"completion_tokens":3,"cached_tokens":0,"cached_tokens_details":null,"e2e_latency":%s}}`,
 			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
 		if code != 200 || body != want {
 			t.Fatalf("got %d\n%s\nwant 200\n%s", code, body, want)
@@ -92,6 +93,11 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		}
 		if took != at[2] {
 			t.Fatalf("client latency: got %v, want exactly the modelled %v", took, at[2])
+		}
+		// A cache hit is all device (GPU) tokens.
+		_, body, _ = ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(prompt)))
+		if want := `"cached_tokens":99,"cached_tokens_details":{"device":99,"host":0}`; !strings.Contains(body, want) {
+			t.Fatalf("cached request: %s lacks %s", body, want)
 		}
 	})
 }
@@ -120,7 +126,7 @@ func TestGenerateStreamBytesAndTiming(t *testing.T) {
 				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
 			}
 			want = append(want, fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
-				`"weight_version":"default","completion_tokens":%d,"cached_tokens":0%s}}`,
+				`"weight_version":"default","reasoning_tokens":0,"completion_tokens":%d,"cached_tokens":0,"cached_tokens_details":null%s}}`,
 				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e))
 		}
 		want = append(want, "[DONE]")
@@ -180,18 +186,34 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		if !strings.Contains(after, `"avg_spec_accept_length":`) {
 			t.Fatalf("server_info lacks avg_spec_accept_length after speculative rounds")
 		}
-		// stream_interval 4: the first token, then every 4th step, and the finish.
+		// stream_interval 4 counts tokens, not rounds: an event goes when
+		// the output's length is 1 mod 4, and at the finish.
 		_, body, _ = ts.Do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)
 		events = sseEvents(t, body)
-		var final generateResponse
-		json.Unmarshal([]byte(events[len(events)-2]), &final)
-		v := *final.MetaInfo.SpecVerifyCt
-		want := 1 + v/4
-		if v%4 != 0 {
-			want++ // the finish is always sent
+		var truth sim.Truth
+		_, tb, _ := ts.Do(t, "GET", "/sim/requests/spec2", "")
+		if err := json.Unmarshal([]byte(tb), &truth); err != nil {
+			t.Fatal(err)
 		}
-		if got := len(events) - 1; got != want {
-			t.Fatalf("stream_interval 4 over %d rounds: got %d events, want %d", v, got, want)
+		var want []int
+		n := 1 // the prefill's token
+		for i := 0; ; i++ {
+			if n == 60 || n%4 == 1 {
+				want = append(want, n)
+			}
+			if n == 60 {
+				break
+			}
+			n += truth.Rounds[i].Gained
+		}
+		var got []int
+		for _, e := range events[:len(events)-1] {
+			var ev generateResponse
+			json.Unmarshal([]byte(e), &ev)
+			got = append(got, ev.MetaInfo.CompletionTokens)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("stream_interval 4: events at %v tokens, want %v", got, want)
 		}
 	})
 }

@@ -26,6 +26,11 @@
 //     the first event comes out of prefill with the first token; native
 //     events carry cumulative text and output_ids and meta_info in every
 //     event; under speculative decoding one event carries several tokens.
+//     stream_interval counts tokens: an event goes when the output's length
+//     is 1 modulo the interval, and at the finish; an event whose tail could
+//     start a stop string is held back, so streamed text never shrinks.
+//     meta_info carries reasoning_tokens (0: no reasoning parser) and
+//     cached_tokens_details ({"device": N, "host": 0}, or null).
 //     A streaming /generate sends its status line and headers at once,
 //     before prefill, as SGLang returns its StreamingResponse first.
 //     OpenAI streams carry text deltas and, as SGLang kick-starts their

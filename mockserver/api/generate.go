@@ -322,18 +322,63 @@ func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 
 // output accumulates one sequence's output for rendering.
 type output struct {
-	item   item
-	rid    string
-	ids    []int32
-	last   engine.Event
-	events int
+	item item
+	rid  string
+	ids  []int32
+	last engine.Event
+	// sent counts the events a streaming client was sent.
+	sent int
+	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
+	// until first needed.
+	stopTail int
 }
 
-// due reports whether the event just added is sent to a streaming client:
-// the first token and the finish always are, and between them every
-// stream_interval-th step.
+// due reports whether the event just added goes to a streaming client, as
+// SGLang's output streamer decides (output_streamer.py, accept): the finish
+// always does; before it, an event goes when the output's length in tokens
+// is 1 modulo stream_interval (every event for 1), unless the output's tail
+// could be the start of a stop string. Such an event is held back, so
+// streamed text never has to be taken back.
 func (o *output) due() bool {
-	return o.events == 1 || o.last.Finish != nil || (o.events-1)%o.item.streamInterval == 0
+	if o.last.Finish != nil {
+		return true
+	}
+	if si := o.item.streamInterval; si > 1 && len(o.ids)%si != 1 {
+		return false
+	}
+	return !o.holdsStopPrefix()
+}
+
+// holdsStopPrefix is Req.check_match_stop_str_prefix: the last tokens
+// (as many as the longest stop string has, plus two) decode to a text that
+// contains a stop string or ends with one's first characters.
+func (o *output) holdsStopPrefix() bool {
+	stops := o.item.req.Stop
+	if len(stops) == 0 {
+		return false
+	}
+	if o.stopTail == 0 {
+		longest := 0
+		for _, st := range stops {
+			longest = max(longest, tokenizer.Count(st))
+		}
+		o.stopTail = longest + 2
+	}
+	tail := tokenizer.Decode(o.ids[len(o.ids)-min(o.stopTail, len(o.ids)):])
+	for _, st := range stops {
+		if st == "" {
+			continue
+		}
+		if strings.Contains(tail, st) {
+			return true
+		}
+		for i := 1; i <= min(len(tail), len(st)); i++ {
+			if tail[len(tail)-i:] == st[:i] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // abortAll aborts every stream: the client is gone or one of them failed.
@@ -346,7 +391,6 @@ func abortAll(streams []*engine.Stream) {
 func (o *output) add(ev engine.Event) {
 	o.ids = append(o.ids, ev.Tokens...)
 	o.last = ev
-	o.events++
 }
 
 // text is the cumulative output text, trimmed at a matched stop string or
@@ -412,15 +456,27 @@ func finishReason(f *engine.Finish) any {
 	}
 }
 
+// cachedTokensDetails is SGLang's CachedTokensDetails without L3 storage.
+type cachedTokensDetails struct {
+	Device int `json:"device"`
+	Host   int `json:"host"`
+}
+
 // metaInfo is meta_info, in SGLang's field order.
 type metaInfo struct {
-	ID               string  `json:"id"`
-	FinishReason     any     `json:"finish_reason"`
-	PromptTokens     int     `json:"prompt_tokens"`
-	WeightVersion    string  `json:"weight_version"`
-	CompletionTokens int     `json:"completion_tokens"`
-	CachedTokens     int     `json:"cached_tokens"`
-	E2ELatency       float64 `json:"e2e_latency,omitempty"`
+	ID            string `json:"id"`
+	FinishReason  any    `json:"finish_reason"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	WeightVersion string `json:"weight_version"`
+	// ReasoningTokens counts reasoning tokens, which only a reasoning
+	// parser separates; the mock has none, so it is 0, as SGLang's is then.
+	ReasoningTokens  int `json:"reasoning_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens"`
+	// CachedTokensDetails is output_streamer.py's breakdown: all device
+	// (GPU) tokens, there being no host cache; null when nothing is cached.
+	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
+	E2ELatency          float64              `json:"e2e_latency,omitempty"`
 	// Speculative decoding, final event only: the v0.4/v0.5 names and the
 	// current ones, so clients of every era find theirs.
 	SpecVerifyCt          *int     `json:"spec_verify_ct,omitempty"`
@@ -444,6 +500,9 @@ func (o *output) meta() metaInfo {
 		WeightVersion:    weightVersion,
 		CompletionTokens: ev.CompletionTokens,
 		CachedTokens:     ev.CachedTokens,
+	}
+	if ev.CachedTokens > 0 {
+		m.CachedTokensDetails = &cachedTokensDetails{Device: ev.CachedTokens}
 	}
 	if ev.Truth != nil {
 		m.E2ELatency = ev.Truth.E2E().Seconds()
@@ -630,10 +689,10 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, serr error) {
 		if t.ev.Finish != nil {
 			left--
 		}
-		// First token, finish, and every stream_interval-th step.
 		if !o.due() {
 			continue
 		}
+		o.sent++
 		if err := w.data(marshal(o.response(p.batch))); err != nil {
 			abortAll(streams)
 			return

@@ -483,6 +483,8 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		if !o.due() {
 			continue
 		}
+		first := o.sent == 0
+		o.sent++
 		lastRID = o.rid
 		if status := abortStatus(fin); status != 0 {
 			w.add(streamingError(fin.Message, statusName(status), status))
@@ -496,7 +498,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			delta = text[len(sent[t.i]):]
 			sent[t.i] = text
 		}
-		if o.events == 1 && r.echo != nil {
+		if first && r.echo != nil {
 			delta = r.echo(t.i) + delta
 		}
 		var u *usage
@@ -505,7 +507,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			u = &cu
 		}
 		if r.chat {
-			if o.events == 1 {
+			if first {
 				empty := ""
 				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
 			}

@@ -86,8 +86,9 @@ type Config struct {
 	DisableRadixCache bool
 	EnableCacheReport bool
 	EnableMetrics     bool
-	// StreamInterval sends a stream event every this many decode steps
-	// (the first token and the finish are always sent); 0 means 1.
+	// StreamInterval sends a stream event when the output's length in
+	// tokens is 1 modulo it (and at the finish), as SGLang's
+	// --stream-interval; 0 means 1.
 	StreamInterval int
 	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
 	// 256 MiB.
