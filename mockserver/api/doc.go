@@ -61,6 +61,16 @@
 //     a fresh rid (counted like any other), waited for, and only then are
 //     the n copies sent, each under a fresh rid, each finding the prompt
 //     cached. A client's rid names a sequence only when n is 1.
+//   - Output defaults: /generate 128 tokens, /v1/completions 16; a chat
+//     without max_tokens (or max_completion_tokens) generates to the context
+//     budget, context length - 2 - prompt tokens, as SGLang does, capped by
+//     the profile's max_output_tokens (default 4096): SGLang's model stops
+//     at EOS, which the mock never samples. max_completion_tokens past the
+//     context length is refused with SGLang's message.
+//   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
+//     more is refused with the scheduler's message (and /server_info
+//     reports that max_req_input_len); ids past the vocabulary and a rid
+//     already running get SGLang's messages.
 //   - A client that disconnects aborts its requests: their KV, locks and
 //     queue slots are released at the engine's next iteration boundary.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

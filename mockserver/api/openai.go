@@ -129,26 +129,20 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 }
 
 // prepareOpenAI validates the shared fields and plans copies of each
-// prompt, prompt-major.
-func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) (plan, error) {
+// prompt, prompt-major, each to generate maxNew(prompt) tokens.
+func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
 		return plan{}, err
 	}
-	maxNew := 128
-	if maxTokens != nil {
-		if *maxTokens <= 0 {
-			return plan{}, fmt.Errorf("max_tokens must be positive, got %d.", *maxTokens)
-		}
-		maxNew = *maxTokens
-	}
 	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
+		limit := maxNew(&prompt)
 		for range copies {
 			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
 			it.req = prompt
-			it.req.MaxNewTokens = maxNew
+			it.req.MaxNewTokens = limit
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
@@ -211,7 +205,15 @@ func (s *Server) completions(c *gin.Context) {
 		writeValidationError(c, err.Error())
 		return
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, body.MaxTokens, prompts)
+	// CompletionRequest.max_tokens defaults to 16 and must be positive.
+	maxTokens := 16
+	if body.MaxTokens != nil {
+		if maxTokens = *body.MaxTokens; maxTokens <= 0 {
+			writeOpenAIError(c, fmt.Sprintf("max_tokens must be positive, got %d.", maxTokens))
+			return
+		}
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens })
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
@@ -289,17 +291,40 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		}
 		prompt.Text = text
 	}
-	maxTokens := body.MaxTokens
-	if body.MaxCompletionTokens != nil {
-		maxTokens = body.MaxCompletionTokens
+	// SGLang takes max_completion_tokens or max_tokens, Python's "or": a
+	// zero max_completion_tokens falls through to max_tokens.
+	maxTokens := body.MaxCompletionTokens
+	if maxTokens == nil || *maxTokens == 0 {
+		maxTokens = body.MaxTokens
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, maxTokens, []engine.Request{prompt})
+	if ctxLen := s.cfg.Profile.ContextLength; maxTokens != nil && *maxTokens > ctxLen {
+		writeOpenAIError(c, fmt.Sprintf("max_completion_tokens is too large: %d.This model supports at most %d completion tokens.",
+			*maxTokens, ctxLen))
+		return
+	}
+	maxNew := func(*engine.Request) int { return *maxTokens }
+	if maxTokens == nil {
+		maxNew = s.chatBudget
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
 	}
 	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "chat.completion", chat: true}
 	r.run()
+}
+
+// chatBudget is the output of a chat completion without max_tokens: SGLang
+// generates to the context budget (init_req_max_new_tokens: context length
+// - 2 - prompt tokens) until the model samples EOS, which the mock never
+// does, so the profile's output cap stands in for it. It tokenizes the
+// prompt, once, to count it.
+func (s *Server) chatBudget(prompt *engine.Request) int {
+	if prompt.InputIDs == nil {
+		prompt.InputIDs, prompt.Text = s.eng.Tokenize(*prompt), ""
+	}
+	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap()))
 }
 
 // openAIRun serves one completions or chat request.
