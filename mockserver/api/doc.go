@@ -61,6 +61,15 @@
 //     a fresh rid (counted like any other), waited for, and only then are
 //     the n copies sent, each under a fresh rid, each finding the prompt
 //     cached. A client's rid names a sequence only when n is 1.
+//   - Logprobs: return_logprob (with logprob_start_len, top_logprobs_num,
+//     return_text_in_logprobs) fills meta_info's input_token_logprobs,
+//     output_token_logprobs and, with alternatives, input_top_logprobs and
+//     output_top_logprobs as SGLang's [logprob, id, text] tuples;
+//     /v1/completions' logprobs and chat's logprobs and top_logprobs map
+//     to them as serving_completions.py and serving_chat.py do, so echo
+//     with logprobs starts them at the prompt's first token and reuses no
+//     cache. The values are deterministic (see logprob.go); at most 20
+//     alternatives per position.
 //   - Output defaults: /generate 128 tokens, /v1/completions 16; a chat
 //     without max_tokens (or max_completion_tokens) generates to the context
 //     budget, context length - 2 - prompt tokens, as SGLang does, capped by

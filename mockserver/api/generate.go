@@ -60,7 +60,10 @@ type generateBody struct {
 	Stream          bool            `json:"stream"`
 	ReturnLogprob   json.RawMessage `json:"return_logprob"`
 	LogprobStartLen json.RawMessage `json:"logprob_start_len"`
-	LoraPath        json.RawMessage `json:"lora_path"`
+	TopLogprobsNum  json.RawMessage `json:"top_logprobs_num"`
+	// ReturnTextInLogprobs puts each token's text in the logprob tuples.
+	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
+	LoraPath             json.RawMessage `json:"lora_path"`
 	// ExtraKey partitions the prefix cache. GenerateReqInput has no
 	// cache_salt: a /generate body's cache_salt is an unknown key, ignored.
 	ExtraKey json.RawMessage `json:"extra_key"`
@@ -73,6 +76,7 @@ type item struct {
 	index          int
 	noStopTrim     bool
 	streamInterval int
+	logprobs       logprobParams
 }
 
 func isNull(b json.RawMessage) bool { return len(b) == 0 || bytes.Equal(b, []byte("null")) }
@@ -187,6 +191,15 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if err != nil {
 		return plan{}, err, nil
 	}
+	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", 0)
+	if err != nil {
+		return plan{}, err, nil
+	}
+	for _, top := range tops {
+		if err := checkTopLogprobs("top_logprobs_num", top); err != nil {
+			return plan{}, nil, err
+		}
+	}
 	loras, err := perItem(b.LoraPath, n, "lora_path", "")
 	if err != nil {
 		return plan{}, err, nil
@@ -217,7 +230,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 			if copies == 1 {
 				it.req.RID = rids[i]
 			}
+			it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
 			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
+			s.tokenizeForLogprobs(&it)
 			it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 			p.items = append(p.items, it)
 		}
@@ -328,6 +343,10 @@ type output struct {
 	last engine.Event
 	// sent counts the events a streaming client was sent.
 	sent int
+	// lp holds the logprobs computed so far, lpSent how many output
+	// positions an OpenAI stream has sent.
+	lp     *logprobLists
+	lpSent int
 	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
 	// until first needed.
 	stopTail int
@@ -468,6 +487,7 @@ type metaInfo struct {
 	FinishReason  any    `json:"finish_reason"`
 	PromptTokens  int    `json:"prompt_tokens"`
 	WeightVersion string `json:"weight_version"`
+	*metaLogprobs
 	// ReasoningTokens counts reasoning tokens, which only a reasoning
 	// parser separates; the mock has none, so it is 0, as SGLang's is then.
 	ReasoningTokens  int `json:"reasoning_tokens"`
@@ -504,6 +524,7 @@ func (o *output) meta() metaInfo {
 	if ev.CachedTokens > 0 {
 		m.CachedTokensDetails = &cachedTokensDetails{Device: ev.CachedTokens}
 	}
+	m.metaLogprobs = o.logprobs().meta(o.item.logprobs.top > 0)
 	if ev.Truth != nil {
 		m.E2ELatency = ev.Truth.E2E().Seconds()
 	}

@@ -3,10 +3,12 @@ package api
 import (
 	"context"
 	"fmt"
-	json "github.com/goccy/go-json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/gin-gonic/gin"
 
@@ -41,6 +43,8 @@ type completionBody struct {
 	openAICommon
 	Prompt json.RawMessage `json:"prompt"`
 	Echo   bool            `json:"echo"`
+	// Logprobs asks for logprobs with this many alternatives per position.
+	Logprobs *int `json:"logprobs"`
 }
 
 type chatMessage struct {
@@ -53,6 +57,8 @@ type chatBody struct {
 	Messages            []chatMessage `json:"messages"`
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	InputIDs            []int32       `json:"input_ids"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
 }
 
 // promptTokensDetails is SGLang's PromptTokensDetails.
@@ -130,7 +136,7 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 
 // prepareOpenAI validates the shared fields and plans copies of each
 // prompt, prompt-major, each to generate maxNew(prompt) tokens.
-func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int) (plan, error) {
+func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int, lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
 		return plan{}, err
@@ -139,9 +145,13 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
 		limit := maxNew(&prompt)
+		if lp.on && prompt.InputIDs == nil {
+			prompt.InputIDs, prompt.Text = s.eng.Tokenize(prompt), "" // the input logprobs are of its tokens
+		}
 		for range copies {
-			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval, logprobs: lp}
 			it.req = prompt
+			it.req.ReturnLogprob, it.req.LogprobStartLen = lp.on, lp.start
 			it.req.MaxNewTokens = limit
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
@@ -213,7 +223,21 @@ func (s *Server) completions(c *gin.Context) {
 			return
 		}
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens })
+	// serving_completions.py: logprobs N asks for them with N alternatives
+	// (and the tokens' text); with echo and a non-zero N they start at the
+	// prompt's first token, so nothing of the prompt can be reused.
+	var lp logprobParams
+	if body.Logprobs != nil {
+		if err := checkTopLogprobs("logprobs", *body.Logprobs); err != nil {
+			writeOpenAIError(c, err.Error())
+			return
+		}
+		lp = logprobParams{on: true, start: -1, top: *body.Logprobs, text: true}
+		if body.Echo && *body.Logprobs != 0 {
+			lp.start = 0
+		}
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens }, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
@@ -306,7 +330,16 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if maxTokens == nil {
 		maxNew = s.chatBudget
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew)
+	// serving_chat.py: logprobs of the output, top_logprobs alternatives.
+	lp := logprobParams{on: body.Logprobs, start: -1, top: 0, text: true}
+	if body.TopLogprobs != nil {
+		if err := checkTopLogprobs("top_logprobs", *body.TopLogprobs); err != nil {
+			writeOpenAIError(c, err.Error())
+			return
+		}
+		lp.top = *body.TopLogprobs
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
@@ -325,6 +358,25 @@ func (s *Server) chatBudget(prompt *engine.Request) int {
 		prompt.InputIDs, prompt.Text = s.eng.Tokenize(*prompt), ""
 	}
 	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap()))
+}
+
+// logprobs renders an output's logprobs from output position from on, as
+// the endpoint's logprobs object, the echoed prompt's first when withInput;
+// nil when the request asked for none.
+func (r *openAIRun) logprobs(o *output, from int, withInput bool) any {
+	l := o.logprobs()
+	if l == nil {
+		return nil
+	}
+	if r.chat {
+		return toChatLogprobs(l.out[from:], l.outTops[from:])
+	}
+	entries, tops := l.out[from:], l.outTops[from:]
+	if withInput {
+		entries = append(slices.Clone(l.in), entries...)
+		tops = append(slices.Clone(l.inTops), tops...)
+	}
+	return toCompletionLogprobs(entries, tops, o.item.logprobs.top > 0)
 }
 
 // openAIRun serves one completions or chat request.
@@ -372,10 +424,10 @@ func (r *openAIRun) run() {
 			text = r.echo(i) + text
 		}
 		if r.chat {
-			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text},
+			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, Logprobs: r.logprobs(o, 0, false),
 				FinishReason: reason, MatchedStop: matched}
 		} else {
-			choices[i] = completionChoice{Index: i, Text: text, FinishReason: reason, MatchedStop: matched}
+			choices[i] = completionChoice{Index: i, Text: text, Logprobs: r.logprobs(o, 0, r.echo != nil), FinishReason: reason, MatchedStop: matched}
 		}
 	}
 	u := r.s.usageOf(outs, r.plan.copies, true)
@@ -531,20 +583,29 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			cu := r.s.usageOf([]*output{o}, 1, false)
 			u = &cu
 		}
+		// The logprobs of the tokens since the last chunk (and of the
+		// echoed prompt with the first).
+		var lps any
+		if l := o.logprobs(); l != nil {
+			if withInput := first && r.echo != nil && !r.chat; o.lpSent < len(l.out) || withInput {
+				lps = r.logprobs(o, o.lpSent, withInput)
+			}
+			o.lpSent = len(l.out)
+		}
 		if r.chat {
 			if first {
 				empty := ""
 				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
 			}
 			if delta != "" {
-				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u)
+				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
 			}
 			if fin != nil {
 				finished = append(finished, o)
 			}
 		} else {
 			reason, matched := openAIFinish(fin)
-			add(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u)
+			add(completionChoice{Index: t.i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
 		}
 		if err := w.flush(); err != nil {
 			abortAll(streams)
