@@ -534,11 +534,9 @@ func TestInfoEndpoints(t *testing.T) {
 		if m := decode("/v1/models/moonshotai/Kimi-K2.6"); m["id"] != "moonshotai/Kimi-K2.6" {
 			t.Fatalf("/v1/models/{model}: %v", m)
 		}
-		for _, path := range []string{"/get_load", "/v1/loads"} {
-			code, body, _ := ts.Do(t, "GET", path, "")
-			if code != 200 || body != `[{"dp_rank":0,"num_reqs":0,"num_tokens":0,"num_waiting_reqs":0}]` {
-				t.Fatalf("%s: %d %s", path, code, body)
-			}
+		if code, body, _ := ts.Do(t, "GET", "/get_load", ""); code != 200 ||
+			body != `[{"dp_rank":0,"num_reqs":0,"num_waiting_reqs":0,"num_tokens":0,"num_pending_tokens":0,"ts_tic":0}]` {
+			t.Fatalf("/get_load: %d %s", code, body)
 		}
 		texts := map[string]string{"/start_profile": "Start profiling.\n", "/stop_profile": "Stop profiling. This will take some time.\n"}
 		for path, want := range texts {

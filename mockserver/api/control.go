@@ -122,16 +122,6 @@ func (s *Server) serverInfo(c *gin.Context) {
 	writeJSON(c, http.StatusOK, info)
 }
 
-func (s *Server) load(c *gin.Context) {
-	st := s.eng.Stats()
-	writeJSON(c, http.StatusOK, []gin.H{{
-		"dp_rank":          0,
-		"num_reqs":         st.Running + st.Queued,
-		"num_waiting_reqs": st.Queued,
-		"num_tokens":       st.KVUsed,
-	}})
-}
-
 func (s *Server) abortRequest(c *gin.Context) {
 	var body struct {
 		RID      string `json:"rid"`

@@ -80,6 +80,13 @@
 //     more is refused with the scheduler's message (and /server_info
 //     reports that max_req_input_len); ids past the vocabulary and a rid
 //     already running get SGLang's messages.
+//   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
+//     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
+//     is its object (timestamp, version, dp_rank_count, loads with the
+//     memory, speculative, disaggregation and queues sections, aggregate),
+//     honours ?include= and ?dp_rank=, and ?format=prometheus gives the
+//     same as gauges. The request prefilled in chunks is outside the
+//     running batch, as in SGLang.
 //   - A client that disconnects aborts its requests: their KV, locks and
 //     queue slots are released at the engine's next iteration boundary.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

@@ -778,6 +778,12 @@ type Stats struct {
 	Now     time.Duration // simulated time since start
 	Running int           // decoding or prefilling
 	Queued  int
+	// Prefilling counts the request being prefilled in chunks (one of
+	// Running, outside SGLang's running batch); ChunkedPending is its
+	// prompt tokens not yet prefilled.
+	Prefilling, ChunkedPending int
+	// QueuedTokens sums the queued requests' tokens (SGLang's seqlen).
+	QueuedTokens int
 	// KV pool, in tokens.
 	KVUsed, KVCapacity int
 	// Radix cache, in tokens.
@@ -798,10 +804,19 @@ type Stats struct {
 func (s *scheduler) stats() Stats {
 	ts := s.treeStats()
 	running := len(s.running)
+	prefilling, chunkedPending := 0, 0
 	if s.chunked != nil {
 		running++
+		prefilling, chunkedPending = 1, s.chunked.remainingPrompt()
+	}
+	queuedTokens := 0
+	for _, r := range s.waiting {
+		queuedTokens += len(r.tokens) + len(r.outputs)
 	}
 	return Stats{
+		Prefilling:          prefilling,
+		ChunkedPending:      chunkedPending,
+		QueuedTokens:        queuedTokens,
 		Counters:            s.counters,
 		Now:                 s.now,
 		Running:             running,
