@@ -14,7 +14,7 @@
 // work, so clients of every SGLang era do.
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
-// model evaluator), /sim/requests (finished requests), /sim/requests/{rid}
+// model evaluator; its counts are bounded by the context length), /sim/requests (finished requests), /sim/requests/{rid}
 // (a request's ground truth) and /sim/flushes (flush history), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under

@@ -65,6 +65,9 @@ func (p *Profile) Chunks(extend int) []int {
 		return []int{extend}
 	}
 	budget -= budget % p.PageSize
+	if budget <= 0 { // a budget below one page (Validate refuses it) takes no chunk
+		return []int{extend}
+	}
 	var out []int
 	for extend > 0 {
 		m := min(budget, extend)

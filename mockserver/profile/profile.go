@@ -242,6 +242,9 @@ func (p *Profile) Validate() error {
 		if p.PageSize >= 1 {
 			v.check(p.ChunkedPrefillSize%p.PageSize == 0, "chunked_prefill_size", p.ChunkedPrefillSize,
 				fmt.Sprintf("must be a multiple of page_size (%d)", p.PageSize))
+			// A chunk is whole pages: a smaller budget admits no prompt.
+			v.check(p.MaxPrefillTokens >= p.PageSize, "max_prefill_tokens", p.MaxPrefillTokens,
+				fmt.Sprintf("must be >= page_size (%d) with chunked prefill: a chunk is whole pages", p.PageSize))
 		}
 	}
 	v.check(p.MaxPrefillTokens >= 1, "max_prefill_tokens", p.MaxPrefillTokens, "must be >= 1")

@@ -173,6 +173,11 @@ func TestChunks(t *testing.T) {
 			t.Errorf("Chunks(%d) with chunk %d, max %d: got %v, want %v", tt.extend, tt.chunk, tt.maxPrefill, got, tt.want)
 		}
 	}
+	// A budget below one page, which Validate refuses, still ends.
+	p.PageSize, p.ChunkedPrefillSize, p.MaxPrefillTokens = 16, 16, 8
+	if got := p.Chunks(40); !slices.Equal(got, []int{40}) {
+		t.Errorf("Chunks(40) with a budget below a page: got %v, want [40]", got)
+	}
 }
 
 func TestExpectWithoutSpeculation(t *testing.T) {
@@ -215,6 +220,8 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"jitter out of range", "jitter: 0", "jitter: 1.5", "jitter = 1.5"},
 		{"zero round factor", "round_cost_factor: 1.25", "round_cost_factor: 0", "speculative.round_cost_factor = 0"},
 		{"running requests", "max_running_requests: 256", "max_running_requests: 0", "max_running_requests = 0"},
+		{"prefill budget below a page", "page_size: 1\nchunked_prefill_size: 8192\nmax_prefill_tokens: 16384",
+			"page_size: 16\nchunked_prefill_size: 8192\nmax_prefill_tokens: 8", "max_prefill_tokens = 8: must be >= page_size (16)"},
 		{"negative output cap", "max_running_requests: 256", "max_running_requests: 256\nmax_output_tokens: -1", "max_output_tokens = -1"},
 		{"table with coefficient", "per_ctx_token_s: 4.0e-9", "per_ctx_token_s: 4.0e-9\n  ctx_table: [[10, 1]]", "decode.ctx_table"},
 		{"decreasing table", "per_ctx_token_s: 4.0e-9", "ctx_table: [[10, 1], [5, 2]]", "decode.ctx_table[1] = [5 2]"},
