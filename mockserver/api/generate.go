@@ -218,22 +218,23 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		} else if c != copies {
 			return plan{}, nil, errors.New("The parallel_sample_num should be the same for all samples in sample params.")
 		}
+		it := s.itemFrom(params[i])
+		if texts != nil {
+			it.req.Text = texts[i]
+		} else {
+			it.req.InputIDs = ids[i]
+		}
+		// Parallel samples get fresh rids (SGLang regenerates them), so a
+		// client's rid names a sequence only when n is 1.
+		if copies == 1 {
+			it.req.RID = rids[i]
+		}
+		it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
+		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
+		s.tokenizeForLogprobs(&it)
+		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 		for range copies {
-			it := s.itemFrom(params[i], len(p.items))
-			if texts != nil {
-				it.req.Text = texts[i]
-			} else {
-				it.req.InputIDs = ids[i]
-			}
-			// Parallel samples get fresh rids (SGLang regenerates them), so
-			// a client's rid names a sequence only when n is 1.
-			if copies == 1 {
-				it.req.RID = rids[i]
-			}
-			it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
-			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
-			s.tokenizeForLogprobs(&it)
-			it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
+			it.index = len(p.items)
 			p.items = append(p.items, it)
 		}
 	}
@@ -266,8 +267,8 @@ func deref(s *string) string {
 }
 
 // itemFrom maps sampling params onto an engine request.
-func (s *Server) itemFrom(p samplingParams, index int) item {
-	it := item{index: index, noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+func (s *Server) itemFrom(p samplingParams) item {
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
 		it.req.MaxNewTokens = *p.MaxNewTokens
