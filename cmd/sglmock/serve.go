@@ -63,7 +63,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.BoolVar(&o.disableRadixCache, "disable-radix-cache", false, "disable prefix caching: cached_tokens is always 0")
 	fs.BoolVar(&o.enableCacheReport, "enable-cache-report", false, "report usage.prompt_tokens_details.cached_tokens in OpenAI responses")
 	fs.BoolVar(&o.enableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
-	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N decode steps")
+	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N output tokens")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,7 +82,7 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		took := time.Since(start)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
 		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
-			`"prompt_tokens":100,"weight_version":"default","num_retractions":0,"completion_tokens":3,"cached_tokens":0,"e2e_latency":%s}}`,
+			`"prompt_tokens":100,"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":3,"cached_tokens":0,"cached_tokens_details":null,"e2e_latency":%s}}`,
 			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
 		if code != 200 || body != want {
 			t.Fatalf("got %d\n%s\nwant 200\n%s", code, body, want)
@@ -94,61 +93,56 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		if took != at[2] {
 			t.Fatalf("client latency: got %v, want exactly the modelled %v", took, at[2])
 		}
+		// A cache hit is all device (GPU) tokens.
+		_, body, _ = ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(prompt)))
+		if want := `"cached_tokens":99,"cached_tokens_details":{"device":99,"host":0}`; !strings.Contains(body, want) {
+			t.Fatalf("cached request: %s lacks %s", body, want)
+		}
 	})
 }
 
+// A streaming /generate answers with its status line at once, before
+// prefill (SGLang returns its StreamingResponse first); the events come out
+// of the model's timeline exactly.
 func TestGenerateStreamBytesAndTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(1, 300)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
-		req, _ := http.NewRequest("POST", ts.URL+"/generate", strings.NewReader(fmt.Sprintf(
-			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt))))
-		start := time.Now()
-		resp, err := ts.Client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		s := postStream(t, ts, "/generate", fmt.Sprintf(
+			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3}, "rid": "s1", "stream": true}`, jsonOf(prompt)))
+		if ct := s.resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" || s.resp.StatusCode != 200 {
+			t.Fatalf("got %d, content type %q", s.resp.StatusCode, ct)
 		}
-		defer resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" {
-			t.Fatalf("content type: got %q", ct)
+		if s.headers != 0 {
+			t.Fatalf("status line at %v, want it at once, before the %v prefill", s.headers, at[0])
 		}
-		r := bufio.NewReader(resp.Body)
-		var got strings.Builder
-		var arrivals []time.Duration
-		for {
-			line, err := r.ReadString('\n')
-			if strings.HasPrefix(line, "data: ") {
-				arrivals = append(arrivals, time.Since(start))
-			}
-			got.WriteString(line)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		var want strings.Builder
+		var want []string
 		for k := 1; k <= 3; k++ {
 			fin, e2e := "null", ""
 			if k == 3 {
 				fin = `{"type":"length","length":3}`
 				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
 			}
-			fmt.Fprintf(&want, `data: {"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
-				`"weight_version":"default","num_retractions":0,"completion_tokens":%d,"cached_tokens":0%s}}`+"\n\n",
-				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e)
+			want = append(want, fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
+				`"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":%d,"cached_tokens":0,"cached_tokens_details":null%s}}`,
+				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e))
 		}
-		want.WriteString("data: [DONE]\n\n")
-		if got.String() != want.String() {
-			t.Fatalf("stream bytes:\n%q\nwant\n%q", got.String(), want.String())
+		want = append(want, "[DONE]")
+		if strings.Join(s.events, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("stream events:\n%s\nwant\n%s", strings.Join(s.events, "\n"), strings.Join(want, "\n"))
 		}
 		// The first event comes out of prefill; each later one a round after.
 		for k := range 3 {
-			if arrivals[k] != at[k] {
-				t.Fatalf("event %d arrived at %v, want exactly %v", k+1, arrivals[k], at[k])
+			if s.at[k] != at[k] {
+				t.Fatalf("event %d arrived at %v, want exactly %v", k+1, s.at[k], at[k])
 			}
+		}
+		// A stream refused after its headers went out gets one error event.
+		s = postStream(t, ts, "/generate", `{"text": "x", "input_ids": [1], "stream": true}`)
+		if s.resp.StatusCode != 200 || s.headers != 0 || len(s.events) != 2 ||
+			s.events[0] != `{"error":{"message":"Either text, input_ids or input_embeds should be provided."}}` {
+			t.Fatalf("refused stream: %d at %v, %q", s.resp.StatusCode, s.headers, s.events)
 		}
 	})
 }
@@ -192,18 +186,34 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		if _, after, _ := ts.Do(t, "GET", "/server_info", ""); strings.Contains(after, "avg_spec_accept_length") {
 			t.Fatalf("server_info shows avg_spec_accept_length after %d decode rounds, fewer than 40", *m.SpecVerifyCt)
 		}
-		// stream_interval 4: the first token, then every 4th step, and the finish.
+		// stream_interval 4 counts tokens, not rounds: an event goes when
+		// the output's length is 1 mod 4, and at the finish.
 		_, body, _ = ts.Do(t, "POST", "/generate", `{"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 60, "stream_interval": 4}, "stream": true, "rid": "spec2"}`)
 		events = sseEvents(t, body)
-		var final generateResponse
-		json.Unmarshal([]byte(events[len(events)-2]), &final)
-		v := *final.MetaInfo.SpecVerifyCt
-		want := 1 + v/4
-		if v%4 != 0 {
-			want++ // the finish is always sent
+		var truth sim.Truth
+		_, tb, _ := ts.Do(t, "GET", "/sim/requests/spec2", "")
+		if err := json.Unmarshal([]byte(tb), &truth); err != nil {
+			t.Fatal(err)
 		}
-		if got := len(events) - 1; got != want {
-			t.Fatalf("stream_interval 4 over %d rounds: got %d events, want %d", v, got, want)
+		var want []int
+		n := 1 // the prefill's token
+		for i := 0; ; i++ {
+			if n == 60 || n%4 == 1 {
+				want = append(want, n)
+			}
+			if n == 60 {
+				break
+			}
+			n += truth.Rounds[i].Gained
+		}
+		var got []int
+		for _, e := range events[:len(events)-1] {
+			var ev generateResponse
+			json.Unmarshal([]byte(e), &ev)
+			got = append(got, ev.MetaInfo.CompletionTokens)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("stream_interval 4: events at %v tokens, want %v", got, want)
 		}
 	})
 }
@@ -618,11 +628,9 @@ func TestInfoEndpoints(t *testing.T) {
 		if m := decode("/v1/models/moonshotai/Kimi-K2.6"); m["id"] != "moonshotai/Kimi-K2.6" {
 			t.Fatalf("/v1/models/{model}: %v", m)
 		}
-		for _, path := range []string{"/get_load", "/v1/loads"} {
-			code, body, _ := ts.Do(t, "GET", path, "")
-			if code != 200 || body != `[{"dp_rank":0,"num_reqs":0,"num_tokens":0,"num_waiting_reqs":0}]` {
-				t.Fatalf("%s: %d %s", path, code, body)
-			}
+		if code, body, _ := ts.Do(t, "GET", "/get_load", ""); code != 200 ||
+			body != `[{"dp_rank":0,"num_reqs":0,"num_waiting_reqs":0,"num_tokens":0,"num_pending_tokens":0,"ts_tic":0}]` {
+			t.Fatalf("/get_load: %d %s", code, body)
 		}
 		texts := map[string]string{"/start_profile": "Start profiling.\n", "/stop_profile": "Stop profiling. This will take some time.\n"}
 		for path, want := range texts {
@@ -794,38 +802,34 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 	})
 }
 
-// The OpenAI shapes byte for byte. Under synctest the clock starts at
-// 2000-01-01 UTC, so "created" is 946684800.
+// The OpenAI shapes byte for byte, as golden files. Under synctest the
+// clock starts at 2000-01-01 UTC, so "created" is 946684800.
 func TestOpenAIBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
-		prompt := ids(7, 20)
-		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 2)
-		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"model": "m", "prompt": %s, "max_tokens": 2, "rid": "c1"}`, jsonOf(prompt)))
-		want := fmt.Sprintf(`{"id":"c1","object":"text_completion","created":946684800,"model":"m","choices":[{"index":0,"text":%s,`+
-			`"logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":{"prompt_tokens":20,"total_tokens":22,`+
-			`"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0},"metadata":{"weight_version":"default"}}`,
-			jsonOf(tokenizer.Decode(toks)))
-		if body != want {
-			t.Fatalf("completion:\n%s\nwant\n%s", body, want)
-		}
-
-		msgs := `[{"role": "user", "content": "Hi"}]`
-		chatPrompt := tokenizer.Encode(nil, tokenizer.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: "Hi"}}, true))
-		ctoks, _ := expectedOutput(ts.Engine().Profile(), chatPrompt, 2)
-		_, body, _ = ts.Do(t, "POST", "/v1/chat/completions", fmt.Sprintf(
-			`{"model": "m", "messages": %s, "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`, msgs))
-		head := `{"id":"k1","object":"chat.completion.chunk","created":946684800,"model":"m","choices":`
-		n := len(chatPrompt)
-		var w strings.Builder
-		w.WriteString("data: " + head + `[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"matched_stop":null}]}` + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[:1]))) + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null,"matched_stop":null}]}`, jsonOf(tokenizer.Decode(ctoks[1:2]))) + "\n\n")
-		w.WriteString("data: " + head + `[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length","matched_stop":null}]}` + "\n\n")
-		w.WriteString("data: " + head + fmt.Sprintf(`[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0}}`, n, n+2) + "\n\n")
-		w.WriteString("data: [DONE]\n\n")
-		if body != w.String() {
-			t.Fatalf("chat stream:\n%s\nwant\n%s", body, w.String())
+		prompt := jsonOf(ids(7, 20))
+		chat := `"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2`
+		for _, tt := range []struct{ golden, path, body string }{
+			// Deltas carry "reasoning_content": null; the chat usage chunk
+			// keeps "prompt_tokens_details": null.
+			{"openai/chat_stream.txt", "/v1/chat/completions", `{"model": "m", ` + chat + `, "stream": true, "stream_options": {"include_usage": true}, "rid": "k1"}`},
+			{"openai/chat.json", "/v1/chat/completions", `{"model": "m", ` + chat + `, "rid": "k0"}`},
+			{"openai/completion.json", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "rid": "c1"}`},
+			// Content chunks carry "usage": null; the usage chunk has no
+			// prompt_tokens_details while nothing is cached...
+			{"openai/completion_stream.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c2"}`},
+			// ...and has them once something is.
+			{"openai/completion_stream_cached.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c3"}`},
+			{"openai/completion_stream_continuous.txt", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "stream": true, "stream_options": {"continuous_usage_stats": true}, "rid": "c4"}`},
+		} {
+			code, body, _ := ts.Do(t, "POST", tt.path, tt.body)
+			if code != 200 {
+				t.Fatalf("%s: %d %s", tt.golden, code, body)
+			}
+			if !strings.HasSuffix(body, "\n") {
+				body += "\n"
+			}
+			mocktest.Golden(t, tt.golden, []byte(body))
 		}
 	})
 }

@@ -130,21 +130,11 @@ func (s *Server) serverInfo(c *gin.Context) {
 	state["effective_max_running_requests_per_dp"] = s.args.MaxRunningRequests
 	info := s.flatArgs()
 	info["max_total_num_tokens"] = s.args.MaxTotalTokens
-	info["max_req_input_len"] = s.args.ContextLength - 1
+	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
 	info["internal_states"] = []map[string]any{state}
 	info["version"] = Version
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)
-}
-
-func (s *Server) load(c *gin.Context) {
-	st := s.eng.Stats()
-	writeJSON(c, http.StatusOK, []gin.H{{
-		"dp_rank":          0,
-		"num_reqs":         st.Running + st.Queued,
-		"num_waiting_reqs": st.Queued,
-		"num_tokens":       st.KVUsed,
-	}})
 }
 
 func (s *Server) abortRequest(c *gin.Context) {

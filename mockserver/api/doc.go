@@ -14,7 +14,7 @@
 // work, so clients of every SGLang era do.
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
-// model evaluator), /sim/requests (finished requests), /sim/requests/{rid}
+// model evaluator; its counts are bounded by the context length), /sim/requests (finished requests), /sim/requests/{rid}
 // (a request's ground truth) and /sim/flushes (flush history), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
@@ -26,17 +26,67 @@
 //     the first event comes out of prefill with the first token; native
 //     events carry cumulative text and output_ids and meta_info in every
 //     event; under speculative decoding one event carries several tokens.
-//     OpenAI streams carry text deltas; chat opens with a role delta and
-//     closes with an empty delta carrying finish_reason.
+//     stream_interval counts tokens: an event goes when the output's length
+//     is 1 modulo the interval, and at the finish; an event whose tail could
+//     start a stop string is held back, so streamed text never shrinks.
+//     meta_info carries reasoning_tokens (0: no reasoning parser) and
+//     cached_tokens_details ({"device": N, "host": 0}, or null).
+//     A streaming /generate sends its status line and headers at once,
+//     before prefill, as SGLang returns its StreamingResponse first.
+//     OpenAI streams carry text deltas and, as SGLang kick-starts their
+//     generators, send nothing (not even the status line) before the first
+//     output; a chat choice's role delta goes out with its first content,
+//     and the empty deltas carrying finish_reason follow the last output.
+//     An abort that carries a status code ends an OpenAI stream with
+//     data: {"error": {...}} (Python's json.dumps spacing). Chat deltas
+//     carry "reasoning_content": null; completions chunks carry "usage":
+//     null, and their final usage chunk drops a null prompt_tokens_details
+//     (exclude_none), while chat's keeps it.
 //   - A request refused before scheduling gets 400: the validation envelope
 //     {"object":"error",...,"code":400} for malformed bodies, {"error":
 //     {"message"}} from /generate, the ErrorResponse with type
-//     "BadRequestError" from /v1. A streaming request refused inside the
-//     generator gets 200 with one error event and [DONE], as SGLang's do.
+//     "BadRequestError" from /v1, streaming or not. A streaming /generate
+//     refused inside its generator gets 200 with one error event and
+//     [DONE], as SGLang's does.
 //   - 401 {"error":"Unauthorized"} without the --api-key bearer token
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
+//   - The prefix cache is partitioned by extra_key with the LoRA adapter
+//     appended, as SGLang's Req builds it. /generate has no cache_salt (the
+//     key is ignored there); the OpenAI routes prepend cache_salt to
+//     extra_key, as _compute_extra_key does.
+//   - Parallel sampling (n > 1) is SGLang's: every copy is checked first,
+//     then each prompt is prefilled by a request with max_new_tokens 0 and
+//     a fresh rid (counted like any other), waited for, and only then are
+//     the n copies sent, each under a fresh rid, each finding the prompt
+//     cached. A client's rid names a sequence only when n is 1.
+//   - Logprobs: return_logprob (with logprob_start_len, top_logprobs_num,
+//     return_text_in_logprobs) fills meta_info's input_token_logprobs,
+//     output_token_logprobs and, with alternatives, input_top_logprobs and
+//     output_top_logprobs as SGLang's [logprob, id, text] tuples;
+//     /v1/completions' logprobs and chat's logprobs and top_logprobs map
+//     to them as serving_completions.py and serving_chat.py do, so echo
+//     with logprobs starts them at the prompt's first token and reuses no
+//     cache. The values are deterministic (see logprob.go); at most 20
+//     alternatives per position.
+//   - Output defaults: /generate 128 tokens, /v1/completions 16; a chat
+//     without max_tokens (or max_completion_tokens) generates to the context
+//     budget, context length - 2 - prompt tokens, as SGLang does, capped by
+//     the profile's max_output_tokens (default 4096): SGLang's model stops
+//     at EOS, which the mock never samples. max_completion_tokens past the
+//     context length is refused with SGLang's message.
+//   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
+//     more is refused with the scheduler's message (and /server_info
+//     reports that max_req_input_len); ids past the vocabulary and a rid
+//     already running get SGLang's messages.
+//   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
+//     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
+//     is its object (timestamp, version, dp_rank_count, loads with the
+//     memory, speculative, disaggregation and queues sections, aggregate),
+//     honours ?include= and ?dp_rank=, and ?format=prometheus gives the
+//     same as gauges. The request prefilled in chunks is outside the
+//     running batch, as in SGLang.
 //   - /abort_request aborts every active request whose rid starts with
 //     the given one (which must itself be active), as SGLang: a request in
 //     a batch ends with {"type":"abort","message":"Aborted",

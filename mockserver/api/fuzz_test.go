@@ -3,6 +3,7 @@ package api_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,9 +15,11 @@ import (
 )
 
 // FuzzGenerateBody sends arbitrary bodies to /generate and the OpenAI
-// endpoints. Whatever the input, the answer is 200, 400 or 413 (never a 500
-// or a panic), and afterwards the engine holds no request, lock or KV
-// beyond its unlocked cache; synctest fails on any goroutine left behind.
+// endpoints, and arbitrary queries to /sim/expect and rids to
+// /sim/requests/. Whatever the input, the answer is 200, 400, 404 or 413
+// (never a 500 or a panic), and afterwards the engine holds no request,
+// lock or KV beyond its unlocked cache; synctest fails on any goroutine
+// left behind.
 func FuzzGenerateBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"text": "hello", "sampling_params": {"max_new_tokens": 3}}`,
@@ -34,9 +37,22 @@ func FuzzGenerateBody(f *testing.F) {
 		f.Add(seed, uint8(0))
 		f.Add(seed, uint8(1))
 	}
+	for _, seed := range []string{
+		`prompt_tokens=100&completion_tokens=2000000000`,
+		`prompt_tokens=9223372036854775807&completion_tokens=9223372036854775807`,
+		`prompt_tokens=2000&cached_tokens=1999&completion_tokens=48`,
+		`prompt_tokens=-1`, `cached_tokens=5`, `%zz`,
+	} {
+		f.Add(seed, uint8(3))
+		f.Add(seed, uint8(4))
+	}
 	f.Fuzz(func(t *testing.T, body string, target uint8) {
-		paths := []string{"/generate", "/v1/completions", "/v1/chat/completions"}
+		paths := []string{"/generate", "/v1/completions", "/v1/chat/completions", "/sim/expect?", "/sim/requests/r"}
 		path := paths[int(target)%len(paths)]
+		method := http.MethodPost
+		if strings.HasPrefix(path, "/sim/") {
+			method, path = http.MethodGet, path+url.PathEscape(body)
+		}
 		synctest.Test(t, func(t *testing.T) {
 			p, err := profile.Load("default")
 			if err != nil {
@@ -50,11 +66,12 @@ func FuzzGenerateBody(f *testing.F) {
 			}
 			defer s.Close()
 			s.MarkReady()
-			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+			req := httptest.NewRequest(method, "/", strings.NewReader(body))
+			req.URL.Path, req.URL.RawQuery, _ = strings.Cut(path, "?")
 			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			s.Handler().ServeHTTP(rec, req)
-			if rec.Code != 200 && rec.Code != 400 && rec.Code != 413 {
+			if rec.Code != 200 && rec.Code != 400 && rec.Code != 404 && rec.Code != 413 {
 				t.Fatalf("%s %q: status %d %s", path, body, rec.Code, rec.Body.String())
 			}
 			if ct := rec.Header().Get("Content-Type"); strings.HasPrefix(ct, "text/event-stream") &&

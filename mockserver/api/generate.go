@@ -61,9 +61,13 @@ type generateBody struct {
 	Stream          bool            `json:"stream"`
 	ReturnLogprob   json.RawMessage `json:"return_logprob"`
 	LogprobStartLen json.RawMessage `json:"logprob_start_len"`
-	LoraPath        json.RawMessage `json:"lora_path"`
-	ExtraKey        *string         `json:"extra_key"`
-	CacheSalt       *string         `json:"cache_salt"`
+	TopLogprobsNum  json.RawMessage `json:"top_logprobs_num"`
+	// ReturnTextInLogprobs puts each token's text in the logprob tuples.
+	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
+	LoraPath             json.RawMessage `json:"lora_path"`
+	// ExtraKey partitions the prefix cache. GenerateReqInput has no
+	// cache_salt: a /generate body's cache_salt is an unknown key, ignored.
+	ExtraKey json.RawMessage `json:"extra_key"`
 }
 
 // item is one sequence to generate, with what the HTTP layer needs to
@@ -73,6 +77,7 @@ type item struct {
 	index          int
 	noStopTrim     bool
 	streamInterval int
+	logprobs       logprobParams
 }
 
 func isNull(b json.RawMessage) bool { return len(b) == 0 || bytes.Equal(b, []byte("null")) }
@@ -108,37 +113,50 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 	return out, nil
 }
 
-// namespace joins SGLang's three cache partitions: LoRA adapter, extra_key
-// and cache_salt. Requests that differ in any never share a prefix.
-func namespace(lora, extraKey, cacheSalt string) string {
-	if lora == "" && extraKey == "" && cacheSalt == "" {
+// cacheNamespace is the radix cache namespace SGLang's Req builds
+// (schedule_batch.py, Req.__init__): the request's extra_key with the LoRA
+// adapter appended, plainly concatenated. A present extra_key, even "", is a
+// namespace of its own, since SGLang's radix key tests extra_key against
+// None; the engine's "" means none, so every present key gets a leading
+// marker byte.
+func cacheNamespace(extraKey *string, lora string) string {
+	if extraKey == nil && lora == "" {
 		return ""
 	}
-	return lora + "\x00" + extraKey + "\x00" + cacheSalt
+	return "\x01" + deref(extraKey) + lora
 }
 
-// parseGenerate turns a /generate body into items. Type errors are
-// validation errors (first return); semantic ones are /generate errors.
-func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, validation, semantic error) {
+// plan is a parsed generation request: its sequences, prompt-major, with
+// copies (SGLang's n, parallel_sample_num) sequences per prompt.
+type plan struct {
+	items  []item
+	copies int
+	// batch: the answer is a list, and stream events carry an index.
+	batch bool
+}
+
+// parseGenerate turns a /generate body into a plan. Type errors are
+// validation errors (first error); semantic ones are /generate errors.
+func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic error) {
 	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
 	if hasText == hasIDs || !isNull(b.InputEmbeds) {
 		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
-			return nil, false, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
+			return plan{}, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
 		}
-		return nil, false, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
+		return plan{}, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
 	}
 	var texts []string
 	var ids [][]int32
 	switch {
 	case hasText && isList(b.Text):
 		if err := json.Unmarshal(b.Text, &texts); err != nil {
-			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
 		}
-		batch = true
+		p.batch = true
 	case hasText:
 		var one string
 		if err := json.Unmarshal(b.Text, &one); err != nil {
-			return nil, false, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
 		}
 		texts = []string{one}
 	default:
@@ -146,66 +164,84 @@ func (s *Server) parseGenerate(b *generateBody) (items []item, batch bool, valid
 		if err := json.Unmarshal(b.InputIDs, &one); err == nil {
 			ids = [][]int32{one}
 		} else if err := json.Unmarshal(b.InputIDs, &ids); err == nil {
-			batch = true
+			p.batch = true
 		} else {
-			return nil, false, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
+			return plan{}, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
 		}
 	}
 	n := max(len(texts), len(ids))
 	if n == 0 {
-		return nil, false, nil, errors.New("The batch is empty.")
+		return plan{}, nil, errors.New("The batch is empty.")
 	}
 	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
-	if batch && !isNull(b.RID) && !isList(b.RID) {
-		return nil, false, nil, errors.New("The rid should be a list for batch processing.")
+	if p.batch && !isNull(b.RID) && !isList(b.RID) {
+		return plan{}, nil, errors.New("The rid should be a list for batch processing.")
 	}
 	rids, err := perItem(b.RID, n, "rid", "")
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	logprob, err := perItem(b.ReturnLogprob, n, "return_logprob", false)
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
 	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", -1)
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
+	}
+	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", 0)
+	if err != nil {
+		return plan{}, err, nil
+	}
+	for _, top := range tops {
+		if err := checkTopLogprobs("top_logprobs_num", top); err != nil {
+			return plan{}, nil, err
+		}
 	}
 	loras, err := perItem(b.LoraPath, n, "lora_path", "")
 	if err != nil {
-		return nil, false, err, nil
+		return plan{}, err, nil
 	}
-	ns := func(i int) string {
-		return namespace(loras[i], deref(b.ExtraKey), deref(b.CacheSalt))
+	extraKeys, err := perItem(b.ExtraKey, n, "extra_key", (*string)(nil))
+	if err != nil {
+		return plan{}, err, nil
+	}
+	copies, err := copiesOf(params[0].N)
+	if err != nil {
+		return plan{}, nil, err
 	}
 	for i := range n {
-		p := params[i]
-		copies, err := copiesOf(p.N)
-		if err != nil {
-			return nil, false, nil, err
+		if c, err := copiesOf(params[i].N); err != nil {
+			return plan{}, nil, err
+		} else if c != copies {
+			return plan{}, nil, errors.New("The parallel_sample_num should be the same for all samples in sample params.")
 		}
-		for c := range copies {
-			it := s.itemFrom(p, len(items))
-			if texts != nil {
-				it.req.Text = texts[i]
-			} else {
-				it.req.InputIDs = ids[i]
-			}
-			if rids[i] != "" && copies == 1 {
-				it.req.RID = rids[i]
-			} else if rids[i] != "" {
-				it.req.RID = fmt.Sprintf("%s-%d", rids[i], c)
-			}
-			it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
-			it.req.Namespace = ns(i)
-			items = append(items, it)
+		it := s.itemFrom(params[i])
+		if texts != nil {
+			it.req.Text = texts[i]
+		} else {
+			it.req.InputIDs = ids[i]
 		}
-		batch = batch || copies > 1
+		// Parallel samples get fresh rids (SGLang regenerates them), so a
+		// client's rid names a sequence only when n is 1.
+		if copies == 1 {
+			it.req.RID = rids[i]
+		}
+		it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
+		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
+		s.tokenizeForLogprobs(&it)
+		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
+		for range copies {
+			it.index = len(p.items)
+			p.items = append(p.items, it)
+		}
 	}
-	return items, batch, nil, nil
+	p.copies = copies
+	p.batch = p.batch || copies > 1
+	return p, nil, nil
 }
 
 // maxN bounds n (parallel samples per prompt), as OpenAI does, so one
@@ -232,8 +268,8 @@ func deref(s *string) string {
 }
 
 // itemFrom maps sampling params onto an engine request.
-func (s *Server) itemFrom(p samplingParams, index int) item {
-	it := item{index: index, noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+func (s *Server) itemFrom(p samplingParams) item {
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
 		it.req.MaxNewTokens = *p.MaxNewTokens
@@ -247,11 +283,17 @@ func (s *Server) itemFrom(p samplingParams, index int) item {
 	return it
 }
 
-// submitAll submits every item; on the first refusal it aborts those it
-// already submitted and returns the refusal.
-func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
-	streams := make([]*engine.Stream, 0, len(items))
-	for _, it := range items {
+// submit submits a plan's sequences; on the first refusal it aborts those
+// it already submitted and returns the refusal. With n > 1 it first caches
+// the prompts, as SGLang's parallel sampling does.
+func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
+	if p.copies > 1 {
+		if err := s.cachePrompts(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	streams := make([]*engine.Stream, 0, len(p.items))
+	for _, it := range p.items {
 		st, err := s.eng.Submit(it.req)
 		if err != nil {
 			abortAll(streams)
@@ -262,20 +304,102 @@ func (s *Server) submitAll(items []item) ([]*engine.Stream, error) {
 	return streams, nil
 }
 
-// output accumulates one sequence's output for rendering.
-type output struct {
-	item   item
-	rid    string
-	ids    []int32
-	last   engine.Event
-	events int
+// cachePrompts is the prelude of SGLang's parallel sampling
+// (tokenizer_manager.py, _handle_batch_request): every prompt is tokenized
+// and checked before anything runs; then, prompt after prompt, a copy with
+// max_new_tokens 0 and a fresh rid prefills it into the cache and is
+// waited for. It is a request like any other (counted in the metrics,
+// listed under /sim/requests), so each of the n copies submitted next finds
+// the whole prompt cached. The copies share one tokenization.
+func (s *Server) cachePrompts(ctx context.Context, p plan) error {
+	for i := 0; i < len(p.items); i += p.copies {
+		group := p.items[i : i+p.copies]
+		tokens := s.eng.Tokenize(group[0].req)
+		for c := range group {
+			group[c].req.InputIDs, group[c].req.Text = tokens, ""
+		}
+		if err := s.eng.Check(group[0].req); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(p.items); i += p.copies {
+		prefill := p.items[i].req
+		prefill.RID, prefill.MaxNewTokens = "", 0
+		st, err := s.eng.Submit(prefill)
+		if err != nil {
+			return err
+		}
+		if _, err := st.Collect(ctx); err != nil {
+			st.Abort()
+			return err
+		}
+	}
+	return nil
 }
 
-// due reports whether the event just added is sent to a streaming client:
-// the first token and the finish always are, and between them every
-// stream_interval-th step.
+// output accumulates one sequence's output for rendering.
+type output struct {
+	item item
+	rid  string
+	ids  []int32
+	last engine.Event
+	// sent counts the events a streaming client was sent.
+	sent int
+	// lp holds the logprobs computed so far, lpSent how many output
+	// positions an OpenAI stream has sent.
+	lp     *logprobLists
+	lpSent int
+	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
+	// until first needed.
+	stopTail int
+}
+
+// due reports whether the event just added goes to a streaming client, as
+// SGLang's output streamer decides (output_streamer.py, accept): the finish
+// always does; before it, an event goes when the output's length in tokens
+// is 1 modulo stream_interval (every event for 1), unless the output's tail
+// could be the start of a stop string. Such an event is held back, so
+// streamed text never has to be taken back.
 func (o *output) due() bool {
-	return o.events == 1 || o.last.Finish != nil || (o.events-1)%o.item.streamInterval == 0
+	if o.last.Finish != nil {
+		return true
+	}
+	if si := o.item.streamInterval; si > 1 && len(o.ids)%si != 1 {
+		return false
+	}
+	return !o.holdsStopPrefix()
+}
+
+// holdsStopPrefix is Req.check_match_stop_str_prefix: the last tokens
+// (as many as the longest stop string has, plus two) decode to a text that
+// contains a stop string or ends with one's first characters.
+func (o *output) holdsStopPrefix() bool {
+	stops := o.item.req.Stop
+	if len(stops) == 0 {
+		return false
+	}
+	if o.stopTail == 0 {
+		longest := 0
+		for _, st := range stops {
+			longest = max(longest, tokenizer.Count(st))
+		}
+		o.stopTail = longest + 2
+	}
+	tail := tokenizer.Decode(o.ids[len(o.ids)-min(o.stopTail, len(o.ids)):])
+	for _, st := range stops {
+		if st == "" {
+			continue
+		}
+		if strings.Contains(tail, st) {
+			return true
+		}
+		for i := 1; i <= min(len(tail), len(st)); i++ {
+			if tail[len(tail)-i:] == st[:i] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // abortAll aborts every stream at once: one of them was refused.
@@ -296,7 +420,6 @@ func disconnectAll(streams []*engine.Stream, streaming bool) {
 func (o *output) add(ev engine.Event) {
 	o.ids = append(o.ids, ev.Tokens...)
 	o.last = ev
-	o.events++
 }
 
 // text is the cumulative output text, trimmed at a matched stop string or
@@ -356,16 +479,29 @@ func finishReason(f *engine.Finish) any {
 	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }
 
+// cachedTokensDetails is SGLang's CachedTokensDetails without L3 storage.
+type cachedTokensDetails struct {
+	Device int `json:"device"`
+	Host   int `json:"host"`
+}
+
 // metaInfo is meta_info, in SGLang's field order.
 type metaInfo struct {
-	ID               string  `json:"id"`
-	FinishReason     any     `json:"finish_reason"`
-	PromptTokens     int     `json:"prompt_tokens"`
-	WeightVersion    string  `json:"weight_version"`
-	NumRetractions   int     `json:"num_retractions"`
-	CompletionTokens int     `json:"completion_tokens"`
-	CachedTokens     int     `json:"cached_tokens"`
-	E2ELatency       float64 `json:"e2e_latency,omitempty"`
+	ID             string `json:"id"`
+	FinishReason   any    `json:"finish_reason"`
+	PromptTokens   int    `json:"prompt_tokens"`
+	WeightVersion  string `json:"weight_version"`
+	NumRetractions int    `json:"num_retractions"`
+	*metaLogprobs
+	// ReasoningTokens counts reasoning tokens, which only a reasoning
+	// parser separates; the mock has none, so it is 0, as SGLang's is then.
+	ReasoningTokens  int `json:"reasoning_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens"`
+	// CachedTokensDetails is output_streamer.py's breakdown: all device
+	// (GPU) tokens, there being no host cache; null when nothing is cached.
+	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
+	E2ELatency          float64              `json:"e2e_latency,omitempty"`
 	// Speculative decoding, final event only: the v0.4/v0.5 names and the
 	// current ones, so clients of every era find theirs.
 	SpecVerifyCt          *int     `json:"spec_verify_ct,omitempty"`
@@ -391,6 +527,10 @@ func (o *output) meta() metaInfo {
 		CompletionTokens: ev.CompletionTokens,
 		CachedTokens:     ev.CachedTokens,
 	}
+	if ev.CachedTokens > 0 {
+		m.CachedTokensDetails = &cachedTokensDetails{Device: ev.CachedTokens}
+	}
+	m.metaLogprobs = o.logprobs().meta(o.item.logprobs.top > 0)
 	if ev.Truth != nil {
 		m.E2ELatency = ev.Truth.E2E().Seconds()
 	}
@@ -449,36 +589,31 @@ func (s *Server) generate(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	items, batch, verr, serr := s.parseGenerate(&body)
-	switch {
-	case verr != nil:
+	p, verr, serr := s.parseGenerate(&body)
+	if verr != nil {
 		writeValidationError(c, verr.Error())
 		return
-	case serr != nil && body.Stream:
-		s.streamError(c, serr.Error())
+	}
+	if body.Stream {
+		s.streamGenerate(c, p, serr)
 		return
-	case serr != nil:
+	}
+	if serr != nil {
 		writeGenerateError(c, serr.Error())
 		return
 	}
-	streams, err := s.submitAll(items)
+	streams, err := s.submit(c.Request.Context(), p)
 	if err != nil {
-		if body.Stream {
-			s.streamError(c, err.Error())
-		} else {
+		if c.Request.Context().Err() == nil {
 			writeGenerateError(c, err.Error())
 		}
 		return
 	}
-	if body.Stream {
-		s.streamGenerate(c, items, streams, batch)
-		return
-	}
-	outs, ok := collect(c.Request.Context(), items, streams)
+	outs, ok := collect(c.Request.Context(), p.items, streams)
 	if !ok {
 		return // the client left; its requests are aborted
 	}
-	if !batch {
+	if !p.batch {
 		writeJSON(c, http.StatusOK, outs[0].response(false))
 		return
 	}
@@ -505,46 +640,6 @@ func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*ou
 		}
 	}
 	return outs, true
-}
-
-// sse writes Server-Sent Events: "data: " + payload + "\n\n", flushed.
-type sse struct {
-	c       *gin.Context
-	started bool
-}
-
-func (w *sse) start() {
-	if w.started {
-		return
-	}
-	w.started = true
-	h := w.c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.c.Status(http.StatusOK)
-}
-
-func (w *sse) data(payload []byte) error {
-	w.start()
-	buf := make([]byte, 0, len(payload)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, payload...)
-	buf = append(buf, "\n\n"...)
-	if _, err := w.c.Writer.Write(buf); err != nil {
-		return err
-	}
-	w.c.Writer.Flush()
-	return nil
-}
-
-func (w *sse) done() error { return w.data([]byte("[DONE]")) }
-
-// streamError is SGLang's stream answer to a request refused inside the
-// generator: status 200, one error event, then [DONE].
-func (s *Server) streamError(c *gin.Context, message string) {
-	w := &sse{c: c}
-	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
-	w.done()
 }
 
 // tagged is one event from one of several merged streams.
@@ -594,7 +689,26 @@ func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged,
 	}, wg.Wait
 }
 
-func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.Stream, batch bool) {
+// streamGenerate serves a streaming /generate. SGLang's generate_request
+// returns its StreamingResponse before the request is even parsed, so the
+// status line and headers go out at once, before prefill; a request refused
+// after that (serr, or a refusal at submit) gets one error event.
+func (s *Server) streamGenerate(c *gin.Context, p plan, serr error) {
+	w := &sse{c: c}
+	if w.open() != nil {
+		return
+	}
+	if serr != nil {
+		streamError(w, serr.Error())
+		return
+	}
+	streams, err := s.submit(c.Request.Context(), p)
+	if err != nil {
+		if c.Request.Context().Err() == nil {
+			streamError(w, err.Error())
+		}
+		return
+	}
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	next, wait := events(ctx, streams)
 	defer func() {
@@ -603,9 +717,8 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 	}()
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
-		outs[i] = &output{item: items[i], rid: st.RID()}
+		outs[i] = &output{item: p.items[i], rid: st.RID()}
 	}
-	w := &sse{c: c}
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
@@ -617,11 +730,11 @@ func (s *Server) streamGenerate(c *gin.Context, items []item, streams []*engine.
 		if t.ev.Finish != nil {
 			left--
 		}
-		// First token, finish, and every stream_interval-th step.
 		if !o.due() {
 			continue
 		}
-		if err := w.data(marshal(o.response(batch))); err != nil {
+		o.sent++
+		if err := w.data(marshal(o.response(p.batch))); err != nil {
 			disconnectAll(streams, true)
 			return
 		}

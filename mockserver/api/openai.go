@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,8 @@ type completionBody struct {
 	openAICommon
 	Prompt json.RawMessage `json:"prompt"`
 	Echo   bool            `json:"echo"`
+	// Logprobs asks for logprobs with this many alternatives per position.
+	Logprobs *int `json:"logprobs"`
 }
 
 type chatMessage struct {
@@ -54,17 +57,33 @@ type chatBody struct {
 	Messages            []chatMessage `json:"messages"`
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	InputIDs            []int32       `json:"input_ids"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+}
+
+// promptTokensDetails is SGLang's PromptTokensDetails.
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // usage is SGLang's UsageInfo, in its field order.
 type usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	ReasoningTokens int `json:"reasoning_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
+	ReasoningTokens     int                  `json:"reasoning_tokens"`
+}
+
+// usageExcludeNone is usage as model_dump_json(exclude_none=True) writes
+// it, which the completions stream's final usage chunk uses: no
+// prompt_tokens_details when there is none.
+type usageExcludeNone struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+	ReasoningTokens     int                  `json:"reasoning_tokens"`
 }
 
 // usageOf sums usage over outputs, counting each prompt once (n copies of a
@@ -82,11 +101,20 @@ func (s *Server) usageOf(outs []*output, copies int, withCached bool) usage {
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	if withCached && s.cfg.EnableCacheReport && cached > 0 {
-		u.PromptTokensDetails = &struct {
-			CachedTokens int `json:"cached_tokens"`
-		}{cached}
+		u.PromptTokensDetails = &promptTokensDetails{cached}
 	}
 	return u
+}
+
+// openAIExtraKey is serving_base.py's _compute_extra_key: cache_salt then
+// extra_key, concatenated without a separator, the empty ones skipped; none
+// when both are empty.
+func openAIExtraKey(cacheSalt, extraKey *string) *string {
+	key := deref(cacheSalt) + deref(extraKey)
+	if key == "" {
+		return nil
+	}
+	return &key
 }
 
 // openAIFinish maps a finish to OpenAI's finish_reason and matched_stop.
@@ -106,39 +134,41 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 	}
 }
 
-// prepare validates the shared fields and builds items for prompts.
-func (s *Server) prepareOpenAI(b *openAICommon, maxTokens *int, prompts []engine.Request) ([]item, int, error) {
+// prepareOpenAI validates the shared fields and plans copies of each
+// prompt, prompt-major, each to generate maxNew(prompt) tokens.
+func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int, lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
-		return nil, 0, err
+		return plan{}, err
 	}
-	maxNew := 128
-	if maxTokens != nil {
-		if *maxTokens <= 0 {
-			return nil, 0, fmt.Errorf("max_tokens must be positive, got %d.", *maxTokens)
+	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
+	p := plan{copies: copies, batch: len(prompts)*copies > 1}
+	for i, prompt := range prompts {
+		limit := maxNew(&prompt)
+		if lp.on && prompt.InputIDs == nil {
+			prompt.InputIDs, prompt.Text = s.eng.Tokenize(prompt), "" // the input logprobs are of its tokens
 		}
-		maxNew = *maxTokens
-	}
-	ns := namespace(deref(b.LoraPath), deref(b.ExtraKey), deref(b.CacheSalt))
-	var items []item
-	for i, p := range prompts {
-		for c := range copies {
-			it := item{index: len(items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval}
-			it.req = p
-			it.req.MaxNewTokens = maxNew
+		for range copies {
+			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval, logprobs: lp}
+			it.req = prompt
+			it.req.ReturnLogprob, it.req.LogprobStartLen = lp.on, lp.start
+			it.req.MaxNewTokens = limit
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
 			it.req.Namespace = ns
-			if b.RID != nil && len(prompts) == 1 && copies == 1 {
+			// Parallel samples get fresh rids, as SGLang regenerates them.
+			switch {
+			case b.RID == nil || copies > 1:
+			case len(prompts) == 1:
 				it.req.RID = *b.RID
-			} else if b.RID != nil {
-				it.req.RID = fmt.Sprintf("%s-%d-%d", *b.RID, i, c)
+			default:
+				it.req.RID = fmt.Sprintf("%s_%d", *b.RID, i)
 			}
-			items = append(items, it)
+			p.items = append(p.items, it)
 		}
 	}
-	return items, copies, nil
+	return p, nil
 }
 
 // parsePrompt reads a completions prompt: a string, a list of strings, a
@@ -185,19 +215,41 @@ func (s *Server) completions(c *gin.Context) {
 		writeValidationError(c, err.Error())
 		return
 	}
-	items, copies, err := s.prepareOpenAI(&body.openAICommon, body.MaxTokens, prompts)
+	// CompletionRequest.max_tokens defaults to 16 and must be positive.
+	maxTokens := 16
+	if body.MaxTokens != nil {
+		if maxTokens = *body.MaxTokens; maxTokens <= 0 {
+			writeOpenAIError(c, fmt.Sprintf("max_tokens must be positive, got %d.", maxTokens))
+			return
+		}
+	}
+	// serving_completions.py: logprobs N asks for them with N alternatives
+	// (and the tokens' text); with echo and a non-zero N they start at the
+	// prompt's first token, so nothing of the prompt can be reused.
+	var lp logprobParams
+	if body.Logprobs != nil {
+		if err := checkTopLogprobs("logprobs", *body.Logprobs); err != nil {
+			writeOpenAIError(c, err.Error())
+			return
+		}
+		lp = logprobParams{on: true, start: -1, top: *body.Logprobs, text: true}
+		if body.Echo && *body.Logprobs != 0 {
+			lp.start = 0
+		}
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens }, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "text_completion"}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "text_completion"}
 	if body.Echo {
 		r.echo = func(i int) string {
-			p := items[i].req
-			if p.InputIDs != nil {
-				return tokenizer.Decode(p.InputIDs)
+			prompt := prompts[i/p.copies]
+			if prompt.InputIDs != nil {
+				return tokenizer.Decode(prompt.InputIDs)
 			}
-			return p.Text
+			return prompt.Text
 		}
 	}
 	r.run()
@@ -263,17 +315,68 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		}
 		prompt.Text = text
 	}
-	maxTokens := body.MaxTokens
-	if body.MaxCompletionTokens != nil {
-		maxTokens = body.MaxCompletionTokens
+	// SGLang takes max_completion_tokens or max_tokens, Python's "or": a
+	// zero max_completion_tokens falls through to max_tokens.
+	maxTokens := body.MaxCompletionTokens
+	if maxTokens == nil || *maxTokens == 0 {
+		maxTokens = body.MaxTokens
 	}
-	items, copies, err := s.prepareOpenAI(&body.openAICommon, maxTokens, []engine.Request{prompt})
+	if ctxLen := s.cfg.Profile.ContextLength; maxTokens != nil && *maxTokens > ctxLen {
+		writeOpenAIError(c, fmt.Sprintf("max_completion_tokens is too large: %d.This model supports at most %d completion tokens.",
+			*maxTokens, ctxLen))
+		return
+	}
+	maxNew := func(*engine.Request) int { return *maxTokens }
+	if maxTokens == nil {
+		maxNew = s.chatBudget
+	}
+	// serving_chat.py: logprobs of the output, top_logprobs alternatives.
+	lp := logprobParams{on: body.Logprobs, start: -1, top: 0, text: true}
+	if body.TopLogprobs != nil {
+		if err := checkTopLogprobs("top_logprobs", *body.TopLogprobs); err != nil {
+			writeOpenAIError(c, err.Error())
+			return
+		}
+		lp.top = *body.TopLogprobs
+	}
+	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	r := openAIRun{s: s, c: c, common: &body.openAICommon, items: items, copies: copies, object: "chat.completion", chat: true}
+	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "chat.completion", chat: true}
 	r.run()
+}
+
+// chatBudget is the output of a chat completion without max_tokens: SGLang
+// generates to the context budget (init_req_max_new_tokens: context length
+// - 2 - prompt tokens) until the model samples EOS, which the mock never
+// does, so the profile's output cap stands in for it. It tokenizes the
+// prompt, once, to count it.
+func (s *Server) chatBudget(prompt *engine.Request) int {
+	if prompt.InputIDs == nil {
+		prompt.InputIDs, prompt.Text = s.eng.Tokenize(*prompt), ""
+	}
+	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap()))
+}
+
+// logprobs renders an output's logprobs from output position from on, as
+// the endpoint's logprobs object, the echoed prompt's first when withInput;
+// nil when the request asked for none.
+func (r *openAIRun) logprobs(o *output, from int, withInput bool) any {
+	l := o.logprobs()
+	if l == nil {
+		return nil
+	}
+	if r.chat {
+		return toChatLogprobs(l.out[from:], l.outTops[from:])
+	}
+	entries, tops := l.out[from:], l.outTops[from:]
+	if withInput {
+		entries = append(slices.Clone(l.in), entries...)
+		tops = append(slices.Clone(l.inTops), tops...)
+	}
+	return toCompletionLogprobs(entries, tops, o.item.logprobs.top > 0)
 }
 
 // openAIRun serves one completions or chat request.
@@ -281,8 +384,7 @@ type openAIRun struct {
 	s      *Server
 	c      *gin.Context
 	common *openAICommon
-	items  []item
-	copies int
+	plan   plan
 	object string
 	chat   bool
 	echo   func(i int) string
@@ -296,22 +398,21 @@ func (r *openAIRun) model() string {
 }
 
 func (r *openAIRun) run() {
-	streams, err := r.s.submitAll(r.items)
+	streams, err := r.s.submit(r.c.Request.Context(), r.plan)
+	if err != nil && r.c.Request.Context().Err() != nil {
+		return // the client left while its prompts were cached
+	}
 	if err != nil {
-		if r.common.Stream {
-			w := &sse{c: r.c}
-			w.data(marshal(errorObject(err.Error(), "BadRequestError", 400)))
-			w.done()
-		} else {
-			writeOpenAIError(r.c, err.Error())
-		}
+		// SGLang kick-starts a stream's generator before answering, so a
+		// stream refused before its first output gets the same 400.
+		writeOpenAIError(r.c, err.Error())
 		return
 	}
 	if r.common.Stream {
 		r.stream(streams)
 		return
 	}
-	outs, ok := collect(r.c.Request.Context(), r.items, streams)
+	outs, ok := collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
 		return
 	}
@@ -323,13 +424,13 @@ func (r *openAIRun) run() {
 			text = r.echo(i) + text
 		}
 		if r.chat {
-			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text},
+			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, Logprobs: r.logprobs(o, 0, false),
 				FinishReason: reason, MatchedStop: matched}
 		} else {
-			choices[i] = completionChoice{Index: i, Text: text, FinishReason: reason, MatchedStop: matched}
+			choices[i] = completionChoice{Index: i, Text: text, Logprobs: r.logprobs(o, 0, r.echo != nil), FinishReason: reason, MatchedStop: matched}
 		}
 	}
-	u := r.s.usageOf(outs, r.copies, true)
+	u := r.s.usageOf(outs, r.plan.copies, true)
 	writeJSON(r.c, http.StatusOK, openAIResponse{
 		ID:       outs[0].rid,
 		Object:   r.object,
@@ -375,9 +476,23 @@ type (
 		FinishReason any            `json:"finish_reason"`
 		MatchedStop  any            `json:"matched_stop"`
 	}
+	// chatDelta is sse_utils.py's StreamDelta: reasoning_content is always
+	// there (null without a reasoning parser, so SDK code that reads
+	// delta.reasoning_content works), role and content only when set.
 	chatDelta struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		ReasoningContent *string `json:"reasoning_content"`
+		Role             string  `json:"role,omitempty"`
+		Content          *string `json:"content,omitempty"`
+	}
+	// streamChunk is a completions chunk (CompletionStreamResponse, whose
+	// "usage" is there even when null) or a final include_usage chunk.
+	streamChunk struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		Model   string `json:"model"`
+		Choices []any  `json:"choices"`
+		Usage   any    `json:"usage"`
 	}
 	chatChunkChoice struct {
 		Index        int       `json:"index"`
@@ -392,6 +507,13 @@ type (
 // "error" key: clients such as the official Go one fail a stream on
 // "error": null.
 
+// stream serves a streaming request as SGLang's generators do. Nothing,
+// not even the status line, goes out before the first output event (run
+// only starts it once the request was accepted); a chat choice's role chunk
+// goes out with its first content. An abort that carries a status code ends
+// the stream with an error event. The chat finish chunks and the usage
+// chunk follow the last output, carrying the id of the last event's
+// request, as SGLang's loop variable leaves it.
 func (r *openAIRun) stream(streams []*engine.Stream) {
 	ctx, cancel := context.WithCancel(r.c.Request.Context())
 	next, wait := events(ctx, streams)
@@ -407,27 +529,22 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	outs := make([]*output, len(streams))
 	sent := make([]string, len(streams)) // text already sent per choice
 	for i, st := range streams {
-		outs[i] = &output{item: r.items[i], rid: st.RID()}
+		outs[i] = &output{item: r.plan.items[i], rid: st.RID()}
 	}
 	w := &sse{c: r.c}
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
-	send := func(choice any, u *usage) bool {
-		ch := openAIResponse{ID: outs[0].rid, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
-		if choice != nil {
-			ch.Choices = []any{choice}
+	lastRID := outs[0].rid
+	add := func(choice any, u *usage) {
+		if !r.chat {
+			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
+			return
 		}
-		return w.data(marshal(ch)) == nil
+		// SGLang stamps each chat chunk and leaves "usage" out unless set.
+		created = time.Now().Unix()
+		w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
 	}
-	if r.chat {
-		for i := range outs {
-			empty := ""
-			if !send(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil) {
-				disconnectAll(streams, true)
-				return
-			}
-		}
-	}
+	var finished []*output // chat choices, in the order they finished
 	for left := len(streams); left > 0; {
 		t, err := next()
 		if err != nil {
@@ -443,6 +560,9 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		if !o.due() {
 			continue
 		}
+		first := o.sent == 0
+		o.sent++
+		lastRID = o.rid
 		// A stop string trims the final text, possibly below what was
 		// already sent; sent text cannot be taken back, so nothing more goes.
 		text, delta := o.text(), ""
@@ -450,7 +570,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			delta = text[len(sent[t.i]):]
 			sent[t.i] = text
 		}
-		if o.events == 1 && r.echo != nil {
+		if first && r.echo != nil {
 			delta = r.echo(t.i) + delta
 		}
 		var u *usage
@@ -458,35 +578,52 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			cu := r.s.usageOf([]*output{o}, 1, false)
 			u = &cu
 		}
-		reason, matched := openAIFinish(fin)
-		if !r.chat {
-			if !send(completionChoice{Index: t.i, Text: delta, FinishReason: reason, MatchedStop: matched}, u) {
-				disconnectAll(streams, true)
-				return
+		// The logprobs of the tokens since the last chunk (and of the
+		// echoed prompt with the first).
+		var lps any
+		if l := o.logprobs(); l != nil {
+			if withInput := first && r.echo != nil && !r.chat; o.lpSent < len(l.out) || withInput {
+				lps = r.logprobs(o, o.lpSent, withInput)
 			}
-			continue
+			o.lpSent = len(l.out)
 		}
-		if delta != "" || fin == nil {
-			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}}, u) {
-				disconnectAll(streams, true)
-				return
+		if r.chat {
+			if first {
+				empty := ""
+				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
 			}
-		}
-		if fin != nil {
-			// Current SGLang ends a chat choice with an empty delta.
-			if !send(chatChunkChoice{Index: t.i, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, u) {
-				disconnectAll(streams, true)
-				return
+			if delta != "" {
+				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
 			}
+			if fin != nil {
+				finished = append(finished, o)
+			}
+		} else {
+			reason, matched := openAIFinish(fin)
+			add(completionChoice{Index: t.i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
 		}
-	}
-	if opts != nil && opts.IncludeUsage {
-		u := r.s.usageOf(outs, r.copies, true)
-		if !send(nil, &u) {
+		if err := w.flush(); err != nil {
+			disconnectAll(streams, true)
 			return
 		}
 	}
-	w.done()
+	for _, o := range finished {
+		// Current SGLang ends a chat choice with an empty delta.
+		reason, matched := openAIFinish(o.last.Finish)
+		add(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
+	}
+	if opts != nil && opts.IncludeUsage {
+		u := r.s.usageOf(outs, r.plan.copies, true)
+		ch := streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+		if r.chat {
+			ch.Created = time.Now().Unix()
+		} else {
+			ch.Usage = usageExcludeNone(u)
+		}
+		w.add(marshal(ch))
+	}
+	w.add([]byte("[DONE]"))
+	w.flush()
 }
 
 // modelCard is one /v1/models entry.

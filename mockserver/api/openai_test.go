@@ -110,6 +110,10 @@ func TestOpenAIGoClient(t *testing.T) {
 			if c.Choices[0].Delta.Role == "assistant" {
 				roleChunks++
 			}
+			// SDK code reads delta.reasoning_content: it is there, null.
+			if rc, ok := c.Choices[0].Delta.JSON.ExtraFields["reasoning_content"]; !ok || rc.Raw() != "null" {
+				t.Fatalf("chunk delta without reasoning_content: null: %s", c.RawJSON())
+			}
 			content.WriteString(c.Choices[0].Delta.Content)
 			if c.Choices[0].FinishReason != "" {
 				finish = c.Choices[0].FinishReason
@@ -171,14 +175,18 @@ func TestCompletionStreamHasNoErrorKey(t *testing.T) {
 	})
 }
 
-// A stop string trims the final text; a stream never repeats text it sent.
-func TestStreamWithStopStringNeverRepeats(t *testing.T) {
+// A stream holds back an event whose tail could be the start of a stop
+// string, so no text is ever taken back: a native stream's cumulative text
+// never shrinks, and an OpenAI stream's deltas add up to the trimmed answer.
+func TestStreamHoldsBackAStopStringPrefix(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(9, 30)
 		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 12)
 		full := tokenizer.Decode(toks)
-		stopStr := tokenizer.Decode(toks[5:7]) // spans two tokens: its first part was streamed
+		stopStr := tokenizer.Decode(toks[5:7]) // spans two tokens
+		trimmed := full[:strings.Index(full, stopStr)]
+
 		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))
 		var got strings.Builder
 		for _, e := range sseEvents(t, body) {
@@ -193,12 +201,27 @@ func TestStreamWithStopStringNeverRepeats(t *testing.T) {
 				got.WriteString(c.Text)
 			}
 		}
-		// What streamed is a prefix of the untrimmed output, covering the
-		// trimmed answer, with no text repeated.
-		trimmed := full[:strings.Index(full, stopStr)]
-		if !strings.HasPrefix(full, got.String()) || !strings.HasPrefix(got.String(), trimmed) {
-			t.Fatalf("streamed %q; want a prefix of %q that covers %q", got.String(), full, trimmed)
+		if got.String() != trimmed {
+			t.Fatalf("streamed %q, want exactly the trimmed answer %q", got.String(), trimmed)
 		}
+
+		_, body, _ = ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 12, "stop": %q}, "stream": true}`, jsonOf(prompt), stopStr))
+		events := sseEvents(t, body)
+		prev := ""
+		for i, e := range events[:len(events)-1] {
+			var ev generateResponse
+			json.Unmarshal([]byte(e), &ev)
+			if !strings.HasPrefix(ev.Text, prev) {
+				t.Fatalf("event %d: text %q shrank from %q", i, ev.Text, prev)
+			}
+			prev = ev.Text
+		}
+		// Tokens 1-5 go out; the 6th starts the stop string and is held
+		// back; the 7th completes it and finishes.
+		if prev != trimmed || len(events)-1 != 6 {
+			t.Fatalf("native stream: %d events ending in %q, want 6 ending in %q", len(events)-1, prev, trimmed)
+		}
+
 		_, nonStream, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q}`, jsonOf(prompt), stopStr))
 		if !strings.Contains(nonStream, `"text":`+jsonOf(trimmed)+`,`) || !strings.Contains(nonStream, `"matched_stop":`+jsonOf(stopStr)) {
 			t.Fatalf("non-stream with stop: %s, want text %q", nonStream, trimmed)

@@ -86,8 +86,9 @@ type Config struct {
 	DisableRadixCache bool
 	EnableCacheReport bool
 	EnableMetrics     bool
-	// StreamInterval sends a stream event every this many decode steps
-	// (the first token and the finish are always sent); 0 means 1.
+	// StreamInterval sends a stream event when the output's length in
+	// tokens is 1 modulo it (and at the finish), as SGLang's
+	// --stream-interval; 0 means 1.
 	StreamInterval int
 	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
 	// 256 MiB.
@@ -272,8 +273,8 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/model_info", s.modelInfo)
 	r.GET("/get_server_info", s.serverInfo)
 	r.GET("/server_info", s.serverInfo)
-	r.GET("/get_load", s.load)
-	r.GET("/v1/loads", s.load)
+	r.GET("/get_load", s.getLoad)
+	r.GET("/v1/loads", s.loads)
 	r.GET("/metrics", s.serveMetrics)
 	handle(getPost, "/start_profile", s.startProfile)
 	handle(getPost, "/stop_profile", s.stopProfile)

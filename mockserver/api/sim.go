@@ -63,6 +63,13 @@ func (s *Server) simExpect(c *gin.Context) {
 		writeValidationError(c, fmt.Sprintf("need prompt_tokens >= 1 and cached_tokens < prompt_tokens, got %d and %d", prompt, cached))
 		return
 	}
+	// The evaluator allocates per output token: bound both counts by what a
+	// request can have, each first so that their sum cannot overflow.
+	if ctx := s.cfg.Profile.ContextLength; prompt >= ctx || completion > ctx || prompt+completion > ctx {
+		writeValidationError(c, fmt.Sprintf(
+			"need prompt_tokens < the context length (%d) and prompt_tokens + completion_tokens <= it, got %d and %d", ctx, prompt, completion))
+		return
+	}
 	e := s.cfg.Profile.Expect(prompt, cached, completion)
 	writeJSON(c, http.StatusOK, sim.Expectation{
 		PromptTokens:      prompt,

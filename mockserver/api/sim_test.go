@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -68,6 +69,35 @@ func TestSimProfileKeys(t *testing.T) {
 		}
 		if err := json.Unmarshal(p.Profile, &prof); err != nil || prof.ContextLength != 131072 || prof.Speculative.Algorithm != "EAGLE3" {
 			t.Fatalf("got %+v (%v), want context_length 131072 and algorithm EAGLE3", prof, err)
+		}
+	})
+}
+
+// Every /sim/expect count is bounded by the profile's context length before
+// the evaluator sizes anything by it.
+func TestSimExpectBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{}) // context length 32768
+		tests := []struct {
+			query string
+			code  int
+		}{
+			{"prompt_tokens=100&completion_tokens=32668", 200},
+			{"prompt_tokens=100&completion_tokens=32669", 400},
+			{"prompt_tokens=100&completion_tokens=2000000000", 400},
+			{"prompt_tokens=32768", 400},
+			{"prompt_tokens=9223372036854775807&completion_tokens=9223372036854775807", 400},
+			{"prompt_tokens=99999999999999999999", 400},
+		}
+		for _, tt := range tests {
+			code, body, _ := ts.Do(t, "GET", "/sim/expect?"+tt.query, "")
+			if code != tt.code || code == 400 && !strings.Contains(body, `"type":"Bad Request"`) {
+				t.Errorf("%s: got %d %s, want %d", tt.query, code, body, tt.code)
+			}
+		}
+		_, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=2000000000", "")
+		if want := `need prompt_tokens < the context length (32768) and prompt_tokens + completion_tokens <= it, got 100 and 2000000000`; !strings.Contains(body, want) {
+			t.Errorf("message: %s, want %q", body, want)
 		}
 	})
 }

@@ -211,8 +211,8 @@ func TestUsedTokensLeaveOutTheEvictableCache(t *testing.T) {
 		// A long prompt prefilled in chunks is counted as chunked and running.
 		b := submit(t, e, Request{RID: "b", InputIDs: prompt(3, 9000), MaxNewTokens: 1})
 		time.Sleep(50 * time.Millisecond)
-		if st := e.Stats(); st.Chunked != 1 || st.Running != 2 || st.WaitingTokens != 0 {
-			t.Fatalf("b in chunked prefill: chunked %d, running %d, waiting tokens %d; want 1, 2 (a and b), 0", st.Chunked, st.Running, st.WaitingTokens)
+		if st := e.Stats(); st.Prefilling != 1 || st.Running != 2 || st.QueuedTokens != 0 {
+			t.Fatalf("b in chunked prefill: prefilling %d, running %d, queued tokens %d; want 1, 2 (a and b), 0", st.Prefilling, st.Running, st.QueuedTokens)
 		}
 		drain(t, b)
 		a.Abort()

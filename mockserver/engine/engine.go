@@ -213,13 +213,7 @@ func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 func (e *Engine) Submit(r Request) (*Stream, error) {
 	arrival := e.Now()
 	seq := e.arrivals.Add(1)
-	tokens := r.InputIDs
-	if tokens == nil {
-		// About one token per 4 bytes of English: one allocation, usually.
-		tokens = tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
-	} else {
-		tokens = slices.Clone(tokens)
-	}
+	tokens := e.Tokenize(r)
 	if err := e.validate(r, tokens); err != nil {
 		return nil, err
 	}
@@ -268,7 +262,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	e.ridsMu.Unlock()
 	if dup {
-		return nil, &InvalidRequestError{Message: fmt.Sprintf("Duplicate request ID: %s", q.rid)}
+		return nil, &InvalidRequestError{Message: fmt.Sprintf("Duplicate request ID detected: %s", q.rid)}
 	}
 	// Hand the request over without waiting for the loop to run it: the
 	// loop takes it before its next step, and the stream reports the rest.
@@ -281,7 +275,29 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	return q.stream, nil
 }
 
-// validate applies SGLang's checks, with its messages.
+// Tokenize returns r's prompt as Submit sees it: a copy of InputIDs, or
+// Text tokenized.
+func (e *Engine) Tokenize(r Request) []int32 {
+	if r.InputIDs != nil {
+		return slices.Clone(r.InputIDs)
+	}
+	// About one token per 4 bytes of English: one allocation, usually.
+	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
+}
+
+// Check applies Submit's validation to r without queueing it, for callers
+// that must refuse a group of requests before submitting any of them.
+func (e *Engine) Check(r Request) error {
+	tokens := r.InputIDs
+	if tokens == nil {
+		tokens = e.Tokenize(r)
+	}
+	return e.validate(r, tokens)
+}
+
+// validate applies SGLang's checks, with its messages: the tokenizer
+// manager's (vocabulary, context length), then the scheduler's
+// max_req_input_len (validate_input_length).
 func (e *Engine) validate(r Request, tokens []int32) error {
 	ctxLen := e.prof.ContextLength
 	switch {
@@ -289,6 +305,18 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 		return &InvalidRequestError{Message: "The input is empty: it must have at least one token."}
 	case r.MaxNewTokens < 0:
 		return &InvalidRequestError{Message: fmt.Sprintf("max_new_tokens must be at least 0, got %d.", r.MaxNewTokens)}
+	}
+	for _, id := range tokens {
+		if id < 0 {
+			return &InvalidRequestError{Message: fmt.Sprintf(
+				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, tokenizer.VocabSize)}
+		}
+		if int64(id) >= tokenizer.VocabSize {
+			return &InvalidRequestError{Message: fmt.Sprintf(
+				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), tokenizer.VocabSize)}
+		}
+	}
+	switch maxInput := e.prof.MaxReqInputLen(); {
 	case len(tokens) >= ctxLen:
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"The input (%d tokens) is longer than the model's context length (%d tokens).", len(tokens), ctxLen)}
@@ -298,14 +326,25 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 				"You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. "+
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			ctxLen, len(tokens)+r.MaxNewTokens, len(tokens), r.MaxNewTokens)}
-	}
-	for _, id := range tokens {
-		if id < 0 || int64(id) >= tokenizer.VocabSize {
-			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, tokenizer.VocabSize)}
-		}
+	case len(tokens) >= maxInput:
+		return &InvalidRequestError{Message: fmt.Sprintf(
+			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
+				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
 	}
 	return nil
+}
+
+// pythonList renders ids as Python prints a list: "[1, 2, 3]".
+func pythonList(ids []int32) string {
+	b := make([]byte, 0, len(ids)*8+2)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return string(append(b, ']'))
 }
 
 func (e *Engine) abort(r *req) {

@@ -473,6 +473,11 @@ func TestValidationErrors(t *testing.T) {
 			{"total too long", Request{InputIDs: prompt(1, 900), MaxNewTokens: 200},
 				"Requested token count exceeds the model's maximum context length of 1000 tokens. You requested a total of 1100 tokens: 900 tokens from the input messages and 200 tokens for the completion."},
 			{"bad id", Request{InputIDs: []int32{5, -3}}, "token id -3 outside the vocabulary"},
+			{"id past the vocabulary", Request{InputIDs: []int32{5, int32(tokenizer.VocabSize), 7}},
+				fmt.Sprintf("The input_ids [5, %d, 7] contains values greater than the vocab size (%d).", tokenizer.VocabSize, tokenizer.VocabSize)},
+			// The scheduler refuses max_req_input_len = ctx-6 tokens or more.
+			{"past max_req_input_len", Request{InputIDs: prompt(1, 994)},
+				"Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."},
 		}
 		for _, tt := range tests {
 			_, err := e.Submit(tt.r)
@@ -481,8 +486,11 @@ func TestValidationErrors(t *testing.T) {
 				t.Errorf("%s: got %v, want an InvalidRequestError containing %q", tt.name, err, tt.want)
 			}
 		}
+		if err := e.Check(Request{InputIDs: prompt(1, 993)}); err != nil {
+			t.Errorf("ctx-7 tokens: got %v, want accepted", err)
+		}
 		s := submit(t, e, Request{RID: "dup", InputIDs: prompt(1, 5), MaxNewTokens: 500})
-		if _, err := e.Submit(Request{RID: "dup", InputIDs: prompt(1, 5)}); err == nil || !strings.Contains(err.Error(), "Duplicate request ID: dup") {
+		if _, err := e.Submit(Request{RID: "dup", InputIDs: prompt(1, 5)}); err == nil || err.Error() != "Duplicate request ID detected: dup" {
 			t.Errorf("duplicate rid: got %v", err)
 		}
 		drain(t, s)

@@ -880,11 +880,12 @@ type Stats struct {
 	Now     time.Duration // simulated time since start
 	Running int           // decoding or prefilling
 	Queued  int
-	// Chunked is 1 while a request is prefilled in chunks (it is counted
-	// in Running; SGLang's num_running_reqs leaves it out).
-	Chunked int
-	// WaitingTokens is the prompt tokens of the queued requests.
-	WaitingTokens int
+	// Prefilling counts the request being prefilled in chunks (one of
+	// Running, outside SGLang's running batch); ChunkedPending is its
+	// prompt tokens not yet prefilled.
+	Prefilling, ChunkedPending int
+	// QueuedTokens sums the queued requests' tokens (SGLang's seqlen).
+	QueuedTokens int
 	// KV pool, in tokens. KVUsed is SGLang's num_used_tokens: the pool less
 	// the free slots (KVFree) and the evictable cache (CacheEvictable),
 	// so a cache that no request holds is not used.
@@ -912,21 +913,24 @@ type Stats struct {
 
 func (s *scheduler) stats() Stats {
 	ts := s.treeStats()
-	chunked := 0
+	running := len(s.running)
+	prefilling, chunkedPending := 0, 0
 	if s.chunked != nil {
-		chunked = 1
+		running++
+		prefilling, chunkedPending = 1, s.chunked.remainingFill()
 	}
-	waitingTokens := 0
+	queuedTokens := 0
 	for _, r := range s.waiting {
-		waitingTokens += len(r.tokens)
+		queuedTokens += len(r.tokens) + len(r.outputs)
 	}
 	return Stats{
+		Prefilling:          prefilling,
+		ChunkedPending:      chunkedPending,
+		QueuedTokens:        queuedTokens,
 		Counters:            s.counters,
 		Now:                 s.now,
-		Running:             len(s.running) + chunked,
-		Chunked:             chunked,
+		Running:             running,
 		Queued:              len(s.waiting),
-		WaitingTokens:       waitingTokens,
 		KVUsed:              s.used(),
 		KVFree:              s.free(),
 		KVCapacity:          s.capacity(),

@@ -41,6 +41,15 @@
 // /flush_cache after an iteration that finished a request (0, exact, by
 // default; kimi-k2.6-rtx6000 assumes 50 ms).
 //
+// # Output without max_tokens
+//
+// SGLang gives a chat completion without max_tokens the whole context
+// budget (ctx - 2 - prompt tokens) and the model stops when it samples EOS.
+// The mock never samples EOS, so max_output_tokens caps such a completion,
+// standing in for where a real model stops; it defaults to
+// DefaultMaxOutputTokens (4096). /v1/completions defaults to 16 and
+// /generate to 128, as SGLang's do.
+//
 // # Files
 //
 // Built-in profiles are embedded from builtin/*.yaml. Unknown keys and

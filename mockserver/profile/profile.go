@@ -28,6 +28,11 @@ type Profile struct {
 	ChunkedPrefillSize int    `yaml:"chunked_prefill_size" json:"chunked_prefill_size"` // -1 disables chunking
 	MaxPrefillTokens   int    `yaml:"max_prefill_tokens" json:"max_prefill_tokens"`     // tokens per prefill batch
 	MaxRunningRequests int    `yaml:"max_running_requests" json:"max_running_requests"`
+	// MaxOutputTokens caps a chat completion that sets no max_tokens. SGLang
+	// generates to the context budget then, until the model samples EOS;
+	// the mock never samples EOS, so the cap stands in for where a real
+	// model stops. 0 (absent) means DefaultMaxOutputTokens; see OutputCap.
+	MaxOutputTokens int `yaml:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty"`
 
 	// AddBOSToken makes the tokenizer begin every text prompt (/generate
 	// text, completion prompt strings, chat) with a BOS token, as Llama's
@@ -47,6 +52,25 @@ type Profile struct {
 
 	Seed   uint64  `yaml:"seed" json:"seed"`
 	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
+}
+
+// MaxReqInputLen is the longest prompt SGLang's scheduler accepts, less
+// one: tp_worker.py sets max_req_len = context_length - 1 and
+// max_req_input_len = max_req_len - 5, and validate_input_length refuses a
+// prompt of max_req_input_len tokens or more.
+func (p *Profile) MaxReqInputLen() int { return p.ContextLength - 6 }
+
+// DefaultMaxOutputTokens is the output cap of a profile that sets none: a
+// long answer, of the order a chat model writes before it stops.
+const DefaultMaxOutputTokens = 4096
+
+// OutputCap is the most tokens a chat completion without max_tokens
+// generates: MaxOutputTokens, or DefaultMaxOutputTokens when unset.
+func (p *Profile) OutputCap() int {
+	if p.MaxOutputTokens > 0 {
+		return p.MaxOutputTokens
+	}
+	return DefaultMaxOutputTokens
 }
 
 // PrefillCost is the cost of one prefill chunk of m new tokens for a request
@@ -271,6 +295,7 @@ func (p *Profile) Validate() error {
 	v.check(p.MaxPrefillTokens >= max(p.PageSize, 1), "max_prefill_tokens", p.MaxPrefillTokens,
 		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
 	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
+	v.check(p.MaxOutputTokens >= 0, "max_output_tokens", p.MaxOutputTokens, "must be >= 0 (0: the default)")
 	v.cost("prefill.overhead_s", p.Prefill.OverheadS)
 	v.cost("prefill.per_token_s", p.Prefill.PerTokenS)
 	v.cost("prefill.attention_s", p.Prefill.AttentionS)

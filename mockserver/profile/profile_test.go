@@ -224,6 +224,7 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"running requests", "max_running_requests: 256", "max_running_requests: 0", "max_running_requests = 0"},
 		{"prefill budget below a page", "page_size: 1\nchunked_prefill_size: 8192\nmax_prefill_tokens: 16384",
 			"page_size: 16\nchunked_prefill_size: 8192\nmax_prefill_tokens: 8", "max_prefill_tokens = 8: must be >= page_size (16)"},
+		{"negative output cap", "max_running_requests: 256", "max_running_requests: 256\nmax_output_tokens: -1", "max_output_tokens = -1"},
 		{"table with coefficient", "per_ctx_token_s: 4.0e-9", "per_ctx_token_s: 4.0e-9\n  ctx_table: [[10, 1]]", "decode.ctx_table"},
 		{"decreasing table", "per_ctx_token_s: 4.0e-9", "ctx_table: [[10, 1], [5, 2]]", "decode.ctx_table[1] = [5 2]"},
 		{"not yaml", "name: llama", "name: [llama", "yaml"},
@@ -265,5 +266,18 @@ func TestLoadFile(t *testing.T) {
 	os.WriteFile(empty, nil, 0o644)
 	if _, err := Load(empty); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("empty file: got %v, want an 'empty document' error", err)
+	}
+}
+
+// A chat completion without max_tokens stops at the profile's output cap,
+// the default one when the profile sets none.
+func TestOutputCap(t *testing.T) {
+	p := &Profile{}
+	if got := p.OutputCap(); got != DefaultMaxOutputTokens {
+		t.Fatalf("unset: got %d, want %d", got, DefaultMaxOutputTokens)
+	}
+	p.MaxOutputTokens = 300
+	if got := p.OutputCap(); got != 300 {
+		t.Fatalf("set: got %d, want 300", got)
 	}
 }

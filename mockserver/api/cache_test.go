@@ -1,0 +1,72 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/mocktest"
+)
+
+// The cache namespace is SGLang's: /generate has no cache_salt (the seed's
+// "salted cold leg" is fully cached there), extra_key partitions, and the
+// OpenAI routes concatenate cache_salt and extra_key, then the LoRA adapter.
+func TestCacheNamespaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
+		prompt := jsonOf(ids(40, 500))
+		steps := []struct {
+			name, path, fields string
+			want               int
+		}{
+			{"cold", "/generate", ``, 0},
+			{"cache_salt on /generate is ignored", "/generate", `"cache_salt": "a"`, 499},
+			{"another salt, still ignored", "/generate", `"cache_salt": "b"`, 499},
+			{"extra_key partitions /generate", "/generate", `"extra_key": "ab"`, 0},
+			{"an empty extra_key is a namespace of its own", "/generate", `"extra_key": ""`, 0},
+			{"the empty namespace again", "/generate", `"extra_key": ""`, 499},
+			{"OpenAI cache_salt + extra_key concatenate", "/v1/completions", `"cache_salt": "a", "extra_key": "b"`, 499},
+			{"cache_salt alone is the key", "/v1/completions", `"cache_salt": "ab"`, 499},
+			{"a different salt is cold", "/v1/completions", `"cache_salt": "abc"`, 0},
+			{"empty salt and key are no namespace", "/v1/completions", `"cache_salt": "", "extra_key": ""`, 499},
+			{"LoRA appends to the key", "/generate", `"extra_key": "a", "lora_path": "b"`, 499},
+			{"LoRA alone", "/v1/completions", `"lora_path": "ab"`, 499},
+			{"LoRA after the salt", "/v1/completions", `"cache_salt": "x", "lora_path": "y"`, 0},
+			{"the same on /generate", "/generate", `"extra_key": "xy"`, 499},
+		}
+		for _, st := range steps {
+			var body string
+			if st.path == "/generate" {
+				body = fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}`, prompt)
+			} else {
+				body = fmt.Sprintf(`{"prompt": %s, "max_tokens": 1`, prompt)
+			}
+			if st.fields != "" {
+				body += ", " + st.fields
+			}
+			code, resp, _ := ts.Do(t, "POST", st.path, body+"}")
+			var got struct {
+				MetaInfo struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"meta_info"`
+				Usage struct {
+					PromptTokensDetails *struct {
+						CachedTokens int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			if err := json.Unmarshal([]byte(resp), &got); code != 200 || err != nil {
+				t.Fatalf("%s: %d %s", st.name, code, resp)
+			}
+			cached := got.MetaInfo.CachedTokens
+			if d := got.Usage.PromptTokensDetails; d != nil {
+				cached = d.CachedTokens
+			}
+			if cached != st.want {
+				t.Errorf("%s: cached %d, want %d", st.name, cached, st.want)
+			}
+		}
+	})
+}

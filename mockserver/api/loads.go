@@ -1,0 +1,287 @@
+package api
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
+)
+
+// The load endpoints, as SGLang's scheduler fills them for its one DP rank.
+// Used tokens are the engine's KVUsed; the waiting requests' tokens are
+// their seqlen (prompt and output so far), and the request being prefilled
+// in chunks is outside the running batch.
+
+// loadInfo is one rank of /get_load (GetLoadReqOutput).
+type loadInfo struct {
+	DPRank           int `json:"dp_rank"`
+	NumReqs          int `json:"num_reqs"`
+	NumWaitingReqs   int `json:"num_waiting_reqs"`
+	NumTokens        int `json:"num_tokens"`
+	NumPendingTokens int `json:"num_pending_tokens"`
+	// TSTic is SGLang's time.perf_counter(): here simulated seconds.
+	TSTic float64 `json:"ts_tic"`
+}
+
+// getLoad is /get_load: num_tokens is the used tokens plus the waiting
+// requests', num_pending_tokens the tokens waiting for prefill
+// (_get_num_pending_tokens: the queue's and the chunked request's rest).
+func (s *Server) getLoad(c *gin.Context) {
+	st := s.eng.Stats()
+	writeJSON(c, http.StatusOK, []loadInfo{{
+		NumReqs:          st.Running - st.Prefilling + st.Queued,
+		NumWaitingReqs:   st.Queued,
+		NumTokens:        st.KVUsed + st.QueuedTokens,
+		NumPendingTokens: st.QueuedTokens + st.ChunkedPending,
+		TSTic:            st.Now.Seconds(),
+	}})
+}
+
+// loadSections are /v1/loads' include options (GetLoadsReqInput).
+var loadSections = []string{"all", "core", "disagg", "lora", "memory", "queues", "spec"}
+
+// metric is one named value of a load, in SGLang's field order; int or
+// float64, as Python would print it.
+type metric struct {
+	name  string
+	value any
+}
+
+// loadSection is a nested group of a load (memory, speculative, ...).
+type loadSection struct {
+	key, prefix string // JSON key, and the Prometheus name prefix
+	fields      []metric
+	mode        *string // disaggregation's mode, a string, not a metric
+}
+
+// rankLoad is one rank of /v1/loads (GetLoadsReqOutput.to_dict).
+type rankLoad struct {
+	core     []metric
+	sections []loadSection
+}
+
+// loadsOf builds rank 0's load from a snapshot, with the sections include
+// asks for (all when empty), as Scheduler.get_loads does.
+func (s *Server) loadsOf(st engine.Stats, now time.Time, include []string) rankLoad {
+	all := len(include) == 0 || slices.Contains(include, "all")
+	want := func(section string) bool { return all || slices.Contains(include, section) }
+	capacity := st.KVCapacity
+	usage := 0.0
+	if capacity > 0 {
+		usage = float64(st.KVUsed) / float64(capacity)
+	}
+	running := st.Running - st.Prefilling
+	maxRunning := s.cfg.Profile.MaxRunningRequests
+	// utilization (metrics_reporter.py): the busier of the running batch
+	// against its capacity and the token usage against 90%.
+	utilization := max(float64(running)/float64(maxRunning), usage/0.9)
+	l := rankLoad{core: []metric{
+		{"dp_rank", 0},
+		{"timestamp", float64(now.UnixNano()) / 1e9},
+		{"num_running_reqs", running},
+		{"num_waiting_reqs", st.Queued},
+		{"num_used_tokens", st.KVUsed},
+		{"num_total_tokens", st.KVUsed + st.QueuedTokens},
+		{"max_total_num_tokens", capacity},
+		{"token_usage", round(usage, 4)},
+		{"gen_throughput", round(st.LastGenThroughput, 2)},
+		{"cache_hit_rate", round(st.LastCacheHitRate, 4)},
+		{"utilization", round(utilization, 4)},
+		{"max_running_requests", maxRunning},
+	}}
+	if want("memory") {
+		l.sections = append(l.sections, loadSection{key: "memory", prefix: "memory", fields: []metric{
+			{"weight_gb", 0.0}, {"kv_cache_gb", 0.0}, {"graph_gb", 0.0}, {"token_capacity", capacity},
+		}})
+	}
+	if want("spec") && s.cfg.Profile.Speculative != nil && st.SpecRounds > 0 {
+		l.sections = append(l.sections, loadSection{key: "speculative", prefix: "spec", fields: []metric{
+			{"accept_length", st.SpecAcceptLength}, {"accept_rate", st.SpecAcceptRate},
+		}})
+	}
+	if want("disagg") {
+		mode := "null"
+		l.sections = append(l.sections, loadSection{key: "disaggregation", prefix: "disagg", mode: &mode, fields: []metric{
+			{"prefill_prealloc_queue_reqs", 0}, {"prefill_inflight_queue_reqs", 0}, {"decode_prealloc_queue_reqs", 0},
+			{"decode_transfer_queue_reqs", 0}, {"decode_retracted_queue_reqs", 0},
+			{"kv_transfer_speed_gb_s", 0.0}, {"kv_transfer_latency_ms", 0.0},
+		}})
+	}
+	if want("queues") {
+		l.sections = append(l.sections, loadSection{key: "queues", prefix: "queues", fields: []metric{
+			{"waiting", st.Queued}, {"grammar", 0}, {"paused", 0}, {"retracted", 0},
+		}})
+	}
+	return l
+}
+
+// round is Python's round(x, digits) for the values loads report.
+func round(x float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.RoundToEven(x*p) / p
+}
+
+// loads is /v1/loads: SGLang's object of per-rank loads and their
+// aggregate, or with ?format=prometheus the same as gauges.
+func (s *Server) loads(c *gin.Context) {
+	var include []string
+	if raw := c.Query("include"); raw != "" {
+		var bad []string
+		for part := range strings.SplitSeq(raw, ",") {
+			part = strings.TrimSpace(part)
+			include = append(include, part)
+			if !slices.Contains(loadSections, part) {
+				bad = append(bad, "'"+part+"'")
+			}
+		}
+		if bad != nil {
+			writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf("Invalid include sections: {%s}. Valid options: ['%s']",
+				strings.Join(bad, ", "), strings.Join(loadSections, "', '"))})
+			return
+		}
+	}
+	if raw := c.Query("dp_rank"); raw != "" {
+		rank, err := strconv.Atoi(raw)
+		if err != nil {
+			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", raw))
+			return
+		}
+		if rank != 0 {
+			writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf("dp_rank %d is out of range: the server has one DP rank, 0.", rank)})
+			return
+		}
+	}
+	now := time.Now()
+	l := s.loadsOf(s.eng.Stats(), now, include)
+	if c.Query("format") == "prometheus" {
+		c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(l.prometheus()))
+		return
+	}
+	writeJSON(c, http.StatusOK, orderedJSON{
+		{"timestamp", pyISOTime(now)},
+		{"version", Version},
+		{"dp_rank_count", 1},
+		{"loads", []orderedJSON{l.json()}},
+		{"aggregate", l.aggregate()},
+	})
+}
+
+// json renders a load as to_dict does, plus num_total_reqs.
+func (l rankLoad) json() orderedJSON {
+	var o orderedJSON
+	for _, m := range l.core {
+		o = append(o, kv{m.name, m.value})
+	}
+	for _, sec := range l.sections {
+		var inner orderedJSON
+		if sec.mode != nil {
+			inner = append(inner, kv{"mode", *sec.mode})
+		}
+		for _, m := range sec.fields {
+			inner = append(inner, kv{m.name, m.value})
+		}
+		o = append(o, kv{sec.key, inner})
+	}
+	return append(o, kv{"num_total_reqs", l.value("num_running_reqs").(int) + l.value("num_waiting_reqs").(int)})
+}
+
+func (l rankLoad) value(name string) any {
+	for _, m := range l.core {
+		if m.name == name {
+			return m.value
+		}
+	}
+	panic("api: no load metric " + name)
+}
+
+// aggregate is v1_loads.py's _compute_aggregate over the one rank.
+func (l rankLoad) aggregate() orderedJSON {
+	running, waiting := l.value("num_running_reqs").(int), l.value("num_waiting_reqs").(int)
+	return orderedJSON{
+		{"total_running_reqs", running},
+		{"total_waiting_reqs", waiting},
+		{"total_reqs", running + waiting},
+		{"total_used_tokens", l.value("num_used_tokens")},
+		{"total_tokens", l.value("num_total_tokens")},
+		{"avg_token_usage", round(l.value("token_usage").(float64), 4)},
+		{"avg_throughput", round(l.value("gen_throughput").(float64), 2)},
+		{"avg_utilization", round(l.value("utilization").(float64), 4)},
+	}
+}
+
+// prometheus is _format_loads_prometheus: every numeric field of a load,
+// dp_rank aside, as a gauge labelled with the rank; a section's fields
+// prefixed with its short name.
+func (l rankLoad) prometheus() string {
+	var b strings.Builder
+	gauge := func(name string, v any) {
+		fmt.Fprintf(&b, "# TYPE sglang_%s gauge\nsglang_%s{dp_rank=\"0\"} %s\n", name, name, pyNumber(v))
+	}
+	for _, m := range l.core {
+		if m.name != "dp_rank" {
+			gauge(m.name, m.value)
+		}
+	}
+	for _, sec := range l.sections {
+		for _, m := range sec.fields {
+			gauge(sec.prefix+"_"+m.name, m.value)
+		}
+	}
+	return b.String()
+}
+
+// pyNumber prints an int or a float64 as Python's str does: floats always
+// with a fraction or an exponent (repr).
+func pyNumber(v any) string {
+	switch x := v.(type) {
+	case int:
+		return strconv.Itoa(x)
+	case float64:
+		abs := math.Abs(x)
+		switch {
+		case x == math.Trunc(x) && abs < 1e16:
+			return strconv.FormatFloat(x, 'f', 1, 64)
+		case abs >= 1e-4 && abs < 1e16:
+			return strconv.FormatFloat(x, 'f', -1, 64)
+		}
+		return strconv.FormatFloat(x, 'e', -1, 64)
+	}
+	panic(fmt.Sprintf("api: not a number: %T", v))
+}
+
+// pyISOTime is Python's datetime.now(timezone.utc).isoformat().
+func pyISOTime(t time.Time) string {
+	t = t.UTC()
+	if t.Nanosecond()/1000 == 0 {
+		return t.Format("2006-01-02T15:04:05+00:00")
+	}
+	return t.Format("2006-01-02T15:04:05.000000+00:00")
+}
+
+// kv and orderedJSON write a JSON object with its keys in order.
+type kv struct {
+	key   string
+	value any
+}
+
+type orderedJSON []kv
+
+func (o orderedJSON) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, e := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, marshal(e.key)...)
+		b = append(b, ':')
+		b = append(b, marshal(e.value)...)
+	}
+	return append(b, '}'), nil
+}

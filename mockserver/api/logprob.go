@@ -1,0 +1,310 @@
+package api
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	json "github.com/goccy/go-json"
+
+	"sglmock/mockserver/tokenizer"
+)
+
+// Logprobs. The mock's model has no distribution, so every position gets a
+// deterministic one, a pure function of the prompt, the position and the
+// token: a generated token has probability p in [0.5, 0.99) (the model
+// chose it), a prompt token p in [0.01, 0.5); the alternatives, other output
+// words, share the rest, halving: (1-p)/2, (1-p)/4, ... So every list is
+// well formed (probabilities below 1 in sum, top lists sorted) and a
+// request asked twice gets the same numbers.
+
+// maxTopLogprobs bounds top_logprobs, as OpenAI does: the mock builds that
+// many alternatives at every position.
+const maxTopLogprobs = 20
+
+// logprobParams are a request's logprob parameters, as SGLang's scheduler
+// resolves them.
+type logprobParams struct {
+	on bool // return_logprob
+	// start is logprob_start_len: the first prompt position whose logprob
+	// is returned; SGLang's -1 means the last prompt token only.
+	start int
+	top   int  // top_logprobs_num
+	text  bool // return_text_in_logprobs
+}
+
+// checkTopLogprobs bounds a top-logprobs count from field.
+func checkTopLogprobs(field string, n int) error {
+	if n < 0 || n > maxTopLogprobs {
+		return fmt.Errorf("%s must be between 0 and %d, got %d.", field, maxTopLogprobs, n)
+	}
+	return nil
+}
+
+// tokenLogprob is one (logprob, token id, text) entry, written as SGLang
+// writes the tuple: [logprob, id, text]; the logprob is null for the first
+// prompt token, which nothing precedes, and the text null unless asked for.
+type tokenLogprob struct {
+	logprob float64
+	none    bool
+	id      int32
+	text    *string
+}
+
+func (l tokenLogprob) MarshalJSON() ([]byte, error) {
+	b := []byte{'['}
+	if l.none {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendFloat(b, l.logprob, 'g', -1, 64)
+	}
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(l.id), 10)
+	b = append(b, ',')
+	if l.text == nil {
+		b = append(b, "null"...)
+	} else {
+		t, err := json.Marshal(*l.text)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, t...)
+	}
+	return append(b, ']'), nil
+}
+
+// metaLogprobs are meta_info's logprob lists; the top lists only when
+// top_logprobs_num > 0.
+type metaLogprobs struct {
+	InputTokenLogprobs  []tokenLogprob    `json:"input_token_logprobs"`
+	OutputTokenLogprobs []tokenLogprob    `json:"output_token_logprobs"`
+	InputTopLogprobs    *[][]tokenLogprob `json:"input_top_logprobs,omitempty"`
+	OutputTopLogprobs   *[][]tokenLogprob `json:"output_top_logprobs,omitempty"`
+}
+
+// splitmix is a 64-bit mixer.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// position is the distribution at one position: the token there and its
+// alternatives, most probable first.
+func position(seed uint64, pos int, token int32, generated bool, top int, text bool) (tokenLogprob, []tokenLogprob) {
+	h := splitmix(seed ^ splitmix(uint64(pos)<<32|uint64(uint32(token))))
+	u := float64(h>>11) / (1 << 53)
+	p := 0.01 + 0.49*u
+	if generated {
+		p = 0.5 + 0.49*u
+	}
+	entry := func(id int32, prob float64) tokenLogprob {
+		e := tokenLogprob{logprob: math.Log(prob), id: id}
+		if text {
+			s := tokenizer.Decode([]int32{id})
+			e.text = &s
+		}
+		return e
+	}
+	chosen := entry(token, p)
+	if top == 0 {
+		return chosen, nil
+	}
+	// The top list is the most probable top of the token and its
+	// alternatives (a prompt token need not be among them).
+	list := make([]tokenLogprob, 0, top+1)
+	list = append(list, chosen)
+	for j := 1; j <= top; j++ {
+		list = append(list, entry(tokenizer.OutputToken(h, j), (1-p)/math.Exp2(float64(j))))
+	}
+	slices.SortStableFunc(list, func(a, b tokenLogprob) int { return cmp.Compare(b.logprob, a.logprob) })
+	return chosen, list[:top]
+}
+
+// logprobLists are an output's logprobs so far, computed once per
+// position as the output grows.
+type logprobLists struct {
+	seed            uint64
+	in, out         []tokenLogprob
+	inTops, outTops [][]tokenLogprob
+}
+
+// logprobs returns the output's lists, extended to its tokens so far; nil
+// unless the request returns logprobs.
+func (o *output) logprobs() *logprobLists {
+	lp := o.item.logprobs
+	if !lp.on {
+		return nil
+	}
+	prompt := o.item.req.InputIDs
+	if o.lp == nil {
+		l := &logprobLists{seed: tokenizer.PromptHash(prompt)}
+		start := lp.start
+		if start < 0 || start >= len(prompt) {
+			start = len(prompt) - 1
+		}
+		for i := max(start, 0); i < len(prompt); i++ {
+			e, alts := position(l.seed, i, prompt[i], false, lp.top, lp.text)
+			if i == 0 {
+				e.none, alts = true, nil
+			}
+			l.in, l.inTops = append(l.in, e), append(l.inTops, alts)
+		}
+		o.lp = l
+	}
+	l := o.lp
+	for i := len(l.out); i < len(o.ids); i++ {
+		e, alts := position(l.seed, len(prompt)+i, o.ids[i], true, lp.top, lp.text)
+		l.out, l.outTops = append(l.out, e), append(l.outTops, alts)
+	}
+	return l
+}
+
+// meta renders the lists as meta_info carries them, the top lists only
+// with top_logprobs_num > 0.
+func (l *logprobLists) meta(top bool) *metaLogprobs {
+	if l == nil {
+		return nil
+	}
+	m := &metaLogprobs{InputTokenLogprobs: l.in, OutputTokenLogprobs: l.out}
+	if m.OutputTokenLogprobs == nil {
+		m.OutputTokenLogprobs = []tokenLogprob{}
+	}
+	if top {
+		outTops := l.outTops
+		if outTops == nil {
+			outTops = [][]tokenLogprob{}
+		}
+		m.InputTopLogprobs, m.OutputTopLogprobs = &l.inTops, &outTops
+	}
+	return m
+}
+
+// tokenizeForLogprobs gives a request that returns logprobs its prompt's
+// tokens, which the input logprobs are of.
+func (s *Server) tokenizeForLogprobs(it *item) {
+	if it.logprobs.on && it.req.InputIDs == nil {
+		it.req.InputIDs, it.req.Text = s.eng.Tokenize(it.req), ""
+	}
+}
+
+// topLogprobMap is one position's alternatives as OpenAI's completions
+// logprobs write them: {text: logprob} in the list's order, a text seen
+// twice keeping its first place and last value, as a Python dict does.
+type topLogprobMap []tokenLogprob
+
+func (m topLogprobMap) MarshalJSON() ([]byte, error) {
+	if m == nil {
+		return []byte("null"), nil
+	}
+	var keys []string
+	vals := map[string]float64{}
+	for _, e := range m {
+		k := ""
+		if e.text != nil {
+			k = *e.text
+		}
+		if _, ok := vals[k]; !ok {
+			keys = append(keys, k)
+		}
+		vals[k] = e.logprob
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(strconv.AppendFloat(nil, vals[k], 'g', -1, 64))
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// completionLogprobs is SGLang's LogProbs for /v1/completions
+// (to_openai_style_logprobs): text offsets are not supported, so -1.
+type completionLogprobs struct {
+	TextOffset    []int           `json:"text_offset"`
+	TokenLogprobs []*float64      `json:"token_logprobs"`
+	Tokens        []*string       `json:"tokens"`
+	TopLogprobs   []topLogprobMap `json:"top_logprobs"`
+}
+
+func toCompletionLogprobs(entries []tokenLogprob, tops [][]tokenLogprob, withTop bool) *completionLogprobs {
+	c := &completionLogprobs{TextOffset: []int{}, TokenLogprobs: []*float64{}, Tokens: []*string{}, TopLogprobs: []topLogprobMap{}}
+	for _, e := range entries {
+		c.TextOffset = append(c.TextOffset, -1)
+		if e.none {
+			c.TokenLogprobs = append(c.TokenLogprobs, nil)
+		} else {
+			c.TokenLogprobs = append(c.TokenLogprobs, &e.logprob)
+		}
+		c.Tokens = append(c.Tokens, e.text)
+	}
+	if withTop {
+		for _, t := range tops {
+			c.TopLogprobs = append(c.TopLogprobs, topLogprobMap(t))
+		}
+	}
+	return c
+}
+
+// chatLogprobs is SGLang's ChoiceLogprobs for /v1/chat/completions.
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Bytes   []int   `json:"bytes"`
+	Logprob float64 `json:"logprob"`
+}
+
+type chatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Bytes       []int            `json:"bytes"`
+	Logprob     float64          `json:"logprob"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+func utf8Bytes(s string) []int {
+	out := make([]int, len(s))
+	for i := range len(s) {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+// toChatLogprobs renders output positions as _process_logprobs_tokens does:
+// each position's alternatives come from its {text: logprob} dict.
+func toChatLogprobs(entries []tokenLogprob, tops [][]tokenLogprob) *chatLogprobs {
+	c := &chatLogprobs{Content: make([]chatTokenLogprob, 0, len(entries))}
+	for i, e := range entries {
+		tok := deref(e.text)
+		t := chatTokenLogprob{Token: tok, Bytes: utf8Bytes(tok), Logprob: e.logprob, TopLogprobs: []chatTopLogprob{}}
+		if i < len(tops) {
+			seen := map[string]int{}
+			for _, alt := range tops[i] {
+				text := deref(alt.text)
+				if j, ok := seen[text]; ok {
+					t.TopLogprobs[j].Logprob = alt.logprob
+					continue
+				}
+				seen[text] = len(t.TopLogprobs)
+				t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{Token: text, Bytes: utf8Bytes(text), Logprob: alt.logprob})
+			}
+		}
+		c.Content = append(c.Content, t)
+	}
+	return c
+}

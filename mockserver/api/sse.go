@@ -1,0 +1,66 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// sse writes Server-Sent Events: "data: " + payload + "\n\n". add buffers
+// an event and flush writes the buffered events at once, so events SGLang
+// yields back to back (a chat's role chunk and its first content) leave
+// together.
+type sse struct {
+	c       *gin.Context
+	started bool
+	buf     []byte
+}
+
+// start sets the status and headers; they go out with the first flush.
+func (w *sse) start() {
+	if w.started {
+		return
+	}
+	w.started = true
+	h := w.c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.c.Status(http.StatusOK)
+}
+
+// open sends the status line and headers now.
+func (w *sse) open() error {
+	w.start()
+	return w.flush()
+}
+
+func (w *sse) add(payload []byte) {
+	w.buf = append(w.buf, "data: "...)
+	w.buf = append(w.buf, payload...)
+	w.buf = append(w.buf, "\n\n"...)
+}
+
+func (w *sse) flush() error {
+	w.start()
+	_, err := w.c.Writer.Write(w.buf)
+	w.buf = w.buf[:0]
+	if err != nil {
+		return err
+	}
+	w.c.Writer.Flush()
+	return nil
+}
+
+func (w *sse) data(payload []byte) error {
+	w.add(payload)
+	return w.flush()
+}
+
+func (w *sse) done() error { return w.data([]byte("[DONE]")) }
+
+// streamError is a streaming /generate's answer to a request refused
+// inside SGLang's generator: one error event, then [DONE].
+func streamError(w *sse, message string) {
+	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
+	w.done()
+}
