@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -96,11 +95,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	case o.schedulePolicy != "fcfs":
 		return nil, fmt.Errorf("--schedule-policy %q: unknown; SGLang's policies are fcfs, lpm, dfs-weight, lof and random, and sglmock models fcfs", o.schedulePolicy)
 	}
-	p, err := profile.Load(o.profileName)
+	p, err := loadProfile(o.profileName, profileFlags)
 	if err != nil {
-		return nil, fmt.Errorf("--profile: %w", err)
-	}
-	if err := profileFlags.Apply(p); err != nil {
 		return nil, err
 	}
 	o.profile = p
@@ -109,12 +105,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 
 func runServe(args []string, stdout, stderr io.Writer) int {
 	o, err := parseServeFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "sglmock serve:", err)
-		return 2
+	if code, done := flagExit("serve", err, stderr); done {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
