@@ -32,8 +32,8 @@ type demoPoint struct {
 // 1407, 11382 and 45507 prompt tokens.
 var demoPoints = []demoPoint{
 	{harness.Point{CtxReq: 1024, Tokens: 1407}, 2, 7},
-	{harness.Point{CtxReq: 8192, Tokens: 11382}, 10, 3},
-	{harness.Point{CtxReq: 32768, Tokens: 45507}, 25, 3},
+	{harness.Point{CtxReq: 8192, Tokens: 11382}, 15, 3},
+	{harness.Point{CtxReq: 32768, Tokens: 45507}, 40, 3},
 }
 
 const demoProfile = "kimi-k2.6-rtx6000"
