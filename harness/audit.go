@@ -20,19 +20,24 @@ type AuditRequest struct {
 // flush, and whether any request was served from a prefix an earlier one
 // left in the cache.
 type AuditReport struct {
-	Profile           string         `json:"profile"`
-	Speedup           float64        `json:"speedup"`
-	AllowSharedPrefix int            `json:"allow_shared_prefix"`
-	Requests          []AuditRequest `json:"requests"`
-	Flushes           []sim.Flush    `json:"flushes"`
-	Verdict           Verdict        `json:"verdict"`
+	Profile           string  `json:"profile"`
+	Speedup           float64 `json:"speedup"`
+	AllowSharedPrefix int     `json:"allow_shared_prefix"`
+	// SharedFloor is what two unrelated prompts share on this server (a
+	// BOS token), measured after the command's requests were read.
+	SharedFloor int            `json:"shared_floor"`
+	Requests    []AuditRequest `json:"requests"`
+	Flushes     []sim.Flush    `json:"flushes"`
+	Verdict     Verdict        `json:"verdict"`
 }
 
 // Audit reads the server's records (GET /sim/requests and /sim/flushes)
-// and flags every request that reused more than allow prompt tokens from
-// the cache: a prefix it shares with an earlier request, with no accepted
-// flush between them (an accepted flush empties the cache, so any reuse
-// means none came between). The server must be sglmock.
+// and flags every request that reused more than allow prompt tokens beyond
+// the shared floor from the cache: a prefix it shares with an earlier
+// request, with no accepted flush between them (an accepted flush empties
+// the cache, so any reuse means none came between). The floor (a BOS token
+// every text prompt starts with) is measured afterwards with two unrelated
+// nonce prompts, as the methods measure it. The server must be sglmock.
 func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 	p, err := c.SimInfo(ctx)
 	if err != nil {
@@ -49,12 +54,17 @@ func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &AuditReport{Profile: p.Name, Speedup: p.Speedup, AllowSharedPrefix: allow, Flushes: flushes}
+	s, err := startSession(ctx, c, Options{})
+	if err != nil {
+		return nil, err
+	}
+	floor := max(s.server.SharedFloor, 0)
+	rep := &AuditReport{Profile: p.Name, Speedup: p.Speedup, AllowSharedPrefix: allow, SharedFloor: floor, Flushes: flushes}
 	byRID := map[string]sim.RequestSummary{}
 	poisoned := 0
 	for _, r := range reqs {
 		ar := AuditRequest{RequestSummary: r}
-		if r.CachedTokens > allow {
+		if r.CachedTokens > floor+allow {
 			poisoned++
 			text := fmt.Sprintf("reused %d of %d prompt tokens", r.CachedTokens, r.PromptTokens)
 			if from, ok := byRID[r.ReusedFrom]; ok {
@@ -75,7 +85,7 @@ func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 		}
 	}
 	if poisoned > 0 {
-		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused more than %d cached prompt tokens", poisoned, len(reqs), allow))
+		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused more than %d cached prompt tokens", poisoned, len(reqs), floor+allow))
 	}
 	if refused > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d of %d flushes were refused", refused, len(flushes)))
@@ -103,8 +113,9 @@ func flushesBetween(fs []sim.Flush, from, to float64) string {
 
 // WriteTable prints the report: every request, every flush, the verdict.
 func (a *AuditReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "audit: %d requests and %d flushes on sglmock profile %s (x%g; times are simulated seconds)\n\n",
-		len(a.Requests), len(a.Flushes), a.Profile, a.Speedup)
+	fmt.Fprintf(w, "audit: %d requests and %d flushes on sglmock profile %s (x%g; times are simulated seconds);\n", len(a.Requests), len(a.Flushes), a.Profile, a.Speedup)
+	fmt.Fprintf(w, "reuse beyond %d tokens is flagged (every prompt shares %d on this server, and --allow-shared-prefix is %d)\n\n",
+		a.SharedFloor+a.AllowSharedPrefix, a.SharedFloor, a.AllowSharedPrefix)
 	t := &table{head: []string{"arrival_s", "rid", "prompt_tok", "cached_tok", "reused_from", "verdict"}}
 	for _, r := range a.Requests {
 		from := r.ReusedFrom

@@ -54,7 +54,10 @@ func (NoProgress) Start(int)  {}
 func (NoProgress) Leg(string) {}
 func (NoProgress) Done()      {}
 func (NoProgress) Finish()    {}
-func newID() string           { return uuid.NewString() }
+
+// newID is a random UUID: a nonce no earlier prompt can share.
+func newID() string { return uuid.NewString() }
+
 func orProgress(p Progress) Progress {
 	if p == nil {
 		return NoProgress{}

@@ -7,8 +7,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"sglmock/harness"
@@ -52,6 +55,13 @@ func auditChild(behaviour string) int {
 			fmt.Fprintln(os.Stderr, "child:", code, b)
 			os.Exit(6)
 		}
+	}
+	if behaviour == "signal" {
+		got := make(chan os.Signal, 1)
+		signal.Notify(got, syscall.SIGTERM)
+		fmt.Println("child: ready")
+		fmt.Printf("child: got %v\n", <-got)
+		return 0
 	}
 	leg("leg-a")
 	switch behaviour {
@@ -140,5 +150,48 @@ func TestAuditUsage(t *testing.T) {
 		if code := run(args, io.Discard, &stderr); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// readyWriter collects output and closes ready when it sees "child: ready".
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+	once  sync.Once
+}
+
+func (w *readyWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(b)
+	if strings.Contains(w.buf.String(), "child: ready") {
+		w.once.Do(func() { close(w.ready) })
+	}
+	return len(b), nil
+}
+
+func (w *readyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// A SIGTERM to audit reaches the command.
+func TestAuditForwardsSignals(t *testing.T) {
+	t.Setenv(childEnv, "signal")
+	out := &readyWriter{ready: make(chan struct{})}
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"audit", "--", os.Args[0], "-test.run=^$"}, out, io.Discard) }()
+	select {
+	case <-out.ready:
+	case code := <-done:
+		t.Fatalf("audit ended before the child was ready: exit %d\n%s", code, out.String())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 || !strings.Contains(out.String(), "child: got terminated") {
+		t.Fatalf("exit %d, want 0 and the child's report of the signal\n%s", code, out.String())
 	}
 }
