@@ -58,7 +58,8 @@ type Client struct {
 	HTTP    *http.Client
 	BaseURL string
 	Backend Backend
-	// Model is the "model" field of OpenAI requests; "" sends "default".
+	// Model is the "model" field of OpenAI requests; "" means the first
+	// model /v1/models lists.
 	Model string
 	// InputIDs sends prompts as token ids instead of text.
 	InputIDs bool
@@ -93,6 +94,27 @@ type Event struct {
 	At               time.Duration
 	CompletionTokens int
 	CountKnown       bool
+}
+
+// discoverModel sets Model to the first model GET /v1/models lists, as
+// benchmark scripts do: vLLM answers 404 to a model name it does not
+// serve. A server without the route keeps "default".
+func (c *Client) discoverModel(ctx context.Context) error {
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	status, err := c.get(ctx, "/v1/models", &models)
+	switch {
+	case status == http.StatusNotFound:
+		return nil
+	case err != nil:
+		return err
+	case len(models.Data) > 0:
+		c.Model = models.Data[0].ID
+	}
+	return nil
 }
 
 func (c *Client) model() string {

@@ -142,6 +142,11 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	}
 	s := &session{c: c, opt: opt, prog: orProgress(opt.Progress), builder: newPromptBuilder(c),
 		expected: map[[3]int]*sim.Expectation{}}
+	if c.Backend != SGLang && c.Model == "" {
+		if err := c.discoverModel(ctx); err != nil {
+			return nil, err
+		}
+	}
 	p, err := c.SimInfo(ctx)
 	if err != nil {
 		return nil, err

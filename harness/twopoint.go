@@ -284,8 +284,11 @@ func (r Run) check(floor, allow int) Verdict {
 	var v Verdict
 	poisoned := false
 	for _, leg := range []Leg{r.A, r.B} {
-		if leg.Flush != nil && !leg.Flush.OK() {
-			v.add(Suspect, flushCause(leg.Name, leg.Flush))
+		switch f := leg.Flush; {
+		case f != nil && !f.OK():
+			v.add(Suspect, flushCause(leg.Name, f))
+		case f != nil && len(f.Attempts) > 1:
+			v.add(OK, fmt.Sprintf("the flush before leg %s was accepted on try %d", leg.Name, len(f.Attempts)))
 		}
 		switch {
 		case leg.CachedTokens == nil:

@@ -329,3 +329,28 @@ func TestReportGolden(t *testing.T) {
 }
 
 func abs(x int) int { return max(x, -x) }
+
+// A flush refused while another request finishes is retried and then
+// accepted: the row is ok and says how many tries it took. (On real SGLang
+// the same happens right after any response, for a short while.)
+func TestRefusedFlushRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		done := make(chan error, 1)
+		go func() {
+			// 40 decode rounds of about 4 ms: busy for about 0.17 s.
+			_, _, _, err := m.Send("POST", "/generate", `{"text": "busy", "sampling_params": {"max_new_tokens": 40}}`)
+			done <- err
+		}()
+		synctest.Wait()
+		tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce)
+		tp.Flush = harness.FlushPolicy{Retries: 5, RetryWait: 50e6}
+		row := run(t, tp).Rows[0]
+		if got, want := row.Verdict.String(), "ok (the flush before leg a was accepted on try 4)"; got != want {
+			t.Errorf("verdict: got %q, want %q", got, want)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

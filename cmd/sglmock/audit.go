@@ -35,8 +35,9 @@ CMD's environment gets:
   OPENAI_API_KEY                "sglmock", unless already set
 
 Exit status: CMD's own when CMD failed; 1 (POISONED) when a request reused
-more than --allow-shared-prefix tokens of an earlier request's prefix with no
-accepted flush between them; 0 when clean; 2 for a usage error.
+more of an earlier request's prefix than every prompt shares on the server
+(a BOS token, measured afterwards) plus --allow-shared-prefix, which means no
+accepted flush came between them; 0 when clean; 2 for a usage error.
 
 Flags:
 `

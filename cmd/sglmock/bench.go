@@ -84,7 +84,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	var retryWait, timeout float64
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:30000", "the server's base URL")
 	fs.StringVar(&backend, "backend", "sglang", "API family: sglang (/generate, /flush_cache), vllm (OpenAI routes, /reset_prefix_cache) or openai (no flush: nonce only)")
-	fs.StringVar(&o.model, "model", "", "the \"model\" field of OpenAI-route requests (default \"default\")")
+	fs.StringVar(&o.model, "model", "", "the \"model\" field of OpenAI-route requests (default: the first model GET /v1/models lists)")
 	fs.StringVar(&ctxList, "ctx", "1024,8192,32768", "contexts in server tokens, comma-separated; REQ:TOKENS labels a row REQ and sends TOKENS (to replay a script that sized prompts with another tokenizer)")
 	fs.BoolVar(&o.inputIDs, "input-ids", false, "send prompts as token ids instead of text (no tokenizer involved, no BOS added)")
 	fs.IntVar(&o.flush.Retries, "flush-retries", 3, "retry a refused flush this many times (SGLang refuses one sent right after a response: 400 \"Flush cache failed.\"); 0 tries once, as a naive script does")
