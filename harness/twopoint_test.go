@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -351,6 +352,42 @@ func TestRefusedFlushRetried(t *testing.T) {
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Against a server without /sim/ (a real SGLang) the truth columns are
+// absent, times are wall seconds, and the checks run the same.
+func TestServerWithoutSim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
+		h := m.Handler()
+		real := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/sim/") {
+				http.NotFound(w, r)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+		defer real.Close()
+		tp := twoPoint(m, seedPoints[:1], harness.Naive, harness.FlushNonce)
+		tp.Client = &harness.Client{HTTP: real.Client, BaseURL: real.URL, Backend: harness.SGLang}
+		rep := run(t, tp)
+		if rep.Server.Mock != "" || rep.Server.Speedup != 1 {
+			t.Fatalf("server: %+v", rep.Server)
+		}
+		for _, row := range rep.Rows {
+			if row.Truth != nil || row.Runs[0].A.Truth != nil {
+				t.Errorf("%s: truth %+v without /sim/", row.Method, row.Truth)
+			}
+		}
+		if !strings.HasPrefix(rep.Rows[0].Verdict.String(), "POISONED: leg b reused 1406 of 1407") || rep.Rows[1].Verdict.String() != "ok" {
+			t.Errorf("verdicts: %s / %s", rep.Rows[0].Verdict, rep.Rows[1].Verdict)
+		}
+		var table bytes.Buffer
+		rep.WriteTable(&table)
+		if strings.Contains(table.String(), "ttft_err") || !strings.Contains(table.String(), "no /sim/ (no truth columns); times in wall seconds") {
+			t.Errorf("table:\n%s", table.String())
 		}
 	})
 }

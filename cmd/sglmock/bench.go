@@ -89,7 +89,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	fs.BoolVar(&o.inputIDs, "input-ids", false, "send prompts as token ids instead of text (no tokenizer involved, no BOS added)")
 	fs.IntVar(&o.flush.Retries, "flush-retries", 3, "retry a refused flush this many times (SGLang refuses one sent right after a response: 400 \"Flush cache failed.\"); 0 tries once, as a naive script does")
 	fs.Float64Var(&retryWait, "flush-retry-wait", 0.5, "wall seconds between flush retries")
-	fs.Float64Var(&o.flush.Timeout, "flush-timeout", 0, "send /flush_cache?timeout=S: the server waits up to S of its seconds for idle before refusing (SGLang 0.5.10 and later); 0 tries at once")
+	fs.Float64Var(&o.flush.Timeout, "flush-timeout", 0, "send /flush_cache?timeout=S: the server waits up to S of its seconds for idle before refusing (recent SGLang); 0 tries at once")
 	fs.IntVar(&o.allowShared, "allow-shared-prefix", 0, "tolerate this many reused tokens beyond the measured shared floor (a chance match of a nonce's first token on a real tokenizer)")
 	fs.StringVar(&o.csvPath, "csv", "", "also write the rows as CSV to this file")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the whole report (every leg, its flushes and truth) as JSON to this file")
@@ -107,6 +107,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		fs.BoolVar(&o.noFlush, "no-flush", false, "do not flush before each request (its nonce alone keeps it cold)")
 	}
 	profileName := fs.String("profile", "", "with --dry-run: the profile whose cost model predicts the times")
+	own := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
@@ -139,6 +141,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		if o.methods, err = harness.ParseMethods(methods); err != nil {
 			return nil, fmt.Errorf("--method: %w", err)
 		}
+	}
+	var modelFlag string
+	fs.Visit(func(f *flag.Flag) {
+		if !own[f.Name] && modelFlag == "" {
+			modelFlag = f.Name
+		}
+	})
+	if modelFlag != "" && !o.dryRun {
+		return nil, fmt.Errorf("--%s describes a profile: it only goes with --dry-run --profile (the server under test has its own)", modelFlag)
 	}
 	if *profileName != "" || o.dryRun {
 		if !o.dryRun {

@@ -31,6 +31,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "twopoint", "--url", "localhost:30000"}, "must start with http://"},
 		{[]string{"bench", "twopoint", "--profile", "default"}, "--profile only goes with --dry-run"},
 		{[]string{"bench", "twopoint", "--dry-run"}, "--dry-run needs --profile"},
+		{[]string{"bench", "twopoint", "--page-size", "16"}, "--page-size describes a profile: it only goes with --dry-run"},
 		{[]string{"bench", "twopoint", "--a", "5", "--b", "5", "--url", "http://127.0.0.1:1"}, "need 1 <= a < b"},
 		{[]string{"bench", "twopoint", "--backend", "openai", "--method", "flush", "--url", "http://127.0.0.1:1"},
 			"the OpenAI API has no route to empty a server's prefix cache"},
