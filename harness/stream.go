@@ -108,8 +108,11 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		row.PrefillTPS = float64(g.PromptTokens) / row.TTFT
 	}
 	v := &row.Verdict
-	if leg.Flush != nil && !leg.Flush.OK() {
-		v.add(Suspect, flushCause("stream", leg.Flush))
+	switch f := leg.Flush; {
+	case f != nil && !f.OK():
+		v.add(Suspect, flushCause("stream", f))
+	case f != nil && len(f.Attempts) > 1:
+		v.add(OK, fmt.Sprintf("the flush was refused at first and accepted on try %d", len(f.Attempts)))
 	}
 	floor := max(s.server.SharedFloor, 0) + s.opt.AllowSharedPrefix
 	switch {

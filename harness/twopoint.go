@@ -284,11 +284,8 @@ func (r Run) check(floor, allow int) Verdict {
 	var v Verdict
 	poisoned := false
 	for _, leg := range []Leg{r.A, r.B} {
-		switch f := leg.Flush; {
-		case f != nil && !f.OK():
-			v.add(Suspect, flushCause(leg.Name, f))
-		case f != nil && len(f.Attempts) > 1:
-			v.add(OK, fmt.Sprintf("the flush before leg %s was accepted on try %d", leg.Name, len(f.Attempts)))
+		if leg.Flush != nil && !leg.Flush.OK() {
+			v.add(Suspect, flushCause(leg.Name, leg.Flush))
 		}
 		switch {
 		case leg.CachedTokens == nil:
@@ -338,6 +335,9 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 		row.Verdict.merge(r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix))
 		row.PromptTokens = max(row.PromptTokens, r.A.PromptTokens, r.B.PromptTokens)
 		row.CachedA, row.CachedB = maxPtr(row.CachedA, r.A.CachedTokens), maxPtr(row.CachedB, r.B.CachedTokens)
+	}
+	if note := retriedFlushes(row.Runs); note != "" {
+		row.Verdict.add(OK, note)
 	}
 	row.TA, row.TB = median(tas), median(tbs)
 	row.TTFT, row.PrefillTPS = median(ttfts), median(prefills)
@@ -399,6 +399,29 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 	}
 	row.Truth = t
 	return nil
+}
+
+// retriedFlushes describes the flushes that were refused first and then
+// accepted on a retry, as SGLang refuses one sent right after a response;
+// "" when there were none.
+func retriedFlushes(runs []Run) string {
+	flushes, retried, most := 0, 0, 0
+	for _, r := range runs {
+		for _, f := range []*FlushRecord{r.A.Flush, r.B.Flush} {
+			if f == nil {
+				continue
+			}
+			flushes++
+			if f.OK() && len(f.Attempts) > 1 {
+				retried++
+				most = max(most, len(f.Attempts))
+			}
+		}
+	}
+	if retried == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d flushes were refused at first and accepted on a retry, after at most %d tries", retried, flushes, most)
 }
 
 func maxPtr(a, b *int) *int {
