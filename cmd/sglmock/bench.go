@@ -63,8 +63,9 @@ figure's error against the modelled truth.
             reports, and how far off it is.
 
 Every row ends with a verdict: ok, SUSPECT: cause, or POISONED: cause.
-Exit status: 1 when any row is POISONED, 2 for a usage or connection error,
-0 otherwise.
+Exit status: 1 when any row is POISONED; 2 for a usage error, a server that
+cannot be reached or a request it refused (the rows measured before it are
+printed); 0 otherwise.
 
 Flags:
 `

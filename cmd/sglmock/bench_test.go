@@ -126,3 +126,23 @@ func readCSV(t *testing.T, path string) [][]string {
 	}
 	return recs
 }
+
+// A request the server refuses ends the run with exit 2 and the server's
+// message, after printing the rows measured before it.
+func TestBenchRequestRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{}) // the default profile's context is 32768 tokens
+		c := &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang}
+		o, err := parseBenchFlags([]string{"twopoint", "--ctx", "1024,40000", "--method", "flush+nonce"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := bench(context.Background(), c, o, nil, &stdout, &stderr); code != 2 {
+			t.Fatalf("exit %d, want 2\n%s", code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "    1024       1024") || !strings.Contains(stderr.String(), "flush+nonce at ctx 40000: POST /generate: HTTP 400") {
+			t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+	})
+}

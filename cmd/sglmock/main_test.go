@@ -18,6 +18,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"--help"}, 0, "Commands:", ""},
 		{[]string{"nosuch"}, 2, "", `unknown command "nosuch"`},
 		{[]string{"demo", "extra"}, 2, "", "takes no arguments"},
+		{[]string{"demo", "--help"}, 0, "Usage: sglmock demo", ""},
 		{[]string{"profiles"}, 0, "kimi-k2.6-rtx6000", ""},
 		{[]string{"profiles", "kimi-k2.6-rtx6000"}, 0, "algorithm: DDTREE", ""},
 		{[]string{"profiles", "nosuch"}, 1, "", `no built-in profile "nosuch"`},
