@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -36,11 +37,36 @@ func TestDemoOverLoopback(t *testing.T) {
 	if raceDetector {
 		tol = 0.05
 	}
+	// A shared host can stall this process for tens of milliseconds (the
+	// CPU pressure of other jobs), which no speedup survives: one stalled
+	// attempt gets a second. A wrong figure is wrong twice.
+	for attempt := 1; ; attempt++ {
+		misses := demoAttempt(t, points, tol)
+		if len(misses) == 0 {
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("flush+nonce off the truth in two attempts; the second:\n%s", strings.Join(misses, "\n"))
+		}
+		t.Logf("attempt 1 off the truth (a host stall?), trying once more:\n%s", strings.Join(misses, "\n"))
+	}
+}
+
+// demoAttempt runs the demo, fails the test on anything but the precision,
+// and returns the rows off the truth by more than tol.
+func demoAttempt(t *testing.T, points []demoPoint, tol float64) []string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	rep, code := demo(context.Background(), points, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
+	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://HOST:30000"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+	var misses []string
 	for i, row := range rep.Rows {
 		p := points[i%3]
 		if row.PromptTokens != p.Tokens || row.CtxReq != p.CtxReq || row.Speedup != p.speedup {
@@ -53,22 +79,14 @@ func TestDemoOverLoopback(t *testing.T) {
 			continue
 		}
 		tr := row.Truth
-		t.Logf("flush+nonce at %d: TTFT error %+.3f %%, decode error %+.3f %%", row.PromptTokens, 100*tr.TTFTErr, 100*derefOr(tr.DecodeErr))
-		if row.Verdict.String() != "ok" || tr.DecodeErr == nil || math.Abs(*tr.DecodeErr) > tol || math.Abs(tr.TTFTErr) > tol {
-			t.Errorf("flush+nonce at %d: verdict %q, TTFT error %.4f, decode error %v; want ok and both within bounds\n%s",
-				row.PromptTokens, row.Verdict, tr.TTFTErr, *tr.DecodeErr, stdout.String())
+		if row.Verdict.String() != "ok" || tr.DecodeErr == nil {
+			t.Fatalf("flush+nonce at %d: verdict %q, decode error %v; want ok and a decode error\n%s", row.PromptTokens, row.Verdict, tr.DecodeErr, stdout.String())
+		}
+		line := fmt.Sprintf("flush+nonce at %d: TTFT error %+.3f %%, decode error %+.3f %%", row.PromptTokens, 100*tr.TTFTErr, 100**tr.DecodeErr)
+		t.Log(line)
+		if math.Abs(*tr.DecodeErr) > tol || math.Abs(tr.TTFTErr) > tol {
+			misses = append(misses, line+fmt.Sprintf(" (bound %.0f %%)", 100*tol))
 		}
 	}
-	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://HOST:30000"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("the demo's output lacks %q", want)
-		}
-	}
-}
-
-func derefOr(x *float64) float64 {
-	if x == nil {
-		return math.NaN()
-	}
-	return *x
+	return misses
 }
