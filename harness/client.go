@@ -63,6 +63,9 @@ type Client struct {
 	Model string
 	// InputIDs sends prompts as token ids instead of text.
 	InputIDs bool
+	// APIKey, when set, goes out as "Authorization: Bearer KEY" (a server
+	// launched with --api-key wants it).
+	APIKey string
 }
 
 // Prompt is what one leg sends: text, or token ids when the client sends
@@ -154,6 +157,9 @@ func (c *Client) request(ctx context.Context, route string, body any) (*http.Req
 }
 
 func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return nil, &ConnError{err}
@@ -169,9 +175,9 @@ func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
-		return 0, &ConnError{err}
+		return 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

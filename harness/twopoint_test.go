@@ -391,3 +391,19 @@ func TestServerWithoutSim(t *testing.T) {
 		}
 	})
 }
+
+// A server launched with --api-key gets the key on every route the
+// harness uses; without it the run stops at the first request.
+func TestAPIKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{APIKey: "secret"})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 256, Tokens: 256}}, harness.FlushNonce)
+		if _, err := tp.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Fatalf("without the key: got %v, want HTTP 401", err)
+		}
+		tp.Client.APIKey = "secret"
+		if row := run(t, tp).Rows[0]; row.Verdict.String() != "ok" || row.Truth == nil {
+			t.Errorf("with the key: verdict %q, truth %v", row.Verdict, row.Truth)
+		}
+	})
+}

@@ -25,6 +25,7 @@ type benchOptions struct {
 	url          string
 	backend      string
 	model        string
+	apiKey       string
 	points       []harness.Point
 	a, b         int
 	methods      []harness.Method
@@ -85,6 +86,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	var retryWait, timeout float64
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:30000", "the server's base URL")
 	fs.StringVar(&backend, "backend", "sglang", "API family: sglang (/generate, /flush_cache), vllm (OpenAI routes, /reset_prefix_cache) or openai (no flush: nonce only)")
+	fs.StringVar(&o.apiKey, "api-key", "", "send \"Authorization: Bearer KEY\" (a server launched with --api-key wants it; default $OPENAI_API_KEY)")
 	fs.StringVar(&o.model, "model", "", "the \"model\" field of OpenAI-route requests (default: the first model GET /v1/models lists)")
 	fs.StringVar(&ctxList, "ctx", "1024,8192,32768", "contexts in server tokens, comma-separated; REQ:TOKENS labels a row REQ and sends TOKENS (to replay a script that sized prompts with another tokenizer)")
 	fs.BoolVar(&o.inputIDs, "input-ids", false, "send prompts as token ids instead of text (no tokenizer involved, no BOS added)")
@@ -122,6 +124,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	o.backend = backend
+	if o.apiKey == "" {
+		o.apiKey = os.Getenv("OPENAI_API_KEY") // not the flag's default: help would print it
+	}
 	if !slices.Contains(harness.Backends, harness.Backend(backend)) {
 		return nil, fmt.Errorf("--backend %q: must be sglang, vllm or openai", backend)
 	}
@@ -200,7 +205,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := &harness.Client{HTTP: &http.Client{Timeout: o.httpTimeout}, BaseURL: o.url, Backend: harness.Backend(o.backend),
-		Model: o.model, InputIDs: o.inputIDs}
+		Model: o.model, InputIDs: o.inputIDs, APIKey: o.apiKey}
 	return bench(ctx, c, o, nil, stdout, stderr)
 }
 
