@@ -108,14 +108,21 @@ type session struct {
 	reportsCached bool
 }
 
+// MaxTokens bounds a prompt and an output: far beyond any model's context,
+// and small enough that building a prompt cannot exhaust memory.
+const MaxTokens = 10_000_000
+
+// maxRepeat bounds --repeat.
+const maxRepeat = 10_000
+
 // validateCommon checks what both methods take.
 func validateCommon(points []Point, opt Options) error {
 	if len(points) == 0 {
 		return errors.New("no context to measure")
 	}
 	for _, p := range points {
-		if p.Tokens < 16 {
-			return fmt.Errorf("context %d: a prompt needs at least 16 tokens", p.Tokens)
+		if p.Tokens < 16 || p.Tokens > MaxTokens {
+			return fmt.Errorf("context %d: a prompt needs 16..%d tokens", p.Tokens, MaxTokens)
 		}
 	}
 	if f := opt.Flush; f.Retries < 0 || f.RetryWait < 0 || f.Timeout < 0 {

@@ -50,8 +50,8 @@ type StreamRow struct {
 
 // Validate checks the configuration before anything is sent.
 func (st *Stream) Validate() error {
-	if st.MaxNewTokens < 3 {
-		return fmt.Errorf("max new tokens %d: a decode rate needs at least 3", st.MaxNewTokens)
+	if st.MaxNewTokens < 3 || st.MaxNewTokens > MaxTokens {
+		return fmt.Errorf("max new tokens %d: a decode rate needs at least 3, and at most %d are sent", st.MaxNewTokens, MaxTokens)
 	}
 	return validateCommon(st.Points, st.Options)
 }

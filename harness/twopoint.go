@@ -58,10 +58,10 @@ type TwoPoint struct {
 // Validate checks the configuration before anything is sent.
 func (tp *TwoPoint) Validate() error {
 	switch {
-	case tp.A < 1 || tp.B <= tp.A:
-		return fmt.Errorf("need 1 <= a < b, got a=%d b=%d", tp.A, tp.B)
-	case tp.Repeat < 1:
-		return fmt.Errorf("repeat %d: must be >= 1", tp.Repeat)
+	case tp.A < 1 || tp.B <= tp.A || tp.B > MaxTokens:
+		return fmt.Errorf("need 1 <= a < b <= %d, got a=%d b=%d", MaxTokens, tp.A, tp.B)
+	case tp.Repeat < 1 || tp.Repeat > maxRepeat:
+		return fmt.Errorf("repeat %d: must be in 1..%d", tp.Repeat, maxRepeat)
 	case len(tp.Methods) == 0:
 		return errors.New("no method")
 	case tp.NoncePosition != NonceStart && tp.NoncePosition != NonceEnd:
@@ -289,7 +289,7 @@ func (r Run) check(floor, allow int) Verdict {
 		}
 		switch {
 		case leg.CachedTokens == nil:
-			v.add(Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report)", leg.Name))
+			v.add(Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report, vLLM with --enable-prompt-tokens-details)", leg.Name))
 		case *leg.CachedTokens > max(floor, 0)+allow:
 			poisoned = true
 			text := fmt.Sprintf("leg %s reused %d of %d prompt tokens (cached_tokens)", leg.Name, *leg.CachedTokens, leg.PromptTokens)

@@ -186,8 +186,8 @@ func parsePoints(s string) ([]harness.Point, error) {
 				return nil, fmt.Errorf("--ctx %q: %q is not a positive whole number", s, tok)
 			}
 		}
-		if p.Tokens < 16 {
-			return nil, fmt.Errorf("--ctx %q: a prompt needs at least 16 tokens", s)
+		if p.Tokens < 16 || p.Tokens > harness.MaxTokens {
+			return nil, fmt.Errorf("--ctx %q: a prompt needs 16..%d tokens", s, harness.MaxTokens)
 		}
 		out = append(out, p)
 	}
