@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -406,4 +408,54 @@ func TestAPIKey(t *testing.T) {
 			t.Errorf("with the key: verdict %q, truth %v", row.Verdict, row.Truth)
 		}
 	})
+}
+
+// flushRace answers as real SGLang does right after a response: a flush
+// that directly follows a /generate is refused with SGLang's text (its
+// overlap scheduler is not idle yet); the next one goes through.
+func flushRace(h http.Handler) http.Handler {
+	var mu sync.Mutex
+	afterResponse := false
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		refuse := r.URL.Path == "/flush_cache" && afterResponse
+		switch r.URL.Path {
+		case "/generate":
+			afterResponse = true
+		case "/flush_cache":
+			afterResponse = false
+		}
+		mu.Unlock()
+		if refuse {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, "Flush cache failed.\n")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Against SGLang's flush race: a harness that retries is ok and says so;
+// the script that tries once reports SGLang's text, and its unflushed leg
+// b is named for what it is.
+func TestFlushRace(t *testing.T) {
+	for _, tt := range []struct {
+		retries int
+		want    string
+	}{
+		{1, "ok (2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries)"},
+		{0, `POISONED: leg b reused 511 of 512 prompt tokens (cached_tokens); flush before leg a refused (1 try): HTTP 400 "Flush cache failed."; flush before leg b refused (1 try): HTTP 400 "Flush cache failed."`},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			m := mocktest.Start(t, api.Config{})
+			srv := mocktest.NewServer(flushRace(m.Handler()))
+			defer srv.Close()
+			tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushMethod)
+			tp.Client = &harness.Client{HTTP: srv.Client, BaseURL: srv.URL, Backend: harness.SGLang}
+			tp.Flush = harness.FlushPolicy{Retries: tt.retries, RetryWait: 1e6}
+			if got := run(t, tp).Rows[0].Verdict.String(); got != tt.want {
+				t.Errorf("%d retries: got %q, want %q", tt.retries, got, tt.want)
+			}
+		})
+	}
 }
