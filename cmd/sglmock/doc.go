@@ -1,6 +1,17 @@
 // Command sglmock is an SGLang-compatible simulated inference server and a
 // benchmark harness that tells whether an LLM-serving benchmark tells the
-// truth. The command is thin: it parses flags and hands them to the packages.
+// truth. The command is thin: it parses flags and hands them to the
+// packages.
 //
-// Run "sglmock help" for the commands.
+//	serve     the mock server (mockserver/api over the simulated engine)
+//	bench     twopoint and stream measurements of any server (harness)
+//	audit     a benchmark command run against a fresh loopback mock, then
+//	          the mock's records: which requests hit the cache, which
+//	          flushes failed
+//	demo      the seed's poisoned benchmark and its fix, with the truth
+//	profiles  the built-in cost profiles
+//
+// demo and audit start the mock in this process on a free loopback port,
+// with no warmup request, so the prefix cache starts empty. Run "sglmock
+// help" for the commands and "sglmock COMMAND --help" for their flags.
 package main

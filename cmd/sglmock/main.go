@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"sglmock/mockserver/profile"
 )
 
 // command is one subcommand of sglmock.
@@ -15,7 +19,9 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "show the cache-poisoning trap and its fix (status of the project for now)", runDemo},
+		{"demo", "reproduce the seed's poisoned benchmark on an in-process mock, then its fix, with the truth", runDemo},
+		{"bench", "measure a server: twopoint (naive|flush|nonce|flush+nonce) or stream, with verdicts", runBench},
+		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
@@ -56,4 +62,30 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
+}
+
+// flagExit turns a flag parsing error into the command's exit: 0 after
+// --help, 2 with the message for anything else; ok is false when there is
+// no error and the command goes on.
+func flagExit(cmd string, err error, stderr io.Writer) (code int, ok bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	}
+	fmt.Fprintf(stderr, "sglmock %s: %v\n", cmd, err)
+	return 2, true
+}
+
+// loadProfile loads a profile and applies the launch flags over it.
+func loadProfile(name string, flags *profile.Flags) (*profile.Profile, error) {
+	p, err := profile.Load(name)
+	if err != nil {
+		return nil, fmt.Errorf("--profile: %w", err)
+	}
+	if err := flags.Apply(p); err != nil {
+		return nil, err
+	}
+	return p, nil
 }

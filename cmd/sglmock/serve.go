@@ -115,11 +115,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		return nil, err
 	}
 	o.apiKey = key
-	p, err := profile.Load(o.profileName)
+	p, err := loadProfile(o.profileName, profileFlags)
 	if err != nil {
-		return nil, fmt.Errorf("--profile: %w", err)
-	}
-	if err := profileFlags.Apply(p); err != nil {
 		return nil, err
 	}
 	o.profile = p
@@ -150,12 +147,8 @@ func apiKey(flagKey, file, env string) (string, error) {
 
 func runServe(args []string, stdout, stderr io.Writer) int {
 	o, err := parseServeFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "sglmock serve:", err)
-		return 2
+	if code, done := flagExit("serve", err, stderr); done {
+		return code
 	}
 	stop, kill := interrupts()
 	if err := serve(stop, kill, o, stderr); err != nil {

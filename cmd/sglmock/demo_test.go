@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"sglmock/harness"
+	"strings"
+	"testing"
+)
+
+// raceDetector is set by race_test.go in a -race build.
+var raceDetector = false
+
+// The demo over real loopback: the naive table reproduces the seed's
+// failure and names it, the flush+nonce table is within 2 % of the truth
+// for decode and TTFT.
+//
+// The 8k and 32k rows run at speedup 10. The 1k row runs at x2, as the demo
+// runs it: at x10 its t_b - t_a is 14 ms of wall time, and 2 % of that is
+// 0.28 ms, below the scheduling jitter of a shared 2-core host.
+//
+// Under the race detector the mock's own host time per request (reading
+// the body, tokenizing, the engine's hand-offs; none of it modelled) grows
+// about fivefold, to 1.3 ms wall for a 1407-token prompt, and varies as
+// much from leg to leg: the bounds are then 5 %.
+func TestDemoOverLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs about 15 s of wall time")
+	}
+	points := []demoPoint{
+		{demoPoints[0].Point, 2, 5},
+		{demoPoints[1].Point, 10, 3},
+		{demoPoints[2].Point, 10, 1},
+	}
+	tol := demoTolerance
+	if raceDetector {
+		tol = 0.05
+	}
+	// A shared host can stall this process for tens of milliseconds (the
+	// CPU pressure of other jobs), which no speedup survives: one stalled
+	// attempt gets a second. A wrong figure is wrong twice.
+	for attempt := 1; ; attempt++ {
+		misses := demoAttempt(t, points, tol)
+		if len(misses) == 0 {
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("flush+nonce off the truth in two attempts; the second:\n%s", strings.Join(misses, "\n"))
+		}
+		t.Logf("attempt 1 off the truth (a host stall?), trying once more:\n%s", strings.Join(misses, "\n"))
+	}
+}
+
+// demoAttempt runs the demo, fails the test on anything but the precision,
+// and returns the rows off the truth by more than tol.
+func demoAttempt(t *testing.T, points []demoPoint, tol float64) []string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	rep, code := demo(context.Background(), points, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://HOST:30000"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+	var misses []string
+	for i, row := range rep.Rows {
+		p := points[i%3]
+		if row.PromptTokens != p.Tokens || row.CtxReq != p.CtxReq || row.Speedup != p.speedup {
+			t.Errorf("row %d: ctx %d, %d tokens, x%g; want %d, %d, x%g", i, row.CtxReq, row.PromptTokens, row.Speedup, p.CtxReq, p.Tokens, p.speedup)
+		}
+		if i < 3 {
+			if !strings.HasPrefix(row.Verdict.String(), "POISONED: leg b reused") || !strings.Contains(row.Verdict.String(), "t_b < t_a") {
+				t.Errorf("naive at %d: verdict %q", row.PromptTokens, row.Verdict)
+			}
+			continue
+		}
+		tr := row.Truth
+		// kimi refuses a flush for 50 ms after a response (SGLang's flush
+		// race): the demo's retries make the row ok, with a note saying so.
+		if row.Verdict.Level() != harness.OK || tr.DecodeErr == nil {
+			t.Fatalf("flush+nonce at %d: verdict %q, decode error defined %v; want ok and a decode error\n%s",
+				row.PromptTokens, row.Verdict, tr.DecodeErr != nil, stdout.String())
+		}
+		line := fmt.Sprintf("flush+nonce at %d: TTFT error %+.3f %%, decode error %+.3f %%", row.PromptTokens, 100*tr.TTFTErr, 100**tr.DecodeErr)
+		t.Log(line)
+		if math.Abs(*tr.DecodeErr) > tol || math.Abs(tr.TTFTErr) > tol {
+			misses = append(misses, line+fmt.Sprintf(" (bound %.0f %%)", 100*tol))
+		}
+	}
+	return misses
+}

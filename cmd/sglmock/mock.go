@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/profile"
+)
+
+// localMock is an sglmock server on a free loopback port, in this process,
+// with an empty cache (no warmup request): what demo and audit run against.
+type localMock struct {
+	srv  *api.Server
+	hs   *http.Server
+	URL  string // http://127.0.0.1:PORT
+	Port int
+}
+
+// startLocalMock starts a mock of profile p at the given speedup.
+func startLocalMock(p *profile.Profile, speedup float64, cfg api.Config) (*localMock, error) {
+	cfg.Profile, cfg.Speedup, cfg.SpinWindow = p, speedup, engine.DefaultSpinWindow
+	cfg.ReadHeaderTimeout, cfg.IdleTimeout, cfg.BodyTimeout = 30*time.Second, 5*time.Second, 60*time.Second
+	srv, err := api.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	srv.MarkReady()
+	hs := srv.HTTPServer()
+	go hs.Serve(ln)
+	port := ln.Addr().(*net.TCPAddr).Port
+	return &localMock{srv: srv, hs: hs, URL: "http://" + ln.Addr().String(), Port: port}, nil
+}
+
+// Close aborts what still runs and stops the server and the engine.
+func (m *localMock) Close() {
+	m.srv.BeginShutdown()
+	m.srv.Engine().AbortAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.hs.Shutdown(ctx); err != nil {
+		m.hs.Close()
+	}
+	m.srv.Close()
+}

@@ -1,0 +1,62 @@
+package harness
+
+import (
+	"go/build"
+	"strings"
+	"testing"
+)
+
+func ip(n int) *int { return &n }
+
+// On a server that prepends BOS every prompt shares one cached token: with
+// a measured floor of 1 that reuse is fine, one token more is poison.
+func TestCheckSharedFloor(t *testing.T) {
+	leg := func(name string, cached, maxNew int, secs float64) Leg {
+		return Leg{Name: name, MaxNewTokens: maxNew, PromptTokens: 1407, CompletionTokens: maxNew, CachedTokens: ip(cached), Seconds: secs}
+	}
+	flushed := &FlushRecord{Attempts: []FlushAttempt{{Status: 400, Body: "Flush cache failed.\n"}, {Status: 200, Body: "Cache flushed.\n"}}}
+	refused := &FlushRecord{Attempts: []FlushAttempt{{Status: 400, Body: "Flush cache failed.\n"}}}
+	tests := []struct {
+		name         string
+		run          Run
+		floor, allow int
+		want         string
+	}{
+		{"BOS only", Run{leg("a", 1, 1, 0.46), leg("b", 1, 17, 0.6)}, 1, 0, "ok"},
+		{"beyond the floor", Run{leg("a", 1, 1, 0.46), leg("b", 2, 17, 0.6)}, 1, 0,
+			"POISONED: leg b reused 2 of 1407 prompt tokens (cached_tokens), beyond the 1 every prompt shares"},
+		{"tolerated", Run{leg("a", 1, 1, 0.46), leg("b", 3, 17, 0.6)}, 1, 2, "ok"},
+		{"no floor on this server", Run{leg("a", 0, 1, 0.46), leg("b", 1, 17, 0.6)}, 0, 0,
+			"POISONED: leg b reused 1 of 1407 prompt tokens (cached_tokens)"},
+		{"seed", Run{leg("a", 0, 1, 0.46), leg("b", 1406, 17, 0.20)}, 0, 0,
+			"POISONED: leg b reused 1406 of 1407 prompt tokens (cached_tokens); t_b < t_a, so decode is undefined"},
+		{"refused then accepted", Run{leg("a", 0, 1, 0.46), Leg{Name: "b", MaxNewTokens: 17, PromptTokens: 1407, CompletionTokens: 17, CachedTokens: ip(0), Seconds: 0.6, Flush: flushed}}, 0, 0, "ok"},
+		{"flush accepted, cache still hit", Run{leg("a", 0, 1, 0.46), Leg{Name: "b", MaxNewTokens: 17, PromptTokens: 1407, CompletionTokens: 17, CachedTokens: ip(1406), Seconds: 0.6, Flush: flushed}}, 0, 0,
+			"POISONED: leg b reused 1406 of 1407 prompt tokens (cached_tokens) although the flush before it was accepted"},
+		{"flush refused, leg cold anyway", Run{leg("a", 0, 1, 0.46), Leg{Name: "b", MaxNewTokens: 17, PromptTokens: 1407, CompletionTokens: 17, CachedTokens: ip(0), Seconds: 0.6, Flush: refused}}, 0, 0,
+			`SUSPECT: flush before leg b refused (1 try): HTTP 400 "Flush cache failed."`},
+		{"short output", Run{leg("a", 0, 1, 0.46), Leg{Name: "b", MaxNewTokens: 17, PromptTokens: 1407, CompletionTokens: 9, CachedTokens: ip(0), Seconds: 0.6}}, 0, 0,
+			"SUSPECT: leg b generated 9 of 17 tokens"},
+		{"t_b = t_a, cold legs", Run{leg("a", 0, 1, 0.46), leg("b", 0, 17, 0.46)}, 0, 0,
+			"SUSPECT: t_b = t_a, so decode is undefined"},
+	}
+	for _, tt := range tests {
+		if got := tt.run.check(tt.floor, tt.allow).String(); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The harness must run against a real SGLang server: its non-test code
+// imports nothing of the mock.
+func TestImportsNoMock(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		if strings.HasPrefix(imp, "sglmock/") && imp != "sglmock/sim" {
+			t.Errorf("harness imports %s; only sglmock/sim is allowed", imp)
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"sglmock/sim"
+)
+
+// FlushPolicy says how a method empties the prefix cache before a leg.
+// Real SGLang refuses a flush sent right after a response for a short
+// while (HTTP 400 "Flush cache failed."), so a refused flush is retried;
+// Retries 0 is the script that tries once. Timeout > 0 sends
+// /flush_cache?timeout=S, which makes the server wait up to S of its
+// seconds for idle.
+type FlushPolicy struct {
+	Retries   int
+	RetryWait time.Duration
+	Timeout   float64
+}
+
+// FlushRecord is the flush before one leg: every attempt, in order.
+type FlushRecord struct {
+	Attempts []FlushAttempt `json:"attempts"`
+}
+
+// OK tells whether the last attempt was accepted.
+func (r *FlushRecord) OK() bool {
+	return len(r.Attempts) > 0 && r.Attempts[len(r.Attempts)-1].OK()
+}
+
+// Progress is told what the harness is doing; the command shows it as a
+// progress bar when stderr is a terminal.
+type Progress interface {
+	// Start announces the number of legs in the run.
+	Start(legs int)
+	// Leg announces the leg about to be sent.
+	Leg(desc string)
+	// Done says a leg finished.
+	Done()
+	// Finish ends the display.
+	Finish()
+}
+
+// NoProgress shows nothing.
+type NoProgress struct{}
+
+func (NoProgress) Start(int)  {}
+func (NoProgress) Leg(string) {}
+func (NoProgress) Done()      {}
+func (NoProgress) Finish()    {}
+
+// newID is a random UUID: a nonce no earlier prompt can share.
+func newID() string { return uuid.NewString() }
+
+func orProgress(p Progress) Progress {
+	if p == nil {
+		return NoProgress{}
+	}
+	return p
+}
+
+// Options are what every method shares.
+type Options struct {
+	// Flush is how a flush before a leg is made and retried.
+	Flush FlushPolicy
+	// AllowSharedPrefix tolerates this many reused tokens beyond the
+	// measured shared floor before a leg counts as poisoned.
+	AllowSharedPrefix int
+	// Progress is told about each leg; nil shows nothing.
+	Progress Progress
+	// NewID makes nonces and rids; nil means random UUIDs. Tests pass a
+	// counter so the output is deterministic.
+	NewID func() string
+}
+
+// Server describes the server a report was measured on.
+type Server struct {
+	Backend Backend `json:"backend"`
+	// Mock is the sglmock profile name, "" for a server without /sim/.
+	Mock string `json:"mock,omitempty"`
+	// Speedup converts the wall clock to the server's simulated seconds;
+	// 1 for a real server.
+	Speedup float64 `json:"speedup"`
+	// SharedFloor is the cached tokens two unrelated nonce prompts share
+	// (a BOS token, a chat template's head); -1 when the server reports
+	// no cached tokens.
+	SharedFloor int `json:"shared_floor"`
+}
+
+// session is one run against one server: the client, the prompt builder,
+// what /sim/ says, the measured shared floor.
+type session struct {
+	c        *Client
+	opt      Options
+	prog     Progress
+	builder  *promptBuilder
+	sim      *sim.Profile
+	server   Server
+	expected map[[3]int]*sim.Expectation
+	// reportsCached: a repeated prompt reported its reuse, so a missing
+	// cached_tokens means 0.
+	reportsCached bool
+}
+
+// MaxTokens bounds a prompt and an output: far beyond any model's context,
+// and small enough that building a prompt cannot exhaust memory.
+const MaxTokens = 10_000_000
+
+// maxRepeat bounds --repeat.
+const maxRepeat = 10_000
+
+// validateCommon checks what both methods take.
+func validateCommon(points []Point, opt Options) error {
+	if len(points) == 0 {
+		return errors.New("no context to measure")
+	}
+	for _, p := range points {
+		if p.Tokens < 16 || p.Tokens > MaxTokens {
+			return fmt.Errorf("context %d: a prompt needs 16..%d tokens", p.Tokens, MaxTokens)
+		}
+	}
+	if f := opt.Flush; f.Retries < 0 || f.RetryWait < 0 || f.Timeout < 0 {
+		return errors.New("flush retries, retry wait and timeout must be >= 0")
+	}
+	return nil
+}
+
+// startSession asks the server for /sim/ and measures the shared floor.
+func startSession(ctx context.Context, c *Client, opt Options) (*session, error) {
+	s, err := newSession(ctx, c, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.measureFloor(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
+	if opt.NewID == nil {
+		opt.NewID = newID
+	}
+	s := &session{c: c, opt: opt, prog: orProgress(opt.Progress), builder: newPromptBuilder(c),
+		expected: map[[3]int]*sim.Expectation{}}
+	if c.Backend != SGLang && c.Model == "" {
+		if err := c.discoverModel(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p, err := c.SimInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.sim = p
+	s.server = Server{Backend: c.Backend, Speedup: 1}
+	if p != nil {
+		s.server.Mock, s.server.Speedup = p.Name, p.Speedup
+	}
+	return s, nil
+}
+
+// seconds converts a wall duration to the server's seconds.
+func (s *session) seconds(d time.Duration) float64 { return d.Seconds() * s.server.Speedup }
+
+// measureFloor sends two prompts that are nothing but two unrelated
+// nonces and records the cached tokens of the second: what every prompt
+// shares on this server whatever it says (a BOS token, a template's head).
+// Only reuse beyond it poisons a leg. A third request repeats the first
+// prompt: it must reuse it, which tells whether the server reports cached
+// tokens at all. SGLang's OpenAI routes report them only with
+// --enable-cache-report and only when they are not 0 (null otherwise), so
+// once a repeat has shown a number, a null means 0.
+func (s *session) measureFloor(ctx context.Context) error {
+	ids := []string{s.opt.NewID(), s.opt.NewID()}
+	var gens []*Generation
+	for i, id := range []string{ids[0], ids[1], ids[0]} {
+		p := Prompt{Text: nonceText(id), IDs: nonceIDs(id)}
+		g, err := s.c.Generate(ctx, p, 1, fmt.Sprintf("floor-%d-%s", i+1, id), false)
+		if err != nil {
+			return fmt.Errorf("measuring the shared prefix floor: %w", err)
+		}
+		gens = append(gens, g)
+	}
+	s.reportsCached = gens[2].CachedKnown && gens[2].CachedTokens > 0
+	switch {
+	case gens[1].CachedKnown:
+		s.server.SharedFloor = gens[1].CachedTokens
+	case s.reportsCached:
+		s.server.SharedFloor = 0
+	default:
+		s.server.SharedFloor = -1
+	}
+	return nil
+}
+
+// cached is a generation's cached tokens, nil when unknown.
+func (s *session) cached(g *Generation) *int {
+	switch {
+	case g.CachedKnown:
+		c := g.CachedTokens
+		return &c
+	case s.reportsCached:
+		c := 0
+		return &c
+	}
+	return nil
+}
+
+// flush empties the prefix cache as the policy says, retrying refusals
+// (HTTP 400) after RetryWait. Any other status ends the tries.
+func (s *session) flush(ctx context.Context) (*FlushRecord, error) {
+	rec := &FlushRecord{}
+	for try := 0; ; try++ {
+		a, err := s.c.FlushOnce(ctx, s.opt.Flush.Timeout)
+		if err != nil {
+			return rec, err
+		}
+		rec.Attempts = append(rec.Attempts, a)
+		if a.OK() || a.Status != 400 || try >= s.opt.Flush.Retries {
+			return rec, nil
+		}
+		t := time.NewTimer(s.opt.Flush.RetryWait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return rec, ctx.Err()
+		}
+	}
+}
+
+// expect fetches (once) the model's prediction for a lone request.
+func (s *session) expect(ctx context.Context, prompt, cached, completion int) (*sim.Expectation, error) {
+	k := [3]int{prompt, cached, completion}
+	if e, ok := s.expected[k]; ok {
+		return e, nil
+	}
+	e, err := s.c.Expect(ctx, prompt, cached, completion)
+	if err != nil {
+		return nil, err
+	}
+	s.expected[k] = e
+	return e, nil
+}
+
+// flushCause describes a flush that was not accepted.
+func flushCause(leg string, r *FlushRecord) string {
+	last := r.Attempts[len(r.Attempts)-1]
+	tries := "1 try"
+	if n := len(r.Attempts); n > 1 {
+		tries = fmt.Sprintf("%d tries", n)
+	}
+	verb := "refused"
+	if last.Status != 400 {
+		verb = "failed"
+	}
+	return fmt.Sprintf("flush before leg %s %s (%s): HTTP %d %q", leg, verb, tries, last.Status, strings.TrimSpace(last.Body))
+}

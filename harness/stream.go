@@ -1,0 +1,178 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+)
+
+// Stream measures with one streaming request per context: TTFT from the
+// first event, and the decode rate token-weighted from the cumulative
+// completion tokens the events report, which stays right when one event
+// carries several speculative tokens. It also reports the per-event ITL a
+// script that counts one token per event would compute, and how far off it
+// is. Each request gets a fresh nonce at the start of its prompt, and a
+// flush before it when the backend has one.
+type Stream struct {
+	Client       *Client
+	Points       []Point
+	MaxNewTokens int
+	// NoFlush skips the flush before each request (the nonce alone keeps
+	// it cold).
+	NoFlush bool
+	Options
+}
+
+// StreamRow is one context of a stream run.
+type StreamRow struct {
+	CtxReq       int     `json:"ctx_req"`
+	PromptTokens int     `json:"prompt_tok"`
+	TTFT         float64 `json:"ttft_s"`
+	PrefillTPS   float64 `json:"prefill_tok_s"`
+	// DecodeTPS is token-weighted: the tokens after the first event over
+	// the time from the first event to the last.
+	DecodeTPS  float64 `json:"decode_tok_s"`
+	SPerOutTok float64 `json:"s_per_out_tok"`
+	Events     int     `json:"events"`
+	// TokensPerEvent is the mean tokens an event after the first added.
+	TokensPerEvent float64 `json:"tokens_per_event"`
+	// EventITL is the mean gap between events: what a script that counts
+	// one token per event reports as inter-token latency.
+	EventITL float64 `json:"event_itl_s"`
+	// EventITLErr is EventITL against the true seconds per token
+	// (1/DecodeTPS), relative.
+	EventITLErr float64       `json:"event_itl_err"`
+	Cached      *int          `json:"cached"`
+	Speedup     float64       `json:"speedup"`
+	Truth       *TruthFigures `json:"truth,omitempty"`
+	Verdict     Verdict       `json:"verdict"`
+	Leg         Leg           `json:"request"`
+}
+
+// Validate checks the configuration before anything is sent.
+func (st *Stream) Validate() error {
+	if st.MaxNewTokens < 3 || st.MaxNewTokens > MaxTokens {
+		return fmt.Errorf("max new tokens %d: a decode rate needs at least 3, and at most %d are sent", st.MaxNewTokens, MaxTokens)
+	}
+	return validateCommon(st.Points, st.Options)
+}
+
+// Run measures every context in order.
+func (st *Stream) Run(ctx context.Context) (*Report, error) {
+	if err := st.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := startSession(ctx, st.Client, st.Options)
+	if err != nil {
+		return nil, err
+	}
+	s.prog.Start(len(st.Points))
+	defer s.prog.Finish()
+	rep := &Report{Method: "stream", Server: s.server}
+	for _, p := range st.Points {
+		row, err := st.measure(ctx, s, p)
+		if err != nil {
+			return rep, fmt.Errorf("stream at ctx %d: %w", p.CtxReq, err)
+		}
+		rep.Stream = append(rep.Stream, row)
+	}
+	return rep, nil
+}
+
+func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, error) {
+	row := StreamRow{CtxReq: p.CtxReq, Speedup: s.server.Speedup}
+	id := s.opt.NewID()
+	prompt, _, err := s.builder.build(ctx, p.Tokens, uint64(p.Tokens), id, NonceStart)
+	if err != nil {
+		return row, err
+	}
+	s.prog.Leg(fmt.Sprintf("stream ctx %d", p.CtxReq))
+	leg := Leg{Name: "stream", RID: "stream-" + id, MaxNewTokens: st.MaxNewTokens}
+	if !st.NoFlush && s.c.CanFlush() {
+		if leg.Flush, err = s.flush(ctx); err != nil {
+			return row, err
+		}
+	}
+	g, err := s.c.Generate(ctx, prompt, st.MaxNewTokens, leg.RID, true)
+	if err != nil {
+		return row, err
+	}
+	s.prog.Done()
+	leg.PromptTokens, leg.CompletionTokens, leg.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
+	leg.CachedTokens = s.cached(g)
+	row.Cached = leg.CachedTokens
+	row.PromptTokens = g.PromptTokens
+	first, last := g.Events[0], g.Events[len(g.Events)-1]
+	row.Events = len(g.Events)
+	row.TTFT = s.seconds(first.At)
+	if row.TTFT > 0 {
+		row.PrefillTPS = float64(g.PromptTokens) / row.TTFT
+	}
+	v := &row.Verdict
+	switch f := leg.Flush; {
+	case f != nil && !f.OK():
+		v.add(Suspect, flushCause("stream", f))
+	case f != nil && len(f.Attempts) > 1:
+		v.add(OK, fmt.Sprintf("the flush was refused at first and accepted on try %d", len(f.Attempts)))
+	}
+	floor := max(s.server.SharedFloor, 0) + s.opt.AllowSharedPrefix
+	switch {
+	case leg.CachedTokens == nil:
+		v.add(Suspect, "the server reports no cached tokens, so cache reuse is unchecked")
+	case *leg.CachedTokens > floor:
+		v.add(Poisoned, fmt.Sprintf("the request reused %d of %d prompt tokens (cached_tokens)", *leg.CachedTokens, leg.PromptTokens))
+	}
+	if leg.CompletionTokens != st.MaxNewTokens {
+		v.add(Suspect, fmt.Sprintf("the request generated %d of %d tokens", leg.CompletionTokens, st.MaxNewTokens))
+	}
+	if !first.CountKnown {
+		v.add(Suspect, "the events carry no token counts, so one token per event is assumed")
+	}
+	span, tokens := s.seconds(last.At-first.At), last.CompletionTokens-first.CompletionTokens
+	if len(g.Events) < 2 || span <= 0 || tokens <= 0 {
+		v.add(Poisoned, fmt.Sprintf("%d events after the first, %d tokens: no decode rate", len(g.Events)-1, tokens))
+	} else {
+		row.DecodeTPS, row.SPerOutTok = float64(tokens)/span, span/float64(tokens)
+		row.TokensPerEvent = float64(tokens) / float64(len(g.Events)-1)
+		row.EventITL = span / float64(len(g.Events)-1)
+		row.EventITLErr = relErr(row.EventITL, row.SPerOutTok)
+		if row.TokensPerEvent > 1 {
+			v.add(OK, fmt.Sprintf("events carry %.2f tokens each: a per-event ITL is %.2fx the true time per token", row.TokensPerEvent, row.EventITL/row.SPerOutTok))
+		}
+	}
+	if s.sim != nil {
+		if err := st.truth(ctx, s, &row, &leg); err != nil {
+			return row, err
+		}
+	}
+	row.Leg = leg
+	return row, nil
+}
+
+func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Leg) error {
+	t, err := s.c.Truth(ctx, leg.RID)
+	if err != nil {
+		return err
+	}
+	leg.Truth = t
+	cold, err := s.expect(ctx, leg.PromptTokens, 0, 1)
+	if err != nil {
+		return err
+	}
+	steady, err := s.expect(ctx, leg.PromptTokens, 0, st.MaxNewTokens)
+	if err != nil {
+		return err
+	}
+	tr := &TruthFigures{TTFT: t.TTFT, ColdTTFT: cold.TTFT, SteadyDecode: steady.DecodeTokensPerS}
+	if d := t.Finished - t.FirstToken; d > 0 {
+		decode := float64(t.CompletionTokens-1) / d
+		e := relErr(row.DecodeTPS, decode)
+		tr.Decode, tr.DecodeErr = &decode, &e
+	}
+	tr.TTFTErr, tr.TTFTBias = relErr(row.TTFT, tr.TTFT), relErr(row.TTFT, tr.ColdTTFT)
+	if tr.SteadyDecode != nil && row.DecodeTPS > 0 {
+		b := relErr(row.DecodeTPS, *tr.SteadyDecode)
+		tr.DecodeBias = &b
+	}
+	row.Truth = tr
+	return nil
+}

@@ -1,0 +1,475 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"sglmock/sim"
+)
+
+// Method is a variant of the two-point method.
+type Method string
+
+// The two-point variants.
+const (
+	// Naive sends the same prompt twice: the seed's first run, which the
+	// prefix cache poisons.
+	Naive Method = "naive"
+	// FlushMethod empties the prefix cache before each leg.
+	FlushMethod Method = "flush"
+	// NonceMethod puts a fresh nonce in each leg's prompt.
+	NonceMethod Method = "nonce"
+	// FlushNonce does both: the seed's fix.
+	FlushNonce Method = "flush+nonce"
+)
+
+// Methods lists the two-point variants.
+var Methods = []Method{Naive, FlushMethod, NonceMethod, FlushNonce}
+
+func (m Method) flushes() bool { return m == FlushMethod || m == FlushNonce }
+func (m Method) nonces() bool  { return m == NonceMethod || m == FlushNonce }
+
+// Point is one context of a sweep: the row's label and the server tokens
+// its prompt is sized to.
+type Point struct {
+	CtxReq int `json:"ctx_req"`
+	Tokens int `json:"tokens"`
+}
+
+// TwoPoint is the two-point method: per context a leg with max_new_tokens
+// A and a leg with B on the same prompt; decode tok/s = (B-A)/(t_b-t_a),
+// TTFT ~ t_a, prefill tok/s = prompt tokens / t_a.
+type TwoPoint struct {
+	Client  *Client
+	Points  []Point
+	A, B    int
+	Methods []Method
+	// NoncePosition is where the nonce methods put the nonce.
+	NoncePosition NoncePosition
+	// Repeat measures each context this many times and reports the
+	// medians and the spread.
+	Repeat int
+	Options
+}
+
+// Validate checks the configuration before anything is sent.
+func (tp *TwoPoint) Validate() error {
+	switch {
+	case tp.A < 1 || tp.B <= tp.A || tp.B > MaxTokens:
+		return fmt.Errorf("need 1 <= a < b <= %d, got a=%d b=%d", MaxTokens, tp.A, tp.B)
+	case tp.Repeat < 1 || tp.Repeat > maxRepeat:
+		return fmt.Errorf("repeat %d: must be in 1..%d", tp.Repeat, maxRepeat)
+	case len(tp.Methods) == 0:
+		return errors.New("no method")
+	case tp.NoncePosition != NonceStart && tp.NoncePosition != NonceEnd:
+		return fmt.Errorf("nonce position %q: must be start or end", tp.NoncePosition)
+	}
+	if err := validateCommon(tp.Points, tp.Options); err != nil {
+		return err
+	}
+	for _, m := range tp.Methods {
+		if !slices.Contains(Methods, m) {
+			return fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
+		}
+		if m.flushes() && tp.Client != nil && !tp.Client.CanFlush() {
+			return fmt.Errorf("method %s: %w", m, ErrNoFlush)
+		}
+	}
+	return nil
+}
+
+// Leg is one request of a measurement.
+type Leg struct {
+	Name             string `json:"leg"`
+	RID              string `json:"rid"`
+	MaxNewTokens     int    `json:"max_new_tokens"`
+	PromptTokens     int    `json:"prompt_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	// CachedTokens is nil when the server does not report it.
+	CachedTokens *int `json:"cached_tokens"`
+	// Seconds is the measured time, in the server's seconds.
+	Seconds float64 `json:"seconds"`
+	// Flush is the flush sent before the leg, if the method flushes.
+	Flush *FlushRecord `json:"flush,omitempty"`
+	// Truth is the server's record of the request, when it has /sim/.
+	Truth *sim.Truth `json:"truth,omitempty"`
+}
+
+// Run is one two-point measurement: legs a and b.
+type Run struct {
+	A Leg `json:"a"`
+	B Leg `json:"b"`
+}
+
+// Figures are the two-point results; nil where undefined (t_b <= t_a).
+type Figures struct {
+	TTFT       float64  `json:"ttft_s"`
+	PrefillTPS float64  `json:"prefill_tok_s"`
+	DecodeTPS  *float64 `json:"decode_tok_s"`
+	SPerOutTok *float64 `json:"s_per_out_tok"`
+}
+
+// TruthFigures compare a row's figures with the server's model: the
+// measurement error against the modelled values of the very requests sent
+// (only the client's clock and transport are in it), and the method bias
+// against the cold TTFT and the steady-state decode rate at that context
+// (what the method itself gets wrong). Errors are relative, (measured -
+// true)/true; nil where undefined.
+type TruthFigures struct {
+	TTFT         float64  `json:"ttft_true_s"`
+	Decode       *float64 `json:"decode_true_tok_s"`
+	ColdTTFT     float64  `json:"ttft_cold_s"`
+	SteadyDecode *float64 `json:"decode_steady_tok_s"`
+	TTFTErr      float64  `json:"ttft_err"`
+	DecodeErr    *float64 `json:"decode_err"`
+	TTFTBias     float64  `json:"ttft_bias"`
+	DecodeBias   *float64 `json:"decode_bias"`
+}
+
+// Row is one context of one method: the median over its runs.
+type Row struct {
+	Method       Method  `json:"method"`
+	CtxReq       int     `json:"ctx_req"`
+	PromptTokens int     `json:"prompt_tok"`
+	A            int     `json:"a"`
+	B            int     `json:"b"`
+	TA           float64 `json:"t_a"`
+	TB           float64 `json:"t_b"`
+	Figures
+	// CachedA and CachedB are the most any run's leg reused; nil when
+	// the server does not report it.
+	CachedA *int `json:"cached_a"`
+	CachedB *int `json:"cached_b"`
+	// Spread is (max-min)/median of the decode rate over the runs (of
+	// t_a when decode is undefined); 0 with one run.
+	Spread  float64       `json:"spread"`
+	Speedup float64       `json:"speedup"`
+	Truth   *TruthFigures `json:"truth,omitempty"`
+	Verdict Verdict       `json:"verdict"`
+	Runs    []Run         `json:"runs"`
+}
+
+// Report is the result of a run of the harness.
+type Report struct {
+	Method string      `json:"method"` // "twopoint" or "stream"
+	Server Server      `json:"server"`
+	Rows   []Row       `json:"rows,omitempty"`
+	Stream []StreamRow `json:"stream_rows,omitempty"`
+}
+
+// Poisoned tells whether any row is poisoned.
+func (r *Report) Poisoned() bool {
+	for _, row := range r.Rows {
+		if row.Verdict.Level() == Poisoned {
+			return true
+		}
+	}
+	for _, row := range r.Stream {
+		if row.Verdict.Level() == Poisoned {
+			return true
+		}
+	}
+	return false
+}
+
+// Run measures every method at every context, in that order, and checks
+// each measurement.
+func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
+	if err := tp.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := startSession(ctx, tp.Client, tp.Options)
+	if err != nil {
+		return nil, err
+	}
+	s.prog.Start(2 * len(tp.Methods) * len(tp.Points) * tp.Repeat)
+	defer s.prog.Finish()
+	rep := &Report{Method: "twopoint", Server: s.server}
+	for _, m := range tp.Methods {
+		for _, p := range tp.Points {
+			row := Row{Method: m, CtxReq: p.CtxReq, A: tp.A, B: tp.B, Speedup: s.server.Speedup}
+			for i := range tp.Repeat {
+				run, err := tp.measure(ctx, s, m, p, i)
+				if err != nil {
+					return rep, fmt.Errorf("%s at ctx %d: %w", m, p.CtxReq, err)
+				}
+				row.Runs = append(row.Runs, run)
+			}
+			if err := tp.summarize(ctx, s, &row); err != nil {
+				return rep, err
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	return rep, nil
+}
+
+// measure sends one run's two legs.
+func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, i int) (Run, error) {
+	var run Run
+	seed := uint64(p.Tokens)
+	var shared Prompt
+	if !m.nonces() {
+		var err error
+		if shared, _, err = s.builder.build(ctx, p.Tokens, seed, "", tp.NoncePosition); err != nil {
+			return run, err
+		}
+	}
+	for _, leg := range []*Leg{&run.A, &run.B} {
+		leg.Name, leg.MaxNewTokens = "a", tp.A
+		if leg == &run.B {
+			leg.Name, leg.MaxNewTokens = "b", tp.B
+		}
+		id := s.opt.NewID()
+		prompt := shared
+		if m.nonces() {
+			var err error
+			if prompt, _, err = s.builder.build(ctx, p.Tokens, seed, id, tp.NoncePosition); err != nil {
+				return run, err
+			}
+		}
+		desc := fmt.Sprintf("%s ctx %d leg %s", m, p.CtxReq, leg.Name)
+		if tp.Repeat > 1 {
+			desc += fmt.Sprintf(" (run %d/%d)", i+1, tp.Repeat)
+		}
+		s.prog.Leg(desc)
+		if m.flushes() {
+			rec, err := s.flush(ctx)
+			if err != nil {
+				return run, err
+			}
+			leg.Flush = rec
+		}
+		leg.RID = "twopoint-" + id
+		g, err := s.c.Generate(ctx, prompt, leg.MaxNewTokens, leg.RID, false)
+		if err != nil {
+			return run, err
+		}
+		s.prog.Done()
+		leg.PromptTokens, leg.CompletionTokens, leg.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
+		leg.CachedTokens = s.cached(g)
+	}
+	if s.sim != nil {
+		for _, leg := range []*Leg{&run.A, &run.B} {
+			t, err := s.c.Truth(ctx, leg.RID)
+			if err != nil {
+				return run, err
+			}
+			leg.Truth = t
+		}
+	}
+	return run, nil
+}
+
+// figures computes one run's two-point results.
+func (r Run) figures() Figures {
+	f := Figures{TTFT: r.A.Seconds}
+	if r.A.Seconds > 0 {
+		f.PrefillTPS = float64(r.A.PromptTokens) / r.A.Seconds
+	}
+	dt, dn := r.B.Seconds-r.A.Seconds, r.B.CompletionTokens-r.A.CompletionTokens
+	if dt > 0 && dn > 0 {
+		d, s := float64(dn)/dt, dt/float64(dn)
+		f.DecodeTPS, f.SPerOutTok = &d, &s
+	}
+	return f
+}
+
+// check runs every check on one run. floor is the shared prefix floor (-1
+// unknown); allow the tolerated reuse beyond it.
+func (r Run) check(floor, allow int) Verdict {
+	var v Verdict
+	poisoned := false
+	for _, leg := range []Leg{r.A, r.B} {
+		if leg.Flush != nil && !leg.Flush.OK() {
+			v.add(Suspect, flushCause(leg.Name, leg.Flush))
+		}
+		switch {
+		case leg.CachedTokens == nil:
+			v.add(Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report, vLLM with --enable-prompt-tokens-details)", leg.Name))
+		case *leg.CachedTokens > max(floor, 0)+allow:
+			poisoned = true
+			text := fmt.Sprintf("leg %s reused %d of %d prompt tokens (cached_tokens)", leg.Name, *leg.CachedTokens, leg.PromptTokens)
+			if floor > 0 {
+				text += fmt.Sprintf(", beyond the %d every prompt shares", floor)
+			}
+			if leg.Flush != nil && leg.Flush.OK() {
+				text += " although the flush before it was accepted"
+			}
+			v.add(Poisoned, text)
+		}
+		if leg.CompletionTokens != leg.MaxNewTokens {
+			v.add(Suspect, fmt.Sprintf("leg %s generated %d of %d tokens", leg.Name, leg.CompletionTokens, leg.MaxNewTokens))
+		}
+	}
+	if r.A.PromptTokens != r.B.PromptTokens {
+		v.add(Suspect, fmt.Sprintf("the legs' prompts differ: %d and %d tokens", r.A.PromptTokens, r.B.PromptTokens))
+	}
+	if r.B.Seconds <= r.A.Seconds {
+		rel := "<"
+		if r.B.Seconds == r.A.Seconds {
+			rel = "="
+		}
+		l := Suspect
+		if poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
+			l = Poisoned
+		}
+		v.add(l, fmt.Sprintf("t_b %s t_a, so decode is undefined", rel))
+	}
+	return v
+}
+
+// summarize fills a row from its runs: medians, spread, verdict, truth.
+func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
+	var tas, tbs, ttfts, prefills, decodes, spos []float64
+	for _, r := range row.Runs {
+		f := r.figures()
+		tas, tbs = append(tas, r.A.Seconds), append(tbs, r.B.Seconds)
+		ttfts, prefills = append(ttfts, f.TTFT), append(prefills, f.PrefillTPS)
+		if f.DecodeTPS != nil {
+			decodes, spos = append(decodes, *f.DecodeTPS), append(spos, *f.SPerOutTok)
+		}
+		row.Verdict.merge(r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix))
+		row.PromptTokens = max(row.PromptTokens, r.A.PromptTokens, r.B.PromptTokens)
+		row.CachedA, row.CachedB = maxPtr(row.CachedA, r.A.CachedTokens), maxPtr(row.CachedB, r.B.CachedTokens)
+	}
+	if note := retriedFlushes(row.Runs); note != "" {
+		row.Verdict.add(OK, note)
+	}
+	row.TA, row.TB = median(tas), median(tbs)
+	row.TTFT, row.PrefillTPS = median(ttfts), median(prefills)
+	if len(decodes) == len(row.Runs) {
+		d, sp := median(decodes), median(spos)
+		row.DecodeTPS, row.SPerOutTok = &d, &sp
+		row.Spread = spread(decodes)
+	} else {
+		row.Spread = spread(tas)
+		if len(decodes) > 0 {
+			row.Verdict.add(Suspect, fmt.Sprintf("decode is undefined in %d of %d runs", len(row.Runs)-len(decodes), len(row.Runs)))
+		}
+	}
+	if s.sim == nil {
+		return nil
+	}
+	return tp.truth(ctx, s, row)
+}
+
+// truth computes the row's errors against the model. With several runs
+// each error is the median of the runs' errors, every run's measured
+// figure taken against the truth of its own requests.
+func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
+	var trueTA, trueDecode, ttftErrs, decodeErrs []float64
+	for _, r := range row.Runs {
+		f := r.figures()
+		trueTA = append(trueTA, r.A.Truth.E2E)
+		ttftErrs = append(ttftErrs, relErr(f.TTFT, r.A.Truth.E2E))
+		if dt := r.B.Truth.E2E - r.A.Truth.E2E; dt > 0 {
+			d := float64(r.B.CompletionTokens-r.A.CompletionTokens) / dt
+			trueDecode = append(trueDecode, d)
+			if f.DecodeTPS != nil {
+				decodeErrs = append(decodeErrs, relErr(*f.DecodeTPS, d))
+			}
+		}
+	}
+	prompt := row.Runs[0].A.PromptTokens
+	cold, err := s.expect(ctx, prompt, 0, 1)
+	if err != nil {
+		return err
+	}
+	steady, err := s.expect(ctx, prompt, 0, tp.B)
+	if err != nil {
+		return err
+	}
+	t := &TruthFigures{TTFT: median(trueTA), ColdTTFT: cold.TTFT, SteadyDecode: steady.DecodeTokensPerS}
+	t.TTFTErr, t.TTFTBias = median(ttftErrs), relErr(row.TTFT, t.ColdTTFT)
+	if len(trueDecode) == len(row.Runs) {
+		d := median(trueDecode)
+		t.Decode = &d
+	}
+	if len(decodeErrs) == len(row.Runs) {
+		e := median(decodeErrs)
+		t.DecodeErr = &e
+	}
+	if row.DecodeTPS != nil && t.SteadyDecode != nil {
+		b := relErr(*row.DecodeTPS, *t.SteadyDecode)
+		t.DecodeBias = &b
+	}
+	row.Truth = t
+	return nil
+}
+
+// retriedFlushes describes the flushes that were refused first and then
+// accepted on a retry, as SGLang refuses one sent right after a response;
+// "" when there were none.
+func retriedFlushes(runs []Run) string {
+	flushes, retried, most := 0, 0, 0
+	for _, r := range runs {
+		for _, f := range []*FlushRecord{r.A.Flush, r.B.Flush} {
+			if f == nil {
+				continue
+			}
+			flushes++
+			if f.OK() && len(f.Attempts) > 1 {
+				retried++
+				most = max(most, len(f.Attempts))
+			}
+		}
+	}
+	if retried == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d flushes were refused at first and accepted on a retry, after at most %d tries", retried, flushes, most)
+}
+
+func maxPtr(a, b *int) *int {
+	switch {
+	case b == nil:
+		return a
+	case a == nil || *b > *a:
+		v := *b
+		return &v
+	}
+	return a
+}
+
+// median of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// spread is (max-min)/median; 0 for fewer than two values.
+func spread(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	m := median(xs)
+	if m == 0 {
+		return 0
+	}
+	return (slices.Max(xs) - slices.Min(xs)) / m
+}
+
+// ParseMethods parses a comma-separated list of methods.
+func ParseMethods(s string) ([]Method, error) {
+	var out []Method
+	for _, f := range strings.Split(s, ",") {
+		m := Method(strings.TrimSpace(f))
+		if !slices.Contains(Methods, m) {
+			return nil, fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
