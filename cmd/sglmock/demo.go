@@ -33,7 +33,7 @@ type demoPoint struct {
 var demoPoints = []demoPoint{
 	{harness.Point{CtxReq: 1024, Tokens: 1407}, 2, 7},
 	{harness.Point{CtxReq: 8192, Tokens: 11382}, 15, 3},
-	{harness.Point{CtxReq: 32768, Tokens: 45507}, 40, 3},
+	{harness.Point{CtxReq: 32768, Tokens: 45507}, 20, 2},
 }
 
 const demoProfile = "kimi-k2.6-rtx6000"
