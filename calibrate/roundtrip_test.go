@@ -1,0 +1,96 @@
+package calibrate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"sglmock/calibrate"
+	"sglmock/harness"
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/mocktest"
+	"sglmock/mockserver/profile"
+)
+
+// bench measures points on a mock of p with flush+nonce, as `sglmock bench
+// --csv` does, and returns the CSV.
+func bench(t *testing.T, p *profile.Profile, points []harness.Point) []byte {
+	t.Helper()
+	m := mocktest.Start(t, api.Config{Profile: p})
+	n := 0
+	tp := &harness.TwoPoint{
+		Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
+		Points: points, A: 1, B: 65, Methods: []harness.Method{harness.FlushNonce}, NoncePosition: harness.NonceStart, Repeat: 1,
+		Options: harness.Options{
+			Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
+			NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
+		},
+	}
+	rep, err := tp.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var csv bytes.Buffer
+	if err := rep.WriteCSV(&csv); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	return csv.Bytes()
+}
+
+// The round trip: bench a deployment, fit a profile to what bench wrote,
+// bench the fitted profile: the same figures come back, and the fitted
+// coefficients are the deployment's.
+func TestRoundTripBenchCalibrateBench(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		deployment := mocktest.Profile(t, "default")
+		deployment.Name = "measured"
+		deployment.Prefill = profile.PrefillCost{OverheadS: 0.012, PerTokenS: 4.1e-5, AttentionS: 3.3e-10}
+		deployment.Decode = profile.DecodeCost{StepOverheadS: 0.007, PerSeqS: 2e-5, PerCtxTokenS: 2.2e-9}
+		points := []harness.Point{{CtxReq: 1024, Tokens: 1024}, {CtxReq: 4096, Tokens: 4096}, {CtxReq: 12000, Tokens: 12000}, {CtxReq: 24000, Tokens: 24000}}
+
+		first := bench(t, deployment, points)
+		rows, err := calibrate.ReadCSV(bytes.NewReader(first), "bench.csv")
+		if err != nil {
+			t.Fatalf("bench's CSV does not read back: %v\n%s", err, first)
+		}
+		fit, err := calibrate.Fit(rows, mocktest.Profile(t, "default"), "fitted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fit.PrefillForm != calibrate.Formula || fit.DecodeForm != calibrate.Formula || fit.MaxError > 1e-6 {
+			t.Fatalf("got %s/%s with largest residual %g, want formulas that reproduce the rows exactly", fit.PrefillForm, fit.DecodeForm, fit.MaxError)
+		}
+		got, want := fit.Profile, deployment
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
+			{"per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
+			{"attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
+			{"step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
+			{"per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
+		} {
+			if math.Abs(c.got-c.want) > 1e-6*c.want {
+				t.Errorf("%s: got %.9g, want %.9g", c.name, c.got, c.want)
+			}
+		}
+
+		second := bench(t, fit.Profile, points)
+		again, err := calibrate.ReadCSV(bytes.NewReader(second), "again.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rows {
+			a, b := rows[i], again[i]
+			if math.Abs(a.TA-b.TA) > 1e-6*a.TA || math.Abs(a.TB-b.TB) > 1e-6*a.TB {
+				t.Errorf("ctx %d: t_a %v then %v, t_b %v then %v; want the same", a.CtxReq, a.TA, b.TA, a.TB, b.TB)
+			}
+		}
+	})
+}
