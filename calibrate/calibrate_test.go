@@ -158,3 +158,26 @@ func TestReadCSVErrors(t *testing.T) {
 		t.Fatalf("got %+v, %v", rows, err)
 	}
 }
+
+// Under EAGLE-family speculative decoding a cached leg b reuses one token
+// less (bigram keys), and the fit knows it: rows the EAGLE3 profile
+// generates are reproduced.
+func TestCachedLegUnderBigramKeys(t *testing.T) {
+	truth := load(t, "llama-8b-eagle3-h100")
+	var rows []Row
+	for _, n := range []int{900, 4000, 16000, 40000} {
+		rows = append(rows, Row{CtxReq: n, PromptTokens: n, A: 1, B: 33, BCached: true,
+			TA: legSeconds(truth, n, 0, 1), TB: legSeconds(truth, n, n-2, 33)})
+	}
+	res, err := Fit(rows, load(t, "llama-8b-eagle3-h100"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := res.Profile.Decode, truth.Decode
+	if res.MaxError > 1e-6 || math.Abs(got.PerCtxTokenS-want.PerCtxTokenS) > 1e-6*want.PerCtxTokenS {
+		var b strings.Builder
+		res.WriteReport(&b)
+		t.Fatalf("got decode %+v with largest residual %g, want per_ctx_token_s %g reproducing the rows exactly:\n%s",
+			got, res.MaxError, want.PerCtxTokenS, b.String())
+	}
+}

@@ -114,10 +114,14 @@ type fitter struct {
 }
 
 // cachedLen is what leg b reused when b_cached: the prompt's reusable
-// prefix under the base profile's page size.
+// prefix under the base profile's page size, one token less when SGLang
+// keys the cache on bigrams (EAGLE-family speculative decoding).
 func (f *fitter) cachedLen(r Row) int {
-	if !r.BCached {
+	switch {
+	case !r.BCached:
 		return 0
+	case f.base.BigramKeys():
+		return radixcache.ReusablePrefixLen(r.PromptTokens-1, f.base.PageSize)
 	}
 	return radixcache.ReusablePrefixLen(r.PromptTokens, f.base.PageSize)
 }
