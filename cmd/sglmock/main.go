@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +20,7 @@ func commands() []command {
 		{"demo", "show the cache-poisoning trap and its fix (status of the project for now)", runDemo},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
+		{"health", "ask a server's /health: exit 0 when it serves (the container's health check)", runHealth},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
 		{"help", "show this help", nil},
 	}
@@ -56,4 +59,21 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
+}
+
+// parseCommandFlags parses a subcommand's flags, which take no positional
+// argument. When the command is to stop here, done is true and exit is its
+// code: 0 after --help, 2 for a bad flag or a stray argument.
+func parseCommandFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
+		return 2, true
+	}
+	return 0, false
 }
