@@ -1,7 +1,7 @@
 # sglmock's container image: a static binary on an empty base, run as a
 # non-root user, serving on 0.0.0.0:30000.
 #
-#   podman build -t sglmock .                 # or: docker build -t sglmock .
+#   podman build --format docker -t sglmock .   # or: docker build -t sglmock .
 #   podman run --rm -p 30000:30000 sglmock --profile kimi-k2.6-rtx6000 --speedup 100
 #
 # Arguments after the image name are `sglmock serve` flags. The binary's own
@@ -12,6 +12,9 @@
 # needs no libc, shell, time zone data or package metadata, so the image is
 # the binary, one passwd entry for its user and the CA bundle, and the only
 # base image to trust (and to pull) is the Go toolchain of the build stage.
+#
+# The OCI image format has no health check: podman keeps the HEALTHCHECK
+# only with --format docker (docker always does).
 #
 # GO_IMAGE names the build stage's Go toolchain; GOPROXY may point the module
 # download elsewhere, e.g. at a local module cache through file:///...
