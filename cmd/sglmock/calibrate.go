@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,16 +31,10 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if exit, done := parseCommandFlags(fs, args, stderr); done {
+		return exit
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "sglmock calibrate: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	case *csvPath == "":
 		fmt.Fprintln(stderr, "sglmock calibrate: --csv is required")
 		return 2

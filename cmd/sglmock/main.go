@@ -24,6 +24,7 @@ func commands() []command {
 		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
+		{"health", "ask a server's /health: exit 0 when it serves (the container's health check)", runHealth},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
 		{"help", "show this help", nil},
 	}
@@ -88,4 +89,21 @@ func loadProfile(name string, flags *profile.Flags) (*profile.Profile, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// parseCommandFlags parses a subcommand's flags, which take no positional
+// argument. When the command is to stop here, done is true and exit is its
+// code: 0 after --help, 2 for a bad flag or a stray argument.
+func parseCommandFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
+		return 2, true
+	}
+	return 0, false
 }

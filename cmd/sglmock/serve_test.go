@@ -195,7 +195,7 @@ func tail(s string) string { return s[max(0, len(s)-200):] }
 // 503, the ground truth stays readable, and what still runs at the end is
 // aborted as the server shutting down.
 func TestServeGracePeriod(t *testing.T) {
-	base, stop, _, done, logs := startServe(t, "--speedup", "1", "--shutdown-grace", "0.3", "--skip-server-warmup")
+	base, stop, _, done, logs := startServe(t, "--speedup", "1", "--shutdown-grace", "2", "--skip-server-warmup")
 	resp, err := http.Post(base+"/generate", "application/json",
 		strings.NewReader(`{"text": "Hello", "sampling_params": {"max_new_tokens": 30000}, "stream": true, "rid": "long"}`))
 	if err != nil {
