@@ -79,7 +79,12 @@
 //   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
 //     more is refused with the scheduler's message (and /server_info
 //     reports that max_req_input_len); ids past the vocabulary and a rid
-//     already running get SGLang's messages.
+//     already running get SGLang's messages. A length that, with the
+//     prompt, passes the context length is refused with SGLang's total,
+//     exact even near 2^63. Integer fields decode exactly: a literal
+//     outside int64, which Python would hold and goccy/go-json would wrap
+//     to a negative number, is refused with "<field> must be at most
+//     9223372036854775807, got <literal>."
 //   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
 //     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
 //     is its object (timestamp, version, dp_rank_count, loads with the

@@ -41,13 +41,13 @@ func (s *stringOrList) UnmarshalJSON(b []byte) error {
 // samplingParams are the sampling_params a mock honours; the rest are
 // accepted and ignored (the mock's output does not depend on sampling).
 type samplingParams struct {
-	MaxNewTokens   *int         `json:"max_new_tokens"`
+	MaxNewTokens   *integer     `json:"max_new_tokens"`
 	Temperature    *float64     `json:"temperature"`
 	Stop           stringOrList `json:"stop"`
 	StopTokenIDs   []int32      `json:"stop_token_ids"`
 	IgnoreEOS      bool         `json:"ignore_eos"`
-	N              *int         `json:"n"`
-	StreamInterval *int         `json:"stream_interval"`
+	N              *integer     `json:"n"`
+	StreamInterval *integer     `json:"stream_interval"`
 	NoStopTrim     bool         `json:"no_stop_trim"`
 }
 
@@ -188,16 +188,16 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if err != nil {
 		return plan{}, err, nil
 	}
-	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", -1)
+	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", integer(-1))
 	if err != nil {
 		return plan{}, err, nil
 	}
-	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", 0)
+	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", integer(0))
 	if err != nil {
 		return plan{}, err, nil
 	}
 	for _, top := range tops {
-		if err := checkTopLogprobs("top_logprobs_num", top); err != nil {
+		if err := checkTopLogprobs("top_logprobs_num", int(top)); err != nil {
 			return plan{}, nil, err
 		}
 	}
@@ -230,8 +230,8 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		if copies == 1 {
 			it.req.RID = rids[i]
 		}
-		it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
-		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
+		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
+		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
 		s.tokenizeForLogprobs(&it)
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 		for range copies {
@@ -248,7 +248,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 // request cannot ask for unbounded work.
 const maxN = 128
 
-func copiesOf(n *int) (int, error) {
+func copiesOf(n *integer) (int, error) {
 	switch {
 	case n == nil:
 		return 1, nil
@@ -257,7 +257,7 @@ func copiesOf(n *int) (int, error) {
 	case *n > maxN:
 		return 0, fmt.Errorf("n must be at most %d, got %d.", maxN, *n)
 	}
-	return *n, nil
+	return int(*n), nil
 }
 
 func deref(s *string) string {
@@ -272,13 +272,13 @@ func (s *Server) itemFrom(p samplingParams) item {
 	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
-		it.req.MaxNewTokens = *p.MaxNewTokens
+		it.req.MaxNewTokens = int(*p.MaxNewTokens)
 	}
 	it.req.Stop = p.Stop
 	it.req.StopTokenIDs = p.StopTokenIDs
 	it.req.IgnoreEOS = p.IgnoreEOS
 	if p.StreamInterval != nil && *p.StreamInterval > 0 {
-		it.streamInterval = *p.StreamInterval
+		it.streamInterval = int(*p.StreamInterval)
 	}
 	return it
 }

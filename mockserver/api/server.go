@@ -372,6 +372,12 @@ func describeJSONError(err error) string {
 	var typ *stdjson.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typ):
+		// The path names the embedded struct of the OpenAI bodies, which
+		// is no JSON key.
+		typ.Field = strings.TrimPrefix(typ.Field, "openAICommon.")
+		if msg, ok := outOfRange(typ); ok {
+			return msg
+		}
 		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", typ.Type, typ.Field, typ.Value)
 	case errors.As(err, &syn):
 		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)

@@ -320,12 +320,15 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	case len(tokens) >= ctxLen:
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"The input (%d tokens) is longer than the model's context length (%d tokens).", len(tokens), ctxLen)}
-	case len(tokens)+r.MaxNewTokens > ctxLen:
+	case r.MaxNewTokens > ctxLen-len(tokens):
+		// Compared so that it cannot overflow, and summed for the message
+		// in uint64, which holds any int plus a prompt length: Python's
+		// ints print the exact total.
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"Requested token count exceeds the model's maximum context length of %d tokens. "+
 				"You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. "+
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
-			ctxLen, len(tokens)+r.MaxNewTokens, len(tokens), r.MaxNewTokens)}
+			ctxLen, uint64(len(tokens))+uint64(r.MaxNewTokens), len(tokens), r.MaxNewTokens)}
 	case len(tokens) >= maxInput:
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+

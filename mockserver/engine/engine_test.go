@@ -472,6 +472,9 @@ func TestValidationErrors(t *testing.T) {
 				"The input (1000 tokens) is longer than the model's context length (1000 tokens)."},
 			{"total too long", Request{InputIDs: prompt(1, 900), MaxNewTokens: 200},
 				"Requested token count exceeds the model's maximum context length of 1000 tokens. You requested a total of 1100 tokens: 900 tokens from the input messages and 200 tokens for the completion."},
+			// The sum is exact, as Python's: no int overflows.
+			{"max int", Request{InputIDs: prompt(1, 900), MaxNewTokens: math.MaxInt},
+				"You requested a total of 9223372036854776707 tokens: 900 tokens from the input messages and 9223372036854775807 tokens for the completion."},
 			{"bad id", Request{InputIDs: []int32{5, -3}}, "token id -3 outside the vocabulary"},
 			{"id past the vocabulary", Request{InputIDs: []int32{5, int32(tokenizer.VocabSize), 7}},
 				fmt.Sprintf("The input_ids [5, %d, 7] contains values greater than the vocab size (%d).", tokenizer.VocabSize, tokenizer.VocabSize)},
