@@ -84,7 +84,13 @@
 //     exact even near 2^63. Integer fields decode exactly: a literal
 //     outside int64, which Python would hold and goccy/go-json would wrap
 //     to a negative number, is refused with "<field> must be at most
-//     9223372036854775807, got <literal>."
+//     9223372036854775807, got <literal>." The mock's own bounds, which
+//     SGLang does not have, keep one request from sizing unbounded work:
+//     at most 2048 sequences (prompts x n, n at most 128), 32 stop strings
+//     of at most 256 bytes, 1024 stop_token_ids, a rid of 512 bytes and a
+//     cache namespace (extra_key, cache_salt and lora_path) of 1024; a
+//     text prompt whose byte length alone shows it cannot fit the context
+//     is counted, not tokenized, before it is refused.
 //   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
 //     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
 //     is its object (timestamp, version, dp_rank_count, loads with the

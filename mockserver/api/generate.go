@@ -173,6 +173,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if n == 0 {
 		return plan{}, nil, errors.New("The batch is empty.")
 	}
+	if err := checkSequences(n, 1); err != nil {
+		return plan{}, nil, err // before any per-prompt list is sized by n
+	}
 	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
 	if err != nil {
 		return plan{}, err, nil
@@ -213,6 +216,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if err != nil {
 		return plan{}, nil, err
 	}
+	if err := checkSequences(n, copies); err != nil {
+		return plan{}, nil, err
+	}
 	for i := range n {
 		if c, err := copiesOf(params[i].N); err != nil {
 			return plan{}, nil, err
@@ -232,7 +238,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		}
 		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
 		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
-		s.tokenizeForLogprobs(&it)
+		if err := s.tokenizeForLogprobs(&it); err != nil {
+			return plan{}, nil, err
+		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 		for range copies {
 			it.index = len(p.items)
@@ -244,9 +252,24 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	return p, nil, nil
 }
 
-// maxN bounds n (parallel samples per prompt), as OpenAI does, so one
-// request cannot ask for unbounded work.
-const maxN = 128
+// maxN bounds n (parallel samples per prompt), as OpenAI does, and
+// maxSequences the sequences of one request (prompts x n), so that one
+// request cannot ask for unbounded work: each sequence is an engine
+// request. SGLang bounds neither; the mock's bound is generous.
+const (
+	maxN         = 128
+	maxSequences = 2048
+)
+
+// checkSequences bounds the sequences of a batch of prompts with n copies
+// each.
+func checkSequences(prompts, copies int) error {
+	if prompts > maxSequences || prompts*copies > maxSequences {
+		return fmt.Errorf("A request may ask for at most %d sequences (prompts x n), got %d prompts x %d.",
+			maxSequences, prompts, copies)
+	}
+	return nil
+}
 
 func copiesOf(n *integer) (int, error) {
 	switch {
@@ -314,7 +337,10 @@ func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
 func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 	for i := 0; i < len(p.items); i += p.copies {
 		group := p.items[i : i+p.copies]
-		tokens := s.eng.Tokenize(group[0].req)
+		tokens, err := s.eng.Tokenize(group[0].req)
+		if err != nil {
+			return err
+		}
 		for c := range group {
 			group[c].req.InputIDs, group[c].req.Text = tokens, ""
 		}

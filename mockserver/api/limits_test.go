@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -172,5 +173,50 @@ func TestHugeOutputLengths(t *testing.T) {
 		if st := ts.Engine().Stats(); st.Requests != 0 {
 			t.Errorf("%d requests ran, want none", st.Requests)
 		}
+	})
+}
+
+// What one request may ask for is bounded before anything is sized by it:
+// prompts x n, stop strings, rids and cache namespaces, each refused with
+// a 400 that says the bound.
+func TestRequestBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		generateError := func(msg string) string { return `{"error":{"message":` + jsonOf(msg) + `}}` }
+		openAIError := func(msg string) string {
+			return `{"object":"error","message":` + jsonOf(msg) + `,"type":"BadRequestError","param":null,"code":400}`
+		}
+		texts := func(n int) string { return jsonOf(slices.Repeat([]string{"x"}, n)) }
+		tests := []struct {
+			name, path, body, want string
+		}{
+			{"2049 prompts", "/generate", `{"text": ` + texts(2049) + `}`,
+				generateError("A request may ask for at most 2048 sequences (prompts x n), got 2049 prompts x 1.")},
+			{"17 prompts x 128", "/generate", `{"text": ` + texts(17) + `, "sampling_params": {"n": 128}}`,
+				generateError("A request may ask for at most 2048 sequences (prompts x n), got 17 prompts x 128.")},
+			{"completions, 17 prompts x 128", "/v1/completions", `{"prompt": ` + texts(17) + `, "n": 128}`,
+				openAIError("A request may ask for at most 2048 sequences (prompts x n), got 17 prompts x 128.")},
+			{"a million stop strings", "/generate", `{"text": "x", "sampling_params": {"stop": ` + texts(1_000_000) + `}}`,
+				generateError("stop must have at most 32 strings, got 1000000.")},
+			{"a long stop string", "/v1/completions", `{"prompt": "x", "stop": ` + jsonOf(strings.Repeat("s", 257)) + `}`,
+				openAIError("Each stop string must be at most 256 bytes, got one of 257.")},
+			{"a long rid", "/generate", `{"text": "x", "rid": ` + jsonOf(strings.Repeat("r", 513)) + `}`,
+				generateError("The rid must be at most 512 bytes, got 513.")},
+			{"a long salt", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "cache_salt": ` + jsonOf(strings.Repeat("s", 1024)) + `}`,
+				openAIError("The cache namespace (extra_key, cache_salt and lora_path together) must be at most 1024 bytes, got 1025.")},
+		}
+		for _, tt := range tests {
+			if code, body, _ := ts.Do(t, "POST", tt.path, tt.body); code != 400 || body != tt.want {
+				t.Errorf("%s: got %d %.300s\nwant 400 %s", tt.name, code, body, tt.want)
+			}
+		}
+		if st := ts.Engine().Stats(); st.Requests != 0 {
+			t.Errorf("%d requests ran, want none", st.Requests)
+		}
+		// At the bound, a batch runs.
+		if n, _ := completionTokens(t, ts, "/v1/completions", `{"prompt": `+texts(16)+`, "n": 128, "max_tokens": 1}`); n != 2048 {
+			t.Errorf("16 prompts x 128: %d completion tokens, want 2048", n)
+		}
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }

@@ -136,17 +136,27 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 
 // prepareOpenAI validates the shared fields and plans copies of each
 // prompt, prompt-major, each to generate maxNew(prompt) tokens.
-func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int, lp logprobParams) (plan, error) {
+func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
+		return plan{}, err
+	}
+	if err := checkSequences(len(prompts), copies); err != nil {
 		return plan{}, err
 	}
 	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
-		limit := maxNew(&prompt)
+		limit, err := maxNew(&prompt)
+		if err != nil {
+			return plan{}, err
+		}
 		if lp.on && prompt.InputIDs == nil {
-			prompt.InputIDs, prompt.Text = s.eng.Tokenize(prompt), "" // the input logprobs are of its tokens
+			// The input logprobs are of its tokens.
+			if prompt.InputIDs, err = s.eng.Tokenize(prompt); err != nil {
+				return plan{}, err
+			}
+			prompt.Text = ""
 		}
 		for range copies {
 			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval, logprobs: lp}
@@ -237,7 +247,7 @@ func (s *Server) completions(c *gin.Context) {
 			lp.start = 0
 		}
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens }, lp)
+	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) (int, error) { return maxTokens, nil }, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
@@ -326,7 +336,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			*maxTokens, ctxLen))
 		return
 	}
-	maxNew := func(*engine.Request) int { return *maxTokens }
+	maxNew := func(*engine.Request) (int, error) { return *maxTokens, nil }
 	if maxTokens == nil {
 		maxNew = s.chatBudget
 	}
@@ -353,11 +363,15 @@ func (s *Server) chatCompletions(c *gin.Context) {
 // - 2 - prompt tokens) until the model samples EOS, which the mock never
 // does, so the profile's output cap stands in for it. It tokenizes the
 // prompt, once, to count it.
-func (s *Server) chatBudget(prompt *engine.Request) int {
+func (s *Server) chatBudget(prompt *engine.Request) (int, error) {
 	if prompt.InputIDs == nil {
-		prompt.InputIDs, prompt.Text = s.eng.Tokenize(*prompt), ""
+		tokens, err := s.eng.Tokenize(*prompt)
+		if err != nil {
+			return 0, err
+		}
+		prompt.InputIDs, prompt.Text = tokens, ""
 	}
-	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap()))
+	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap())), nil
 }
 
 // logprobs renders an output's logprobs from output position from on, as

@@ -17,7 +17,12 @@
 // # Scheduling, as SGLang does it
 //
 //   - A text prompt is tokenized on the caller's goroutine, with a BOS
-//     first when the profile's tokenizer adds one (add_bos_token).
+//     first when the profile's tokenizer adds one (add_bos_token). One
+//     whose byte length shows it cannot fit the context length is counted
+//     without being kept, and refused. Validation is SGLang's, with its
+//     messages, then the mock's bounds on what one request may ask for
+//     (rid, namespace, stop strings and ids: see MaxRIDBytes and the
+//     rest), so no request sizes an unbounded loop or record.
 //   - An iteration is a prefill batch when any waiting prompt can be
 //     admitted, else a decode round over every running request (prefill
 //     first is SGLang's default).

@@ -213,9 +213,15 @@ func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 func (e *Engine) Submit(r Request) (*Stream, error) {
 	arrival := e.Now()
 	seq := e.arrivals.Add(1)
-	tokens := e.Tokenize(r)
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return nil, err
+	}
 	if err := e.validate(r, tokens); err != nil {
 		return nil, err
+	}
+	if r.InputIDs != nil {
+		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
 		internal: r.Internal,
@@ -276,28 +282,73 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 }
 
 // Tokenize returns r's prompt as Submit sees it: a copy of InputIDs, or
-// Text tokenized.
-func (e *Engine) Tokenize(r Request) []int32 {
+// Text tokenized. A text too long for the context length is refused as
+// Submit refuses it, without being tokenized in full.
+func (e *Engine) Tokenize(r Request) ([]int32, error) {
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return nil, err
+	}
 	if r.InputIDs != nil {
-		return slices.Clone(r.InputIDs)
+		tokens = slices.Clone(tokens)
+	}
+	return tokens, nil
+}
+
+// prompt returns r's prompt: InputIDs itself, or Text tokenized. A text
+// whose byte length alone shows that it cannot fit the context length (a
+// token stands for at most tokenizer.MaxTokenBytes bytes) is only counted,
+// which allocates nothing, and refused with SGLang's message: a 100 MB
+// prompt costs no more memory than its body.
+func (e *Engine) prompt(r Request) ([]int32, error) {
+	if r.InputIDs != nil {
+		return r.InputIDs, nil
+	}
+	bos := 0
+	if e.prof.AddBOSToken {
+		bos = 1
+	}
+	if ctxLen := e.prof.ContextLength; len(r.Text)/tokenizer.MaxTokenBytes+bos >= ctxLen {
+		if n := tokenizer.Count(r.Text) + bos; n >= ctxLen {
+			return nil, inputTooLong(n, ctxLen)
+		}
 	}
 	// About one token per 4 bytes of English: one allocation, usually.
-	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
+	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken), nil
 }
 
 // Check applies Submit's validation to r without queueing it, for callers
 // that must refuse a group of requests before submitting any of them.
 func (e *Engine) Check(r Request) error {
-	tokens := r.InputIDs
-	if tokens == nil {
-		tokens = e.Tokenize(r)
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return err
 	}
 	return e.validate(r, tokens)
 }
 
+// Bounds on what one request may ask for. SGLang has none of these; each
+// sizes an allocation, a loop per output token or a record the engine
+// keeps, so the mock bounds them generously.
+const (
+	// MaxRIDBytes bounds a request id, which the ground truth keeps.
+	MaxRIDBytes = 512
+	// MaxNamespaceBytes bounds a cache namespace (extra_key, cache_salt
+	// and the LoRA adapter together), which the cache keeps.
+	MaxNamespaceBytes = 1024
+	// MaxStopStrings and MaxStopStringBytes bound the stop strings, which
+	// are searched for at every output token.
+	MaxStopStrings     = 32
+	MaxStopStringBytes = 256
+	// MaxStopTokenIDs bounds stop_token_ids, searched at every token.
+	MaxStopTokenIDs = 1024
+	// maxListedIDs bounds the ids an out-of-vocabulary message lists.
+	maxListedIDs = 1024
+)
+
 // validate applies SGLang's checks, with its messages: the tokenizer
 // manager's (vocabulary, context length), then the scheduler's
-// max_req_input_len (validate_input_length).
+// max_req_input_len (validate_input_length); then the mock's own bounds.
 func (e *Engine) validate(r Request, tokens []int32) error {
 	ctxLen := e.prof.ContextLength
 	switch {
@@ -318,8 +369,7 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	}
 	switch maxInput := e.prof.MaxReqInputLen(); {
 	case len(tokens) >= ctxLen:
-		return &InvalidRequestError{Message: fmt.Sprintf(
-			"The input (%d tokens) is longer than the model's context length (%d tokens).", len(tokens), ctxLen)}
+		return inputTooLong(len(tokens), ctxLen)
 	case r.MaxNewTokens > ctxLen-len(tokens):
 		// Compared so that it cannot overflow, and summed for the message
 		// in uint64, which holds any int plus a prompt length: Python's
@@ -334,18 +384,54 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
 				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
 	}
+	return checkBounds(r)
+}
+
+// checkBounds applies the mock's bounds on request ids, namespaces and stop
+// conditions.
+func checkBounds(r Request) error {
+	refuse := func(format string, args ...any) error {
+		return &InvalidRequestError{Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case len(r.RID) > MaxRIDBytes:
+		return refuse("The rid must be at most %d bytes, got %d.", MaxRIDBytes, len(r.RID))
+	case len(r.Namespace) > MaxNamespaceBytes:
+		return refuse("The cache namespace (extra_key, cache_salt and lora_path together) must be at most %d bytes, got %d.",
+			MaxNamespaceBytes, len(r.Namespace))
+	case len(r.Stop) > MaxStopStrings:
+		return refuse("stop must have at most %d strings, got %d.", MaxStopStrings, len(r.Stop))
+	case len(r.StopTokenIDs) > MaxStopTokenIDs:
+		return refuse("stop_token_ids must have at most %d ids, got %d.", MaxStopTokenIDs, len(r.StopTokenIDs))
+	}
+	for _, st := range r.Stop {
+		if len(st) > MaxStopStringBytes {
+			return refuse("Each stop string must be at most %d bytes, got one of %d.", MaxStopStringBytes, len(st))
+		}
+	}
 	return nil
 }
 
-// pythonList renders ids as Python prints a list: "[1, 2, 3]".
+func inputTooLong(n, ctxLen int) error {
+	return &InvalidRequestError{Message: fmt.Sprintf(
+		"The input (%d tokens) is longer than the model's context length (%d tokens).", n, ctxLen)}
+}
+
+// pythonList renders ids as Python prints a list: "[1, 2, 3]". Past
+// maxListedIDs ids it ends with ", ...]", so that a message stays short
+// however long the list.
 func pythonList(ids []int32) string {
-	b := make([]byte, 0, len(ids)*8+2)
+	shown := ids[:min(len(ids), maxListedIDs)]
+	b := make([]byte, 0, len(shown)*8+8)
 	b = append(b, '[')
-	for i, id := range ids {
+	for i, id := range shown {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	if len(shown) < len(ids) {
+		b = append(b, ", ..."...)
 	}
 	return string(append(b, ']'))
 }

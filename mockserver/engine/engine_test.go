@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -481,6 +482,18 @@ func TestValidationErrors(t *testing.T) {
 			// The scheduler refuses max_req_input_len = ctx-6 tokens or more.
 			{"past max_req_input_len", Request{InputIDs: prompt(1, 994)},
 				"Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."},
+			// A long list past the vocabulary is listed up to 1024 ids.
+			{"long list past the vocabulary", Request{InputIDs: append(make([]int32, 5000), int32(tokenizer.VocabSize))},
+				"The input_ids [" + strings.Repeat("0, ", 1024) + "...] contains values greater than the vocab size"},
+			// The mock's own bounds.
+			{"long rid", Request{RID: strings.Repeat("r", 513), InputIDs: prompt(1, 5)}, "The rid must be at most 512 bytes, got 513."},
+			{"long namespace", Request{Namespace: strings.Repeat("s", 1025), InputIDs: prompt(1, 5)},
+				"The cache namespace (extra_key, cache_salt and lora_path together) must be at most 1024 bytes, got 1025."},
+			{"too many stop strings", Request{Stop: make([]string, 33), InputIDs: prompt(1, 5)}, "stop must have at most 32 strings, got 33."},
+			{"long stop string", Request{Stop: []string{"a", strings.Repeat("s", 257)}, InputIDs: prompt(1, 5)},
+				"Each stop string must be at most 256 bytes, got one of 257."},
+			{"too many stop token ids", Request{StopTokenIDs: make([]int32, 1025), InputIDs: prompt(1, 5)},
+				"stop_token_ids must have at most 1024 ids, got 1025."},
 		}
 		for _, tt := range tests {
 			_, err := e.Submit(tt.r)
@@ -491,6 +504,11 @@ func TestValidationErrors(t *testing.T) {
 		}
 		if err := e.Check(Request{InputIDs: prompt(1, 993)}); err != nil {
 			t.Errorf("ctx-7 tokens: got %v, want accepted", err)
+		}
+		bounds := Request{RID: strings.Repeat("r", 512), Namespace: strings.Repeat("s", 1024), InputIDs: prompt(1, 5),
+			Stop: slices.Repeat([]string{strings.Repeat("s", 256)}, 32), StopTokenIDs: make([]int32, 1024)}
+		if err := e.Check(bounds); err != nil {
+			t.Errorf("every bound reached: got %v, want accepted", err)
 		}
 		s := submit(t, e, Request{RID: "dup", InputIDs: prompt(1, 5), MaxNewTokens: 500})
 		if _, err := e.Submit(Request{RID: "dup", InputIDs: prompt(1, 5)}); err == nil || err.Error() != "Duplicate request ID detected: dup" {
@@ -733,5 +751,42 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 			t.Fatalf("flush after close: got %v, want ErrClosed", err)
 		}
 		e.Close()
+	})
+}
+
+// A text prompt too long for the context is refused with its exact token
+// count, without being tokenized: the check allocates nothing near the
+// prompt's size.
+func TestHugeTextIsCountedNotTokenized(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := smallPool(t)
+		p.AddBOSToken = true
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		// 13 MiB: "Hello", " world", "," and " Hello" ..., a last " " alone
+		// and a BOS.
+		text := strings.Repeat("Hello world, ", 1<<20)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := e.Submit(Request{Text: text})
+		runtime.ReadMemStats(&after)
+		want := fmt.Sprintf("The input (%d tokens) is longer than the model's context length (1000 tokens).", 3<<20+2)
+		if err == nil || err.Error() != want {
+			t.Fatalf("got %v, want %q", err, want)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
+			t.Errorf("refusing a %d-byte prompt allocated %d bytes, want under 64 KiB", len(text), got)
+		}
+		// Below the byte bound a prompt is tokenized as usual (Submit then
+		// refuses it by its count); at the bound it is only counted.
+		below := strings.Repeat("a", 999*tokenizer.MaxTokenBytes-1)
+		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 1+(len(below)+5)/6 {
+			t.Errorf("a %d-byte prompt: %d tokens, %v; want it tokenized", len(below), len(toks), err)
+		}
+		at := below + "a"
+		if toks, err := e.Tokenize(Request{Text: at}); err == nil || toks != nil {
+			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
+		}
+		checkDrained(t, e)
 	})
 }

@@ -226,3 +226,20 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportMetric(float64(len(text))*float64(b.N)/(float64(encodeNs)/1e9)/1e6, "MB/s")
 	_ = sink
 }
+
+// Count agrees with Encode and allocates nothing, so a prompt too long to
+// serve can be measured at no cost in memory.
+func TestCountAllocatesNothing(t *testing.T) {
+	text := strings.Repeat(english+" <|im_end|>\n", 100)
+	if got, want := Count(text), len(Encode(nil, text)); got != want {
+		t.Fatalf("Count: got %d, want %d (Encode)", got, want)
+	}
+	if allocs := testing.AllocsPerRun(10, func() { Count(text) }); allocs != 0 {
+		t.Fatalf("Count allocated %v times, want 0", allocs)
+	}
+	for _, tok := range Encode(nil, text) {
+		if n := len(AppendDecode(nil, tok)); n > MaxTokenBytes {
+			t.Fatalf("token %d stands for %d bytes, more than MaxTokenBytes %d", tok, n, MaxTokenBytes)
+		}
+	}
+}
