@@ -81,13 +81,22 @@ type Chunk struct {
 	Batch    int     `json:"batch"`
 }
 
-// Round is one decode round a request took part in.
+// Round is a run of Count decode rounds a request took part in, back to
+// back (each starting where the last ended), in batches of the same size
+// and each gaining the same tokens: a request's timeline has a record per
+// change of batch or gain or per pause (a prefill batch in between), not
+// one per round. Start and Context are the run's first round's; Duration is
+// the run's total, so a run ends at Start + Duration and round i of it
+// starts on Context + i*Gained tokens. Summed over a request's runs,
+// Duration, Count and Count*Gained are its exact decode time, rounds and
+// decoded tokens.
 type Round struct {
 	Start    float64 `json:"start_s"`
 	Duration float64 `json:"duration_s"`
 	Gained   int     `json:"gained"`
 	Batch    int     `json:"batch"`
 	Context  int     `json:"context"`
+	Count    int     `json:"count"`
 }
 
 // Flush is one /flush_cache call, in GET /sim/flushes.

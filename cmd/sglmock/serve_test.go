@@ -23,8 +23,11 @@ func TestServeFlags(t *testing.T) {
 		check   func(*serveOptions) bool
 	}{
 		{"defaults", nil, "", func(o *serveOptions) bool {
-			return o.host == "127.0.0.1" && o.port == 30000 && o.profile.Name == "default" && o.speedup == 1
+			return o.host == "127.0.0.1" && o.port == 30000 && o.profile.Name == "default" && o.speedup == 1 &&
+				o.simTruthBytes == 256<<20
 		}},
+		{"truth memory", []string{"--sim-truth-bytes", "1000000"}, "", func(o *serveOptions) bool { return o.simTruthBytes == 1000000 }},
+		{"no truth memory", []string{"--sim-truth-bytes", "0"}, "--sim-truth-bytes 0: must be >= 1", nil},
 		{"a flag overrides the profile", []string{"--profile", "kimi-k2.6-rtx6000", "--page-size", "16", "--chunked-prefill-size", "4096", "--max-total-tokens", "500000"}, "",
 			func(o *serveOptions) bool {
 				return o.profile.PageSize == 16 && o.profile.ChunkedPrefillSize == 4096 && o.profile.MaxTotalTokens == 500000 &&

@@ -93,6 +93,9 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
 	// 256 MiB.
 	MaxBodyBytes int64
+	// SimTruthBytes bounds the memory of the ground truths /sim/requests
+	// serves (engine.Config.TruthBytes); 0 means 256 MiB.
+	SimTruthBytes int64
 	// Logger receives the engine's SGLang-style lines; nil discards them.
 	Logger *slog.Logger
 	// ReadHeaderTimeout and IdleTimeout bound, in wall time, how long a
@@ -148,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 		Speedup:           cfg.Speedup,
 		SpinWindow:        cfg.SpinWindow,
 		DisableRadixCache: cfg.DisableRadixCache,
+		TruthBytes:        cfg.SimTruthBytes,
 		Logger:            cfg.Logger,
 		OnFinish:          onFinish,
 	})

@@ -104,7 +104,7 @@ func truthJSON(t *engine.Truth) sim.Truth {
 	rounds := make([]sim.Round, len(t.Rounds))
 	for i, r := range t.Rounds {
 		rounds[i] = sim.Round{Start: r.Start.Seconds(), Duration: r.Duration.Seconds(), Gained: r.Gained,
-			Batch: r.Batch, Context: r.Context}
+			Batch: r.Batch, Context: r.Context, Count: r.Count}
 	}
 	return sim.Truth{
 		RID:              t.RID,

@@ -117,6 +117,12 @@
 //
 // Every request records its timeline — arrival, admission, each prefill
 // chunk, each decode round, finish — with the modelled durations, the cached
-// tokens and the request whose prefix it reused. The last event carries it,
-// and Truth returns it by rid afterwards.
+// tokens and the request whose prefix it reused. The last event and
+// Config.OnFinish carry it with every round. The engine then stores a
+// compact copy for Truth and Truths: back-to-back rounds in the same batch
+// size with the same gain become one run (RoundRecord.Count), whose
+// duration is their sum, so every sum stays exact and a long request takes
+// a few records. The store is bounded by count and by the bytes its truths
+// hold (Truth.Bytes; Config.TruthBytes, 256 MiB by default), the oldest
+// going first; a truth keeps no cache namespace.
 package engine

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
@@ -54,13 +53,16 @@ type Config struct {
 	// lines, throughput updates and speculative fold-ins (SGLang's
 	// --decode-log-interval); 0 means 40.
 	DecodeLogInterval int
-	// TruthCapacity bounds how many finished requests' ground truths are
-	// kept for Truth; 0 means 10000.
+	// TruthCapacity and TruthBytes bound the finished requests' ground
+	// truths kept for Truth: by count (0 means DefaultTruthCapacity) and
+	// by the bytes they hold, as Truth.Bytes counts them (0 means
+	// DefaultTruthBytes). The oldest goes first.
 	TruthCapacity int
+	TruthBytes    int64
 	// OnFinish, if set, is called with every finished request's truth
-	// (internal requests included) on the engine goroutine, before the
-	// last event is delivered. It must be fast and must not call the
-	// engine.
+	// (internal requests included), every decode round in its own
+	// record, on the engine goroutine, before the last event is
+	// delivered. It must be fast and must not call the engine.
 	OnFinish func(*Truth)
 }
 
@@ -92,7 +94,7 @@ type Engine struct {
 	done      chan struct{}
 	closing   atomic.Bool
 	wallStart time.Time
-	truths    *lru.Cache[string, *Truth]
+	truths    *truthStore
 	arrivals  atomic.Uint64
 
 	ridsMu sync.Mutex
@@ -126,11 +128,13 @@ func New(cfg Config) (*Engine, error) {
 		cfg.DecodeLogInterval = 40
 	}
 	if cfg.TruthCapacity == 0 {
-		cfg.TruthCapacity = 10000
+		cfg.TruthCapacity = DefaultTruthCapacity
 	}
-	truths, err := lru.New[string, *Truth](cfg.TruthCapacity)
-	if err != nil {
-		return nil, fmt.Errorf("engine: truth capacity: %w", err)
+	if cfg.TruthBytes == 0 {
+		cfg.TruthBytes = DefaultTruthBytes
+	}
+	if cfg.TruthCapacity < 0 || cfg.TruthBytes < 0 {
+		return nil, fmt.Errorf("engine: truth bounds must be >= 0, got %d truths and %d bytes", cfg.TruthCapacity, cfg.TruthBytes)
 	}
 	e := &Engine{
 		prof:      cfg.Profile,
@@ -142,17 +146,17 @@ func New(cfg Config) (*Engine, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		wallStart: cfg.Clock.Now(),
-		truths:    truths,
+		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
 	}
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
 		e.ridsMu.Unlock()
-		e.truths.Add(t.RID, t)
 		if cfg.OnFinish != nil {
 			cfg.OnFinish(t)
 		}
+		e.truths.add(t.compact())
 	}
 	go e.loop()
 	return e, nil
@@ -255,7 +259,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
-	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
@@ -504,22 +508,20 @@ func (e *Engine) FlushHistory() []FlushRecord {
 	return out
 }
 
-// Truth returns the ground truth of a finished request.
-func (e *Engine) Truth(rid string) (*Truth, bool) { return e.truths.Get(rid) }
+// Truth returns the stored ground truth of a finished request: its decode
+// rounds merged into runs (see RoundRecord). It is the engine's: do not
+// modify it.
+func (e *Engine) Truth(rid string) (*Truth, bool) { return e.truths.get(rid) }
 
 // Truths returns the stored ground truths of finished requests, the
 // server's own (warmup, health checks) left out, in arrival order.
 func (e *Engine) Truths() []*Truth {
-	all := e.truths.Values()
-	out := all[:0]
-	for _, t := range all {
-		if !t.Internal {
-			out = append(out, t)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *Truth) int { return cmp.Compare(a.Arrival, b.Arrival) })
-	return out
+	return e.truths.all(func(t *Truth) bool { return !t.Internal })
 }
+
+// TruthUsage returns how many ground truths are stored and the bytes they
+// hold (Truth.Bytes), within Config.TruthCapacity and Config.TruthBytes.
+func (e *Engine) TruthUsage() (truths int, bytes int64) { return e.truths.usage() }
 
 // loop owns the scheduler: it plans an iteration, waits for its modelled
 // end, and applies it; between and during iterations it serves calls. The

@@ -103,19 +103,25 @@ type ChunkRecord struct {
 	Batch    int           // chunks in the batch
 }
 
-// RoundRecord is one decode round a request took part in.
+// RoundRecord is one decode round a request took part in or, in a stored
+// truth, a run of Count rounds back to back (each starting where the last
+// ended), in batches of the same size, each gaining the same tokens: Start
+// and Context are the first round's, Duration the run's total. Count times
+// Gained is the run's tokens, and the sums over a request's records are
+// exact either way.
 type RoundRecord struct {
 	Start    time.Duration
-	Duration time.Duration // the round's modelled duration
-	Gained   int           // tokens this request gained
-	Batch    int           // requests in the round
-	Context  int           // this request's context at the round's start
+	Duration time.Duration // the round's (the run's) modelled duration
+	Gained   int           // tokens this request gained each round
+	Batch    int           // requests in each round
+	Context  int           // this request's context at the (first) round's start
+	Count    int           // rounds: 1, or the run's length
 }
 
-// Truth is the modelled ground truth of one request.
+// Truth is the modelled ground truth of one request. It does not keep the
+// request's cache namespace, which a client may make long.
 type Truth struct {
 	RID              string
-	Namespace        string
 	PromptTokens     int
 	CachedTokens     int
 	CompletionTokens int

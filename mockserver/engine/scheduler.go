@@ -555,7 +555,7 @@ func (s *scheduler) completeDecode(it *iteration) {
 			continue
 		}
 		r.truth.Rounds = append(r.truth.Rounds, RoundRecord{
-			Start: it.start, Duration: it.dur, Gained: g.n, Batch: len(it.decode), Context: g.ctx,
+			Start: it.start, Duration: it.dur, Gained: g.n, Batch: len(it.decode), Context: g.ctx, Count: 1,
 		})
 		if spec != nil {
 			r.spec.VerifyCt++
