@@ -436,3 +436,39 @@ func TestSpecAverageFoldsInAtDecodeLogs(t *testing.T) {
 		drain(t, s)
 	})
 }
+
+// With a zero-cost profile every iteration ends where it starts, so the
+// engine always runs behind the wall clock; it must still serve its inbox
+// between iterations: stats, a new request and an abort of a request that
+// would otherwise decode for millions of rounds all take effect while it
+// runs.
+func TestZeroCostEngineServesItsInbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
+		p.ContextLength, p.MaxTotalTokens = 1<<24, 1<<24
+		p.MaxOutputTokens = 0
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		endless := submit(t, e, Request{RID: "endless", InputIDs: prompt(1, 10), MaxNewTokens: 1<<24 - 100})
+		if _, err := endless.Next(context.Background()); err != nil { // it runs
+			t.Fatal(err)
+		}
+		if st := e.Stats(); st.Running != 1 {
+			t.Fatalf("stats while it runs: %d running, want 1", st.Running)
+		}
+		short, _ := run(t, e, Request{RID: "short", InputIDs: prompt(2, 10), MaxNewTokens: 5})
+		if short.Finish.Reason != FinishLength || short.CompletionTokens != 5 {
+			t.Fatalf("a request sent while the endless one runs: %+v, want 5 tokens", short.Finish)
+		}
+		if !e.Abort("endless") {
+			t.Fatal("Abort: the endless request is not active")
+		}
+		evs := drain(t, endless)
+		last := evs[len(evs)-1]
+		if last.Finish.Reason != FinishAbort || last.CompletionTokens >= 1<<24-100 {
+			t.Fatalf("endless request after its abort: %+v after %d tokens, want an abort before its length", *last.Finish, last.CompletionTokens)
+		}
+		checkDrained(t, e)
+	})
+}
