@@ -888,3 +888,49 @@ func TestTwoServersCoexist(t *testing.T) {
 		}
 	})
 }
+
+// A request aborted while it waits in the queue left the queue then: its
+// queue time is the wait until the abort, never negative, and SGLang's
+// queue-time histogram, observed as a request enters its first prefill
+// batch, never sees it.
+func TestAbortInQueueTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.MaxRunningRequests = 1
+		ts := mocktest.Start(t, api.Config{Profile: p, EnableMetrics: true})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ts.Send("POST", "/generate", `{"text": "first", "rid": "a", "sampling_params": {"max_new_tokens": 200}}`)
+		}()
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			ts.Send("POST", "/generate", `{"text": "second", "rid": "b"}`)
+		}()
+		time.Sleep(300 * time.Millisecond) // virtual: b waits behind a
+		if st := ts.Engine().Stats(); st.Queued != 1 {
+			t.Fatalf("%d queued, want b", st.Queued)
+		}
+		ts.Do(t, "POST", "/abort_request", `{"rid": "b"}`)
+		<-done
+		_, body, _ := ts.Do(t, "GET", "/sim/requests/b", "")
+		var b sim.Truth
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Arrival != 0.1 || b.Admitted != 0.3 || b.Queue != 0.2 || b.Finished != 0.3 {
+			t.Fatalf("b: arrival %v, admitted %v, queue %v, finished %v; want 0.1, 0.3, 0.2, 0.3", b.Arrival, b.Admitted, b.Queue, b.Finished)
+		}
+		_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
+		label := `{model_name="sglmock/small-1b"}`
+		for _, want := range []string{
+			"sglang:queue_time_seconds_sum" + label + " 0\n", // a's
+			"sglang:queue_time_seconds_count" + label + " 1\n",
+			"sglang:e2e_request_latency_seconds_count" + label + " 2\n",
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}

@@ -129,6 +129,8 @@ type Truth struct {
 	// ends in ("" when nothing was cached).
 	ReusedFrom string
 	Arrival    time.Duration // simulated times since the engine started
+	// Admitted is when the request left the waiting queue: into its first
+	// prefill batch or, aborted while it waited, at its finish.
 	Admitted   time.Duration
 	FirstToken time.Duration
 	Finished   time.Duration
@@ -148,8 +150,14 @@ func (t *Truth) TTFT() time.Duration { return t.FirstToken - t.Arrival }
 // E2E is the time from arrival to finish.
 func (t *Truth) E2E() time.Duration { return t.Finished - t.Arrival }
 
-// QueueTime is the time from arrival to admission.
+// QueueTime is the time from arrival to admission (or, for a request
+// aborted while it waited, to its abort).
 func (t *Truth) QueueTime() time.Duration { return t.Admitted - t.Arrival }
+
+// Scheduled reports whether the request entered a prefill batch, where
+// SGLang observes its queue time; a request aborted while it waited never
+// did.
+func (t *Truth) Scheduled() bool { return len(t.Prefill) > 0 }
 
 // Stream delivers one request's events. Its mailbox is unbounded so a slow
 // reader never stalls the engine.

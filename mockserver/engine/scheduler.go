@@ -672,6 +672,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 
 	r.truth.CompletionTokens = len(r.outputs)
 	r.truth.Finished = s.now
+	if !r.truth.Scheduled() {
+		r.truth.Admitted = s.now // it leaves the queue now, aborted
+	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
 	if !r.internal {
