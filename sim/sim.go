@@ -109,6 +109,15 @@ type Flush struct {
 	OK      bool   `json:"ok"`
 	Queued  int    `json:"queued"`
 	Running int    `json:"running"`
+	// Origin is the address of the client that asked.
+	Origin string `json:"origin"`
+	// Pending marks a flush still waiting for the server to be idle (or
+	// its timeout): it is listed last, with no answer or outcome yet. It
+	// runs even if its client has left (ClientLeft), as SGLang's does.
+	Pending bool `json:"pending"`
+	// ClientLeft is when the client stopped waiting for the answer; null
+	// while it waits or once answered in time.
+	ClientLeft *float64 `json:"client_left_s"`
 }
 
 // Outcome values of Flush.

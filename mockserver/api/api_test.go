@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strings"
@@ -930,6 +932,71 @@ func TestAbortInQueueTimes(t *testing.T) {
 		} {
 			if !strings.Contains(metrics, want) {
 				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}
+
+// A flush whose client gave up still runs once the server is idle, as
+// SGLang's scheduler keeps it; /sim/flushes shows it pending meanwhile,
+// with its origin and when its client left, and the log says when it ran.
+// A timeout too long for a Duration waits rather than failing at once.
+func TestPendingFlushIsVisible(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		ts := mocktest.Start(t, api.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ts.Send("POST", "/generate", `{"text": "a long one", "rid": "a", "sampling_params": {"max_new_tokens": 200}}`)
+		}()
+		time.Sleep(10 * time.Millisecond) // virtual: a decodes
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/flush_cache?timeout=60", nil)
+		if resp, err := ts.Client.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("the flush answered %d while a runs", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
+		flushes := func() []sim.Flush {
+			var out []sim.Flush
+			_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+			if err := mocktest.DecodeStrict([]byte(body), &out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		left := 0.1
+		if got := flushes(); len(got) != 1 || !got[0].Pending || got[0].Origin != "pipe" || got[0].At != 0.01 ||
+			got[0].ClientLeft == nil || *got[0].ClientLeft != left || got[0].Outcome != "" {
+			t.Fatalf("/sim/flushes while a runs: %+v, want one pending flush from pipe, asked at 0.01 s, client gone at 0.1 s", got)
+		}
+		<-done
+		time.Sleep(time.Second) // virtual: settled, flushed
+		got := flushes()
+		tr, _ := ts.Engine().Truth("a")
+		ran := tr.Finished + ts.Engine().Profile().FlushBusyAfterFinish()
+		if len(got) != 1 || got[0].Pending || !got[0].OK || got[0].Answered != ran.Seconds() || *got[0].ClientLeft != left {
+			t.Fatalf("/sim/flushes after a: %+v, want the flush answered at %v", got, ran.Seconds())
+		}
+		if st := ts.Engine().Stats(); st.CacheTokens != 0 {
+			t.Fatalf("%d cached tokens: the pending flush did not run", st.CacheTokens)
+		}
+		for _, want := range []string{
+			"The client of a deferred flush_cache (pipe, asked at 0.010 s) left at 0.100 s; the flush stays pending",
+			fmt.Sprintf("Deferred flush_cache (pipe, asked at 0.010 s, its client gone since 0.100 s) ran at %.3f s.", ran.Seconds()),
+		} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, logs.String())
+			}
+		}
+		// Timeouts past a Duration's range wait for idle.
+		for _, timeout := range []string{"1e10", "1e300"} {
+			go ts.Send("POST", "/generate", `{"text": "another", "sampling_params": {"max_new_tokens": 100}}`)
+			time.Sleep(10 * time.Millisecond)
+			if code, body, _ := ts.Do(t, "POST", "/flush_cache?timeout="+timeout, ""); code != 200 || body != flushedBody {
+				t.Errorf("timeout=%s: %d %q, want the flush once idle", timeout, code, body)
 			}
 		}
 	})

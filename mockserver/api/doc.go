@@ -107,7 +107,12 @@
 //   - /flush_cache answers SGLang's plain-text bodies without a
 //     Content-Type: "Flush cache failed.\n" for a busy server,
 //     "Timed out waiting for idle state." and "Another flush_cache is
-//     already in progress." (no newline) for a waiting flush.
+//     already in progress." (no newline) for a waiting flush. A waiting
+//     flush whose client leaves still runs once the server is idle, as
+//     SGLang's scheduler keeps it: /sim/flushes lists it as pending, with
+//     the client's address and when it left, and the log says when it
+//     runs. A timeout past a Duration's range (about 9.2e9 s) waits for
+//     idle.
 //   - A client that disconnects has its requests aborted as SGLang's
 //     tokenizer manager does it: a stream's 2 s later (simulated), a
 //     waiting client's when its 4 s wait on the request times out or its

@@ -159,7 +159,12 @@ func (s *Server) simFlushes(c *gin.Context) {
 	out := make([]sim.Flush, len(hist))
 	for i, f := range hist {
 		out[i] = sim.Flush{At: f.At.Seconds(), Timeout: f.Timeout.Seconds(), Answered: f.Answered.Seconds(),
-			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running}
+			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running,
+			Origin: f.Origin, Pending: f.Pending}
+		if f.ClientLeft {
+			left := f.ClientLeftAt.Seconds()
+			out[i].ClientLeft = &left
+		}
 	}
 	writeJSON(c, http.StatusOK, out)
 }

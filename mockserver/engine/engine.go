@@ -475,17 +475,20 @@ func (e *Engine) AbortAll() {
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
 // a busy engine parks the flush until it is idle or timeout (simulated
-// time) has passed. It returns nil, ErrFlushBusy, ErrFlushTimeout or
-// ErrFlushInProgress; ctx only stops the caller's wait.
-func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
+// time) has passed. origin says who asks, for FlushHistory and the log. It
+// returns nil, ErrFlushBusy, ErrFlushTimeout or ErrFlushInProgress. ctx
+// only stops the caller's wait: a parked flush whose caller gave up still
+// runs, as in SGLang, and FlushHistory shows it pending meanwhile.
+func (e *Engine) Flush(ctx context.Context, timeout time.Duration, origin string) error {
 	reply := make(chan error, 1)
-	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, reply) }); err != nil {
+	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, origin, reply) }); err != nil {
 		return err
 	}
 	select {
 	case err := <-reply:
 		return err
 	case <-ctx.Done():
+		e.send(func(s *scheduler, at time.Duration) { s.flushClientLeft(reply, at) })
 		return ctx.Err()
 	case <-e.done:
 		return ErrClosed
@@ -501,10 +504,11 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// FlushHistory returns the recorded flush calls, oldest first.
+// FlushHistory returns the answered flush calls, oldest first, then the
+// parked one, if any, marked Pending.
 func (e *Engine) FlushHistory() []FlushRecord {
 	var out []FlushRecord
-	e.do(func(s *scheduler, _ time.Duration) { out = slices.Clone(s.flushes) })
+	e.do(func(s *scheduler, _ time.Duration) { out = s.flushHistory() })
 	return out
 }
 

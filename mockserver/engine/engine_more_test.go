@@ -106,7 +106,7 @@ func TestCountersAndThroughput(t *testing.T) {
 		}
 		// A prefill batch sets it; a flush keeps it and the throughput.
 		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
@@ -163,7 +163,7 @@ func TestSGLangLogLines(t *testing.T) {
 		e := startEngine(t, Config{Profile: p, Logger: logger, DecodeLogInterval: 2})
 		defer e.Close()
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
-		e.Flush(context.Background(), 0)
+		e.Flush(context.Background(), 0, "test")
 		for _, re := range []string{
 			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
 			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
@@ -262,7 +262,7 @@ func TestCallsBetweenBoundariesUseTheCurrentTime(t *testing.T) {
 		// Asked at 5 s with 20 s to wait: at the 23.72 s boundary a still
 		// decodes, and the deadline (25 s) has not passed; the flush goes
 		// through once a's last round has settled (the profile's 50 ms).
-		if err := e.Flush(context.Background(), 20*time.Second); err != nil {
+		if err := e.Flush(context.Background(), 20*time.Second, "test"); err != nil {
 			t.Fatalf("flush asked at 5 s with a 20 s timeout: %v", err)
 		}
 		eva := drain(t, a)

@@ -193,7 +193,7 @@ func TestSeedTrapAndFixes(t *testing.T) {
 		}
 
 		// Fix 1: flush between the legs; both legs cost the same.
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		c, tc := run(t, e, Request{RID: "c", Text: body, MaxNewTokens: 1})
@@ -225,7 +225,7 @@ func TestIdleRightAfterPrefillOnlyRequest(t *testing.T) {
 		for _, maxNew := range []int{0, 1} {
 			run(t, e, Request{InputIDs: prompt(1, 500), MaxNewTokens: maxNew})
 			synctest.Wait()
-			if err := e.Flush(context.Background(), 0); err != nil {
+			if err := e.Flush(context.Background(), 0, "test"); err != nil {
 				t.Fatalf("max_new_tokens %d: flush right after the response: %v", maxNew, err)
 			}
 		}
@@ -244,11 +244,11 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 		defer e.Close()
 		ctx := context.Background()
 		last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 500), MaxNewTokens: 4})
-		if err := e.Flush(ctx, 0); err != ErrFlushSettling || !errors.Is(err, ErrFlushBusy) {
+		if err := e.Flush(ctx, 0, "test"); err != ErrFlushSettling || !errors.Is(err, ErrFlushBusy) {
 			t.Fatalf("flush right after the response: got %v, want ErrFlushSettling (an ErrFlushBusy)", err)
 		}
 		time.Sleep(10 * time.Millisecond)
-		if err := e.Flush(ctx, time.Second); err != nil {
+		if err := e.Flush(ctx, time.Second, "test"); err != nil {
 			t.Fatalf("flush with a timeout: %v", err)
 		}
 		settled := last.Truth.Finished + 50*time.Millisecond
@@ -259,7 +259,7 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 				hist, last.Truth.Finished, settled)
 		}
 		// Once settled, a flush without timeout works.
-		if err := e.Flush(ctx, 0); err != nil {
+		if err := e.Flush(ctx, 0, "test"); err != nil {
 			t.Fatalf("flush once settled: %v", err)
 		}
 	})
@@ -274,25 +274,25 @@ func TestFlushRules(t *testing.T) {
 		s := submit(t, e, Request{RID: "long", InputIDs: prompt(1, 4000), MaxNewTokens: 200})
 		synctest.Wait()
 
-		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushBusy) {
+		if err := e.Flush(ctx, 0, "test"); !errors.Is(err, ErrFlushBusy) {
 			t.Fatalf("flush while running: got %v, want ErrFlushBusy", err)
 		}
-		if err := e.Flush(ctx, time.Millisecond); !errors.Is(err, ErrFlushTimeout) {
+		if err := e.Flush(ctx, time.Millisecond, "test"); !errors.Is(err, ErrFlushTimeout) {
 			t.Fatalf("flush with a short timeout: got %v, want ErrFlushTimeout", err)
 		}
 		parked := make(chan error, 1)
 		var flushedAt time.Duration
 		go func() {
-			err := e.Flush(ctx, time.Minute)
+			err := e.Flush(ctx, time.Minute, "test")
 			flushedAt = e.Now()
 			parked <- err
 		}()
 		synctest.Wait()
-		if err := e.Flush(ctx, time.Minute); !errors.Is(err, ErrFlushInProgress) {
+		if err := e.Flush(ctx, time.Minute, "test"); !errors.Is(err, ErrFlushInProgress) {
 			t.Fatalf("a second waiting flush: got %v, want ErrFlushInProgress", err)
 		}
 		// A parked flush refuses even a flush that may not wait, first.
-		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushInProgress) {
+		if err := e.Flush(ctx, 0, "test"); !errors.Is(err, ErrFlushInProgress) {
 			t.Fatalf("a flush without timeout while one is parked: got %v, want ErrFlushInProgress", err)
 		}
 		evs := drain(t, s)
@@ -398,7 +398,7 @@ func TestAbortReleasesEverything(t *testing.T) {
 			t.Fatalf("running abort: got %+v after %d tokens", last.Finish, last.CompletionTokens)
 		}
 		checkDrained(t, e)
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.KVUsed != 0 || st.Aborted != 2 {
@@ -603,7 +603,7 @@ func TestSpeculativeMeanAcceptLength(t *testing.T) {
 		if st := e.Stats(); st.SpecRounds != int64(folded) || math.Abs(st.AvgSpecAcceptLength-float64(tokens)/float64(folded)) > 1e-12 {
 			t.Fatalf("server average accept length: got %v over %d rounds, want %v over %d", st.AvgSpecAcceptLength, st.SpecRounds, float64(tokens)/float64(folded), folded)
 		}
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.SpecRounds != 0 {
@@ -747,7 +747,7 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 		if _, err := e.Submit(Request{InputIDs: prompt(1, 10)}); !errors.Is(err, ErrClosed) {
 			t.Fatalf("submit after close: got %v, want ErrClosed", err)
 		}
-		if err := e.Flush(context.Background(), 0); !errors.Is(err, ErrClosed) {
+		if err := e.Flush(context.Background(), 0, "test"); !errors.Is(err, ErrClosed) {
 			t.Fatalf("flush after close: got %v, want ErrClosed", err)
 		}
 		e.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -92,6 +93,15 @@ type FlushRecord struct {
 	Outcome  string        // "flushed", or the error text
 	Queued   int           // requests queued when asked
 	Running  int           // requests running when asked
+	// Origin says who asked (the HTTP layer gives the client's address).
+	Origin string
+	// Pending marks the flush still parked, waiting for the server to be
+	// idle or its deadline: it has no Answered or Outcome yet.
+	Pending bool
+	// ClientLeft is set when the caller stopped waiting before the answer,
+	// at ClientLeftAt: as in SGLang, the parked flush still runs.
+	ClientLeft   bool
+	ClientLeftAt time.Duration
 }
 
 type pendingFlush struct {
@@ -789,9 +799,9 @@ func (s *scheduler) abortAll() {
 // may not wait flushes if the server is idle and fails if not; otherwise an
 // idle server flushes at once and a busy one parks the flush until it is
 // idle or its deadline passes.
-func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
+func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, reply chan error) {
 	now := max(s.now, at)
-	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
+	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running), Origin: origin}
 	if s.chunked != nil {
 		rec.Running++
 	}
@@ -807,7 +817,20 @@ func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
 		s.answerFlush(rec, ErrFlushBusy, reply, now)
 		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
 	default:
-		s.flush = &pendingFlush{record: rec, deadline: now + timeout, reply: reply}
+		// The deadline saturates: a timeout of ages waits for idle.
+		deadline := now + min(timeout, math.MaxInt64-now)
+		s.flush = &pendingFlush{record: rec, deadline: deadline, reply: reply}
+	}
+}
+
+// flushClientLeft records that the caller waiting on the parked flush
+// whose answer goes to reply stopped waiting at time at. The flush stays
+// parked, as SGLang's scheduler keeps it, and runs once the server is idle.
+func (s *scheduler) flushClientLeft(reply chan error, at time.Duration) {
+	if f := s.flush; f != nil && f.reply == reply && !f.record.ClientLeft {
+		f.record.ClientLeft, f.record.ClientLeftAt = true, max(s.now, at)
+		s.log.Warn(fmt.Sprintf("The client of a deferred flush_cache (%s, asked at %.3f s) left at %.3f s; "+
+			"the flush stays pending and runs when the server is idle.", f.record.Origin, f.record.At.Seconds(), f.record.ClientLeftAt.Seconds()))
 	}
 }
 
@@ -829,11 +852,32 @@ func (s *scheduler) serviceFlush() {
 	case s.flushIdle(s.now):
 		s.flush = nil
 		s.doFlush()
+		s.log.Info(fmt.Sprintf("Deferred flush_cache (%s, asked at %.3f s%s) ran at %.3f s.",
+			f.record.Origin, f.record.At.Seconds(), clientNote(f.record), s.now.Seconds()))
 		s.answerFlush(f.record, nil, f.reply, s.now)
 	case s.now >= f.deadline:
 		s.flush = nil
+		s.log.Warn("Deferred flush_cache timed out while waiting for idle state.")
 		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
 	}
+}
+
+func clientNote(r FlushRecord) string {
+	if !r.ClientLeft {
+		return ""
+	}
+	return fmt.Sprintf(", its client gone since %.3f s", r.ClientLeftAt.Seconds())
+}
+
+// flushHistory is the answered flushes, oldest first, then the parked one.
+func (s *scheduler) flushHistory() []FlushRecord {
+	out := slices.Clone(s.flushes)
+	if f := s.flush; f != nil {
+		rec := f.record
+		rec.Pending = true
+		out = append(out, rec)
+	}
+	return out
 }
 
 // wake is when an engine with nothing to run must look again: a parked
