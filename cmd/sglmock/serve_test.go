@@ -134,7 +134,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 // TestServeOverTCP runs the real server on a loopback port: warmup, a
 // request, then a graceful shutdown that aborts a stream still running.
 func TestServeOverTCP(t *testing.T) {
-	base, cancel, _, done, logs := startServe(t, "--speedup", "1000", "--shutdown-grace", "0")
+	base, cancel, _, done, logs := startServe(t, "--speedup", "100", "--shutdown-grace", "0")
 	resp, err := http.Get(base + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/health: %v %v", err, resp)
