@@ -27,7 +27,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			prompt[i] = int32(i*7919%150000 + 1)
 		}
 		for _, flush := range []bool{false, true} {
-			tree, err := radixcache.New(1)
+			tree, err := radixcache.New[string](1)
 			if err != nil {
 				fmt.Fprintln(stderr, "sglmock demo:", err)
 				return 1
@@ -37,7 +37,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 					tree.Reset() // what /flush_cache does when the server is idle
 				}
 				cached, _ := tree.Match("", prompt[:tree.ReusablePrefixLen(n)])
-				tree.Insert("", prompt)
+				tree.Insert("", prompt, "")
 				fmt.Fprintf(stdout, "%-12d %10s %10v %10d %12d\n", n, name, flush && leg == 1, cached, n-cached)
 			}
 		}

@@ -30,8 +30,8 @@ type req struct {
 	internal bool       // kept out of Counters
 	rng      *rand.Rand // speculative acceptance draws, this request's alone
 
-	seq      uint64           // arrival order
-	node     *radixcache.Node // the cache node it holds locked
+	seq      uint64                   // arrival order
+	node     *radixcache.Node[string] // the cache node it holds locked
 	cached   int
 	kvLen    int     // tokens of fill() in KV (cached or computed)
 	refill   []int32 // prompt and output of a retracted request, to prefill again
@@ -114,7 +114,7 @@ type pendingFlush struct {
 // concurrent use: the engine loop owns it.
 type scheduler struct {
 	prof        *profile.Profile
-	tree        *radixcache.Tree // nil when the radix cache is disabled
+	tree        *radixcache.Tree[string] // nil when the radix cache is disabled; a node's value is the rid of the request that inserted it
 	log         *slog.Logger
 	logInterval int
 	now         time.Duration
@@ -162,9 +162,9 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 	}
 	s.ratio.reset()
 	if !disableCache {
-		newTree := radixcache.New
+		newTree := radixcache.New[string]
 		if p.BigramKeys() {
-			newTree = radixcache.NewBigram
+			newTree = radixcache.NewBigram[string]
 		}
 		tree, err := newTree(p.PageSize)
 		if err != nil {
@@ -415,7 +415,7 @@ func (s *scheduler) admit(r *req) {
 		// (SGLang's retracted_stain).
 		r.cached = matched
 		r.truth.CachedTokens = matched
-		r.truth.ReusedFrom = node.Owner()
+		r.truth.ReusedFrom = node.Value()
 	}
 }
 
@@ -548,7 +548,7 @@ func (s *scheduler) cacheUnfinished(r *req) {
 		s.setPrivate(r, r.kvLen)
 		return
 	}
-	_, node := s.tree.InsertOwned(r.ns, r.fill()[:r.kvLen], r.rid)
+	_, node := s.tree.Insert(r.ns, r.fill()[:r.kvLen], r.rid)
 	if err := s.tree.Lock(node); err != nil {
 		panic(err)
 	}
@@ -670,7 +670,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	}
 	if s.tree != nil && r.admitted() {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
-		s.tree.InsertOwned(r.ns, s.seqBuf[:r.seqKV()], r.rid)
+		s.tree.Insert(r.ns, s.seqBuf[:r.seqKV()], r.rid)
 		s.unlock(r)
 	}
 	s.setPrivate(r, 0)
