@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"regexp"
 	"slices"
@@ -33,48 +34,59 @@ func TestSpeedupScalesWallTime(t *testing.T) {
 	})
 }
 
+// Jitter scales each iteration's modelled cost by max(0, 1 + jitter x z),
+// z one standard normal draw per iteration from the seeded jitter stream:
+// the durations are exactly that, the same for the same seed, different for
+// another, and exactly the model's without jitter (the default).
 func TestJitterIsSeededAndOffByDefault(t *testing.T) {
+	const promptLen, outputs = 3000, 20
 	durations := func(jitter float64, seed uint64) []time.Duration {
 		var out []time.Duration
 		synctest.Test(t, func(t *testing.T) {
 			p := loadProfile(t, "default")
+			if p.Jitter != 0 {
+				t.Fatalf("the default profile has jitter %v, want 0", p.Jitter)
+			}
 			p.Jitter, p.Seed = jitter, seed
 			e := startEngine(t, Config{Profile: p})
 			defer e.Close()
-			last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 3000), MaxNewTokens: 20})
+			last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, promptLen), MaxNewTokens: outputs})
+			out = append(out, last.Truth.Prefill[0].Duration)
 			for _, r := range last.Truth.Rounds {
 				out = append(out, r.Duration)
 			}
 		})
 		return out
 	}
-	exact, j1, j1again, j2 := durations(0, 1), durations(0.1, 1), durations(0.1, 1), durations(0.1, 2)
-	for i := 1; i < len(exact); i++ {
-		if exact[i] < exact[i-1] {
-			t.Fatalf("without jitter, rounds must grow with context: %v", exact)
+	// model is what the cost model gives, jittered by rng's draws when set.
+	model := func(jitter float64, seed uint64) []time.Duration {
+		p := loadProfile(t, "default")
+		rng := rand.New(rand.NewPCG(seed, jitterStream))
+		scale := func(secs float64) time.Duration {
+			if jitter != 0 {
+				secs *= max(0, 1+jitter*rng.NormFloat64())
+			}
+			return profile.Duration(secs)
 		}
+		out := []time.Duration{scale(p.PrefillChunkSeconds(0, promptLen))}
+		for i := 1; i < outputs; i++ {
+			out = append(out, scale(p.DecodeRoundSeconds(1, promptLen+i)))
+		}
+		return out
 	}
-	if equalDurations(j1, exact) {
-		t.Fatal("jitter 0.1 changed nothing")
+	exact, j1, j1again, j2 := durations(0, 1), durations(0.1, 1), durations(0.1, 1), durations(0.1, 2)
+	if want := model(0, 1); !slices.Equal(exact, want) {
+		t.Fatalf("without jitter: %v, want the model's %v", exact, want)
 	}
-	if !equalDurations(j1, j1again) {
+	if want := model(0.1, 1); !slices.Equal(j1, want) || slices.Equal(j1, exact) {
+		t.Fatalf("jitter 0.1, seed 1: %v, want %v", j1, want)
+	}
+	if !slices.Equal(j1, j1again) {
 		t.Fatal("same seed, same jitter: different timings")
 	}
-	if equalDurations(j1, j2) {
-		t.Fatal("different seeds gave the same jitter")
+	if want := model(0.1, 2); !slices.Equal(j2, want) || slices.Equal(j1, j2) {
+		t.Fatalf("jitter 0.1, seed 2: %v, want %v (and not seed 1's)", j2, want)
 	}
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestCountersAndThroughput(t *testing.T) {

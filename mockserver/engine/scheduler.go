@@ -152,12 +152,16 @@ type Counters struct {
 
 const maxFlushRecords = 1000
 
+// jitterStream picks the cost-jitter draws' PCG stream, seeded with the
+// profile's seed: one draw per iteration, in order.
+const jitterStream = 0x6a09e667f3bcc909
+
 func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
 	s := &scheduler{
 		prof:        p,
 		log:         log,
 		logInterval: logInterval,
-		rng:         rand.New(rand.NewPCG(p.Seed, 0x6a09e667f3bcc909)),
+		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream)),
 		active:      make(map[string]*req),
 	}
 	s.ratio.reset()
