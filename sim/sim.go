@@ -54,16 +54,21 @@ type Truth struct {
 	CompletionTokens int    `json:"completion_tokens"`
 	// ReusedFrom is the rid of the request whose cached tokens the cached
 	// prefix ends in; "" when nothing was cached.
-	ReusedFrom   string  `json:"reused_from"`
-	Arrival      float64 `json:"arrival_s"`
-	Admitted     float64 `json:"admitted_s"`
-	FirstToken   float64 `json:"first_token_s"`
-	Finished     float64 `json:"finished_s"`
-	Queue        float64 `json:"queue_s"`
-	TTFT         float64 `json:"ttft_s"`
-	E2E          float64 `json:"e2e_s"`
-	FinishReason string  `json:"finish_reason"`
-	SpecVerifyCt int     `json:"spec_verify_ct"`
+	ReusedFrom string  `json:"reused_from"`
+	Arrival    float64 `json:"arrival_s"`
+	// Admitted is when the request left the waiting queue: into its
+	// first prefill batch or, aborted there, at its abort; Queue is the
+	// wait until then.
+	Admitted float64 `json:"admitted_s"`
+	// FirstToken and TTFT are null for a request that never had a first
+	// token (aborted while queued or while its prompt was prefilled).
+	FirstToken   *float64 `json:"first_token_s"`
+	Finished     float64  `json:"finished_s"`
+	Queue        float64  `json:"queue_s"`
+	TTFT         *float64 `json:"ttft_s"`
+	E2E          float64  `json:"e2e_s"`
+	FinishReason string   `json:"finish_reason"`
+	SpecVerifyCt int      `json:"spec_verify_ct"`
 	// Retractions counts the times decode ran out of KV and the request
 	// was retracted, queued and prefilled again.
 	Retractions int     `json:"num_retractions"`

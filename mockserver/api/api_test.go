@@ -909,7 +909,7 @@ func TestTwoServersCoexist(t *testing.T) {
 // A request aborted while it waits in the queue left the queue then: its
 // queue time is the wait until the abort, never negative, and SGLang's
 // queue-time histogram, observed as a request enters its first prefill
-// batch, never sees it.
+// batch, never sees it. It had no first token: no TTFT either.
 func TestAbortInQueueTimes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
@@ -937,6 +937,9 @@ func TestAbortInQueueTimes(t *testing.T) {
 		}
 		if b.Arrival != 0.1 || b.Admitted != 0.3 || b.Queue != 0.2 || b.Finished != 0.3 {
 			t.Fatalf("b: arrival %v, admitted %v, queue %v, finished %v; want 0.1, 0.3, 0.2, 0.3", b.Arrival, b.Admitted, b.Queue, b.Finished)
+		}
+		if !strings.Contains(body, `"first_token_s":null`) || !strings.Contains(body, `"ttft_s":null`) {
+			t.Fatalf("b had no first token, yet: %s", body)
 		}
 		_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
 		label := `{model_name="sglmock/small-1b"}`

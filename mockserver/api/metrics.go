@@ -62,7 +62,7 @@ func (m *metrics) observe(t *engine.Truth) {
 		// prefill batch: never for one aborted while it waited.
 		m.queue.Observe(t.QueueTime().Seconds())
 	}
-	if t.CompletionTokens == 0 || t.Finish.Reason == engine.FinishAbort && t.FirstToken == 0 {
+	if t.CompletionTokens == 0 || !t.Prefilled {
 		return
 	}
 	m.ttft.Observe(t.TTFT().Seconds())

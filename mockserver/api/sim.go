@@ -106,6 +106,11 @@ func truthJSON(t *engine.Truth) sim.Truth {
 		rounds[i] = sim.Round{Start: r.Start.Seconds(), Duration: r.Duration.Seconds(), Gained: r.Gained,
 			Batch: r.Batch, Context: r.Context, Count: r.Count}
 	}
+	var firstToken, ttft *float64
+	if t.Prefilled {
+		ft, ttf := t.FirstToken.Seconds(), t.TTFT().Seconds()
+		firstToken, ttft = &ft, &ttf
+	}
 	return sim.Truth{
 		RID:              t.RID,
 		PromptTokens:     t.PromptTokens,
@@ -114,10 +119,10 @@ func truthJSON(t *engine.Truth) sim.Truth {
 		ReusedFrom:       t.ReusedFrom,
 		Arrival:          t.Arrival.Seconds(),
 		Admitted:         t.Admitted.Seconds(),
-		FirstToken:       t.FirstToken.Seconds(),
+		FirstToken:       firstToken,
 		Finished:         t.Finished.Seconds(),
 		Queue:            t.QueueTime().Seconds(),
-		TTFT:             t.TTFT().Seconds(),
+		TTFT:             ttft,
 		E2E:              t.E2E().Seconds(),
 		FinishReason:     t.Finish.Reason,
 		SpecVerifyCt:     t.Spec.VerifyCt,

@@ -131,8 +131,12 @@ type Truth struct {
 	Arrival    time.Duration // simulated times since the engine started
 	// Admitted is when the request left the waiting queue: into its first
 	// prefill batch or, aborted while it waited, at its finish.
-	Admitted   time.Duration
+	Admitted time.Duration
+	// FirstToken is when the prefill gave the first token, if Prefilled:
+	// a request aborted while it waited, or while its prompt was
+	// prefilled in chunks, has none.
 	FirstToken time.Duration
+	Prefilled  bool
 	Finished   time.Duration
 	Prefill    []ChunkRecord
 	Rounds     []RoundRecord
@@ -144,7 +148,8 @@ type Truth struct {
 	Internal    bool
 }
 
-// TTFT is the time from arrival to the first token.
+// TTFT is the time from arrival to the first token; it means nothing
+// unless Prefilled.
 func (t *Truth) TTFT() time.Duration { return t.FirstToken - t.Arrival }
 
 // E2E is the time from arrival to finish.

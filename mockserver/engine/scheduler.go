@@ -527,7 +527,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 		if r.refill != nil {
 			r.refill = nil // prompt and output are back in KV
 		} else {
-			r.truth.FirstToken = s.now
+			r.truth.FirstToken, r.truth.Prefilled = s.now, true
 		}
 		if r.maxNew == 0 {
 			fin := Finish{Reason: FinishLength, Length: 0}
