@@ -154,6 +154,9 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 		return err
 	}
 	leg.Truth = t
+	if t.TTFT == nil || t.FirstToken == nil {
+		return fmt.Errorf("request %s: the server's truth has no first token (finish %q)", leg.RID, t.FinishReason)
+	}
 	cold, err := s.expect(ctx, leg.PromptTokens, 0, 1)
 	if err != nil {
 		return err
@@ -162,8 +165,8 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 	if err != nil {
 		return err
 	}
-	tr := &TruthFigures{TTFT: t.TTFT, ColdTTFT: cold.TTFT, SteadyDecode: steady.DecodeTokensPerS}
-	if d := t.Finished - t.FirstToken; d > 0 {
+	tr := &TruthFigures{TTFT: *t.TTFT, ColdTTFT: cold.TTFT, SteadyDecode: steady.DecodeTokensPerS}
+	if d := t.Finished - *t.FirstToken; d > 0 {
 		decode := float64(t.CompletionTokens-1) / d
 		e := relErr(row.DecodeTPS, decode)
 		tr.Decode, tr.DecodeErr = &decode, &e

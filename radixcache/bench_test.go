@@ -49,7 +49,7 @@ func randomTokens(r *rand.Rand, n int) []int32 {
 func BenchmarkMatch200k(b *testing.B) {
 	prompt := randomTokens(rand.New(rand.NewPCG(1, 2)), 200_000)
 	tr := mustNew(b, 1)
-	tr.Insert("", prompt)
+	tr.Insert("", prompt, "")
 	query := slices.Clone(prompt)
 	qa, qb := asBytes(query), asBytes(slices.Clone(prompt))
 	var n int
@@ -71,12 +71,12 @@ func BenchmarkMatch200k(b *testing.B) {
 // copying them, which the tree must do to own its keys.
 func BenchmarkInsert200k(b *testing.B) {
 	prompt := randomTokens(rand.New(rand.NewPCG(1, 2)), 200_000)
-	var tr *Tree
+	var tr *Tree[string]
 	var sink []int32
 	benchRatio(b, "x-floor",
 		func() { tr = mustNew(b, 1) },
 		func() { sink = slices.Clone(prompt) },
-		func() { tr.Insert("", prompt) })
+		func() { tr.Insert("", prompt, "") })
 	b.SetBytes(int64(4 * len(prompt)))
 	runtime.KeepAlive(sink)
 }
@@ -104,11 +104,11 @@ func newSharedPrefixWorkload() sharedPrefixWorkload {
 
 // run serves every request as the scheduler would: match the reusable
 // prefix, then insert the whole prompt. buf is reused to build each prompt.
-func (w sharedPrefixWorkload) run(tr *Tree, buf []int32) {
+func (w sharedPrefixWorkload) run(tr *Tree[string], buf []int32) {
 	for i, suffix := range w.suffixes {
 		buf = append(append(buf[:0], w.systems[i%len(w.systems)]...), suffix...)
 		tr.Match("", buf[:tr.ReusablePrefixLen(len(buf))])
-		tr.Insert("", buf)
+		tr.Insert("", buf, "")
 	}
 }
 
@@ -119,7 +119,7 @@ func BenchmarkMatchInsertSharedPrefix10k(b *testing.B) {
 	w := newSharedPrefixWorkload()
 	buf := make([]int32, 0, 2500)
 	other := make([]int32, 2500)
-	var tr *Tree
+	var tr *Tree[string]
 	var sink [][]int32
 	benchRatio(b, "x-floor",
 		func() { tr = mustNew(b, 1); sink = sink[:0] },
@@ -145,13 +145,13 @@ func BenchmarkEvict1M(b *testing.B) {
 		keys[i] = randomTokens(r, 100)
 		keys[i][0] = int32(i) // 10,000 distinct root children
 	}
-	var tr *Tree
+	var tr *Tree[string]
 	stamps := make([]uint64, len(keys))
 	benchRatio(b, "x-floor",
 		func() {
 			tr = mustNew(b, 1)
 			for _, k := range keys {
-				tr.Insert("", k)
+				tr.Insert("", k, "")
 			}
 			for i := range stamps {
 				stamps[i] = r.Uint64()

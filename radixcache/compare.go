@@ -12,7 +12,7 @@ const compareBlock = 1024
 
 // commonPrefix returns the length of the longest common prefix of a and b,
 // floored to the tree's page size.
-func (t *Tree) commonPrefix(a, b []int32) int {
+func (t *Tree[V]) commonPrefix(a, b []int32) int {
 	n := commonPrefix(a, b)
 	return n - n%t.pageSize
 }

@@ -45,6 +45,11 @@
 //     cascading to parents that become unlocked leaves.
 //   - Reset empties the tree, as /flush_cache does.
 //
+// A Tree[V] carries a value of type V on each node, given by the Insert
+// that added the node's tokens and kept by both parts of a split: the
+// engine stores the inserting request's id, so a match tells which request
+// it reuses.
+//
 // Recency is a logical counter that every Match and Insert advances, so
 // eviction order is a deterministic function of the operations: the mock must
 // be exact. Evictable leaves are kept in a heap ordered by recency, so Evict

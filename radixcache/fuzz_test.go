@@ -149,7 +149,7 @@ func (m *refModel) stats() Stats {
 // handle pairs a tree handle with the reference's, and counts the locks the
 // fuzz driver holds through it.
 type handle struct {
-	node  *Node
+	node  *Node[string]
 	ref   *refSeg
 	locks int
 }
@@ -214,7 +214,7 @@ func runOps(t *testing.T, data []byte) {
 	units := func(key []int32) []int32 { return key }
 	if bigram {
 		var err error
-		if tr, err = NewBigram(page); err != nil {
+		if tr, err = NewBigram[string](page); err != nil {
 			t.Fatal(err)
 		}
 		units = bigrams
@@ -231,7 +231,7 @@ func runOps(t *testing.T, data []byte) {
 		switch op := in.next() % 7; op {
 		case 0, 1: // Insert
 			ns, key := in.namespace(), in.key()
-			got, node := tr.Insert(ns, key)
+			got, node := tr.Insert(ns, key, "")
 			want, seg := ref.walk(ns, units(key), true)
 			if got != want {
 				t.Fatalf("op %d Insert(%q, %v): got existed %d, want %d", ops, ns, key, got, want)

@@ -19,29 +19,30 @@ var (
 
 // Node is a handle to a position in the tree: the end of a cached prefix.
 // Its fields belong to the tree.
-type Node struct {
-	parent   *Node
-	children map[string]*Node
+type Node[V any] struct {
+	parent   *Node[V]
+	children map[string]*Node[V]
 	key      []int32 // the tokens this node adds to its parent's prefix
 	end      int     // tokens from the root to the end of this node
 	ns       string
-	owner    string // who inserted these tokens (the engine's request id)
 	lockRef  int32
 	evicted  bool
 	heapIdx  int    // position in the evictable-leaf heap, -1 when absent
 	tick     uint64 // logical time of last access
 	seq      uint64 // creation order; breaks recency ties
 	epoch    uint64 // the tree's epoch at creation; Reset makes older nodes stale
-	tree     *Tree
+	tree     *Tree[V]
+	value    V // given by the Insert that added these tokens; last, so the fields above keep their offsets whatever V
 }
 
 // PrefixLen is the number of tokens from the root to the end of n: the
 // length of the cached prefix that n ends.
-func (n *Node) PrefixLen() int { return n.end }
+func (n *Node[V]) PrefixLen() int { return n.end }
 
-// Owner is the owner given to InsertOwned when n's tokens were inserted: for
-// the engine, the request whose prefix a later match reuses.
-func (n *Node) Owner() string { return n.owner }
+// Value is the value given to the Insert that added n's tokens (the zero
+// value for the root). A node split from it keeps it, so every node on the
+// path of an Insert's new tokens carries that Insert's value.
+func (n *Node[V]) Value() V { return n.value }
 
 // Stats are the tree's token and node counts.
 type Stats struct {
@@ -51,29 +52,30 @@ type Stats struct {
 	Nodes     int // nodes, the root excluded
 }
 
-// Tree is a radix tree over token ids with SGLang's prefix-cache rules.
-// The zero value is not usable; call New.
-type Tree struct {
+// Tree is a radix tree over token ids with SGLang's prefix-cache rules,
+// each node carrying a value of type V that its Insert gave. The zero value
+// is not usable; call New.
+type Tree[V any] struct {
 	pageSize  int
 	bigram    bool
-	root      *Node
+	root      *Node[V]
 	epoch     uint64
 	tick      uint64
 	seq       uint64
 	evictable int
 	protected int
 	nodes     int
-	leaves    leafHeap
+	leaves    leafHeap[V]
 	scratch   []byte // builds root-level child keys without allocating
 }
 
 // New returns an empty tree that matches and inserts in pages of pageSize
 // tokens (SGLang's --page-size; 1 means token granularity).
-func New(pageSize int) (*Tree, error) {
+func New[V any](pageSize int) (*Tree[V], error) {
 	if pageSize < 1 {
 		return nil, fmt.Errorf("radixcache: page size must be >= 1, got %d", pageSize)
 	}
-	t := &Tree{pageSize: pageSize}
+	t := &Tree[V]{pageSize: pageSize}
 	t.Reset()
 	return t, nil
 }
@@ -83,8 +85,8 @@ func New(pageSize int) (*Tree, error) {
 // units, each a pair of adjacent tokens, and every length (matched,
 // existing, PrefixLen, Stats, Evict) counts units; pages are pageSize
 // units.
-func NewBigram(pageSize int) (*Tree, error) {
-	t, err := New(pageSize)
+func NewBigram[V any](pageSize int) (*Tree[V], error) {
+	t, err := New[V](pageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -94,17 +96,17 @@ func NewBigram(pageSize int) (*Tree, error) {
 
 // PageSize returns the tree's page size in tokens (in bigrams for a bigram
 // tree).
-func (t *Tree) PageSize() int { return t.pageSize }
+func (t *Tree[V]) PageSize() int { return t.pageSize }
 
 // Bigram reports whether the tree is keyed on bigrams.
-func (t *Tree) Bigram() bool { return t.bigram }
+func (t *Tree[V]) Bigram() bool { return t.bigram }
 
 // units turns a key into the namespace and unit sequence the tree stores.
 // A bigram key's units are its pairs of adjacent tokens; a path of pairs is
 // spelled by its first token and then the second token of each pair, so the
 // first token joins the namespace and the rest is the unit sequence. The
 // namespace stays injective: every such namespace is ns plus four bytes.
-func (t *Tree) units(ns string, key []int32) (string, []int32) {
+func (t *Tree[V]) units(ns string, key []int32) (string, []int32) {
 	if !t.bigram {
 		return ns, key
 	}
@@ -115,15 +117,15 @@ func (t *Tree) units(ns string, key []int32) (string, []int32) {
 }
 
 // Reset empties the tree. Handles from before the reset become stale.
-func (t *Tree) Reset() {
+func (t *Tree[V]) Reset() {
 	t.epoch++
-	t.root = &Node{lockRef: 1, heapIdx: -1, epoch: t.epoch, tree: t}
+	t.root = &Node[V]{lockRef: 1, heapIdx: -1, epoch: t.epoch, tree: t}
 	t.evictable, t.protected, t.nodes = 0, 0, 0
 	t.leaves = nil
 }
 
 // Stats returns the current counts.
-func (t *Tree) Stats() Stats {
+func (t *Tree[V]) Stats() Stats {
 	return Stats{
 		Tokens:    t.evictable + t.protected,
 		Evictable: t.evictable,
@@ -135,7 +137,7 @@ func (t *Tree) Stats() Stats {
 // ReusablePrefixLen is the longest prefix of an n-token sequence that a
 // request may take from the cache in this tree: under bigram keys the n-1
 // tokens a request may match are n-2 units, page-floored.
-func (t *Tree) ReusablePrefixLen(n int) int {
+func (t *Tree[V]) ReusablePrefixLen(n int) int {
 	if t.bigram {
 		return ReusablePrefixLen(n-1, t.pageSize)
 	}
@@ -159,7 +161,7 @@ func ReusablePrefixLen(n, pageSize int) int {
 // first floored to whole pages. Every node on the path becomes most recently
 // used. Match does not lock the result. In a bigram tree the length counts
 // bigrams: a key of n tokens matches at most n-1.
-func (t *Tree) Match(ns string, key []int32) (int, *Node) {
+func (t *Tree[V]) Match(ns string, key []int32) (int, *Node[V]) {
 	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
@@ -169,14 +171,11 @@ func (t *Tree) Match(ns string, key []int32) (int, *Node) {
 // Insert caches key in namespace ns and returns how many of its leading
 // tokens were cached already, and the node where key ends. The key is first
 // floored to whole pages; a trailing partial page is not cached. Every node on
-// the path becomes most recently used. In a bigram tree a key of n tokens
-// caches n-1 bigrams.
-func (t *Tree) Insert(ns string, key []int32) (existed int, last *Node) {
-	return t.InsertOwned(ns, key, "")
-}
-
-// InsertOwned is Insert that records owner on the nodes it creates.
-func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, last *Node) {
+// the path becomes most recently used. The node of the tokens it adds
+// carries value (the engine's: the inserting request's id); tokens already
+// cached keep theirs. In a bigram tree a key of n tokens caches n-1
+// bigrams.
+func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *Node[V]) {
 	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
@@ -187,9 +186,9 @@ func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, l
 	}
 	leaf := t.newNode(node, ns, slices.Clone(rest))
 	leaf.end = node.end + len(rest)
-	leaf.owner = owner
+	leaf.value = value
 	if node.children == nil {
-		node.children = make(map[string]*Node, 1)
+		node.children = make(map[string]*Node[V], 1)
 	}
 	node.children[string(t.childKey(node, ns, rest))] = leaf
 	t.evictable += len(rest)
@@ -203,7 +202,7 @@ func (t *Tree) InsertOwned(ns string, key []int32, owner string) (existed int, l
 // each node on the path becomes most recently used, and a node the key
 // leaves part-way is split there. It returns the length walked and the node
 // that ends exactly there.
-func (t *Tree) descend(ns string, key []int32) (int, *Node) {
+func (t *Tree[V]) descend(ns string, key []int32) (int, *Node[V]) {
 	node, walked := t.root, 0
 	for len(key) > 0 {
 		child := t.child(node, ns, key)
@@ -223,7 +222,7 @@ func (t *Tree) descend(ns string, key []int32) (int, *Node) {
 
 // Lock adds a reference to n and every ancestor, protecting their tokens from
 // eviction (SGLang's inc_lock_ref). The root is always locked.
-func (t *Tree) Lock(n *Node) error {
+func (t *Tree[V]) Lock(n *Node[V]) error {
 	if err := t.check(n); err != nil {
 		return err
 	}
@@ -239,7 +238,7 @@ func (t *Tree) Lock(n *Node) error {
 }
 
 // Unlock removes a reference added by Lock (SGLang's dec_lock_ref).
-func (t *Tree) Unlock(n *Node) error {
+func (t *Tree[V]) Unlock(n *Node[V]) error {
 	if err := t.check(n); err != nil {
 		return err
 	}
@@ -261,10 +260,10 @@ func (t *Tree) Unlock(n *Node) error {
 // n tokens are freed or nothing evictable remains, and returns the number of
 // tokens freed. Whole nodes are deleted, so it may free more than n. A parent
 // left as an unlocked leaf becomes a candidate in turn.
-func (t *Tree) Evict(n int) int {
+func (t *Tree[V]) Evict(n int) int {
 	freed := 0
 	for freed < n && len(t.leaves) > 0 {
-		x := heap.Pop(&t.leaves).(*Node)
+		x := heap.Pop(&t.leaves).(*Node[V])
 		parent := x.parent
 		delete(parent.children, string(t.childKey(parent, x.ns, x.key)))
 		freed += len(x.key)
@@ -277,18 +276,18 @@ func (t *Tree) Evict(n int) int {
 	return freed
 }
 
-func (t *Tree) check(n *Node) error {
+func (t *Tree[V]) check(n *Node[V]) error {
 	if n == nil || n.tree != t || n.epoch != t.epoch || n.evicted {
 		return ErrStaleHandle
 	}
 	return nil
 }
 
-func (t *Tree) floorPage(n int) int { return n - n%t.pageSize }
+func (t *Tree[V]) floorPage(n int) int { return n - n%t.pageSize }
 
-func (t *Tree) newNode(parent *Node, ns string, key []int32) *Node {
+func (t *Tree[V]) newNode(parent *Node[V], ns string, key []int32) *Node[V] {
 	t.seq++
-	return &Node{
+	return &Node[V]{
 		parent:  parent,
 		key:     key,
 		ns:      ns,
@@ -301,7 +300,7 @@ func (t *Tree) newNode(parent *Node, ns string, key []int32) *Node {
 }
 
 // child returns the child of parent whose first page equals key's, or nil.
-func (t *Tree) child(parent *Node, ns string, key []int32) *Node {
+func (t *Tree[V]) child(parent *Node[V], ns string, key []int32) *Node[V] {
 	return parent.children[string(t.childKey(parent, ns, key))]
 }
 
@@ -309,7 +308,7 @@ func (t *Tree) child(parent *Node, ns string, key []int32) *Node {
 // first page. Root-level keys carry the namespace, so namespaces never share
 // a node; below the root every node inherits its parent's namespace. The
 // returned bytes are only valid until the next call.
-func (t *Tree) childKey(parent *Node, ns string, key []int32) []byte {
+func (t *Tree[V]) childKey(parent *Node[V], ns string, key []int32) []byte {
 	page := asBytes(key[:t.pageSize])
 	if parent != t.root {
 		return page
@@ -322,7 +321,7 @@ func (t *Tree) childKey(parent *Node, ns string, key []int32) []byte {
 }
 
 // touch makes x most recently used.
-func (t *Tree) touch(x *Node) {
+func (t *Tree[V]) touch(x *Node[V]) {
 	x.tick = t.tick
 	if x.heapIdx >= 0 {
 		heap.Fix(&t.leaves, x.heapIdx)
@@ -333,23 +332,23 @@ func (t *Tree) touch(x *Node) {
 // original node keeps the lower part, so handles to it stay valid; the upper
 // node inherits the lock count, so protected and evictable sizes are
 // unchanged.
-func (t *Tree) split(child *Node, p int) *Node {
+func (t *Tree[V]) split(child *Node[V], p int) *Node[V] {
 	parent := child.parent
 	upper := t.newNode(parent, child.ns, slices.Clone(child.key[:p]))
 	upper.end = child.end - len(child.key) + p
 	upper.lockRef = child.lockRef
-	upper.owner = child.owner
+	upper.value = child.value
 	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
 	child.key = slices.Clone(child.key[p:])
 	child.parent = upper
-	upper.children = map[string]*Node{string(t.childKey(upper, child.ns, child.key)): child}
+	upper.children = map[string]*Node[V]{string(t.childKey(upper, child.ns, child.key)): child}
 	t.nodes++
 	return upper
 }
 
 // updateLeafStatus keeps the invariant: x is in the evictable-leaf heap
 // exactly when it is not the root, has no lock and has no children.
-func (t *Tree) updateLeafStatus(x *Node) {
+func (t *Tree[V]) updateLeafStatus(x *Node[V]) {
 	want := x != t.root && x.lockRef == 0 && len(x.children) == 0
 	switch {
 	case want && x.heapIdx < 0:
@@ -360,30 +359,30 @@ func (t *Tree) updateLeafStatus(x *Node) {
 }
 
 // leafHeap orders evictable leaves least recently used first.
-type leafHeap []*Node
+type leafHeap[V any] []*Node[V]
 
-func (h leafHeap) Len() int { return len(h) }
+func (h leafHeap[V]) Len() int { return len(h) }
 
-func (h leafHeap) Less(i, j int) bool {
+func (h leafHeap[V]) Less(i, j int) bool {
 	if h[i].tick != h[j].tick {
 		return h[i].tick < h[j].tick
 	}
 	return h[i].seq < h[j].seq
 }
 
-func (h leafHeap) Swap(i, j int) {
+func (h leafHeap[V]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].heapIdx = i
 	h[j].heapIdx = j
 }
 
-func (h *leafHeap) Push(x any) {
-	n := x.(*Node)
+func (h *leafHeap[V]) Push(x any) {
+	n := x.(*Node[V])
 	n.heapIdx = len(*h)
 	*h = append(*h, n)
 }
 
-func (h *leafHeap) Pop() any {
+func (h *leafHeap[V]) Pop() any {
 	old := *h
 	n := old[len(old)-1]
 	old[len(old)-1] = nil

@@ -21,16 +21,16 @@ func cat(parts ...[]int32) []int32 {
 	return s
 }
 
-func mustNew(t testing.TB, pageSize int) *Tree {
+func mustNew(t testing.TB, pageSize int) *Tree[string] {
 	t.Helper()
-	tr, err := New(pageSize)
+	tr, err := New[string](pageSize)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tr
 }
 
-func wantStats(t *testing.T, tr *Tree, want Stats) {
+func wantStats(t *testing.T, tr *Tree[string], want Stats) {
 	t.Helper()
 	if got := tr.Stats(); got != want {
 		t.Fatalf("stats: got %+v, want %+v", got, want)
@@ -40,7 +40,7 @@ func wantStats(t *testing.T, tr *Tree, want Stats) {
 
 func TestNewRejectsBadPageSize(t *testing.T) {
 	for _, p := range []int{0, -1} {
-		if _, err := New(p); err == nil {
+		if _, err := New[string](p); err == nil {
 			t.Errorf("New(%d): got nil error, want one", p)
 		}
 	}
@@ -75,7 +75,7 @@ func TestReusablePrefixLen(t *testing.T) {
 func TestInsertThenMatch(t *testing.T) {
 	tr := mustNew(t, 1)
 	prompt := seq(1, 1407)
-	if existed, _ := tr.Insert("", prompt); existed != 0 {
+	if existed, _ := tr.Insert("", prompt, ""); existed != 0 {
 		t.Fatalf("first insert: got existed %d, want 0", existed)
 	}
 	n, node := tr.Match("", prompt)
@@ -89,7 +89,7 @@ func TestInsertThenMatch(t *testing.T) {
 	}
 	wantStats(t, tr, Stats{Tokens: 1407, Evictable: 1407, Nodes: 2})
 
-	existed, last := tr.Insert("", cat(prompt, seq(5000, 5009)))
+	existed, last := tr.Insert("", cat(prompt, seq(5000, 5009)), "")
 	if existed != 1407 || last.PrefixLen() != 1417 {
 		t.Fatalf("insert of prompt+output: got existed %d ending at %d, want 1407 ending at 1417", existed, last.PrefixLen())
 	}
@@ -98,7 +98,7 @@ func TestInsertThenMatch(t *testing.T) {
 
 func TestMatchMisses(t *testing.T) {
 	tr := mustNew(t, 1)
-	tr.Insert("", []int32{1, 2, 3})
+	tr.Insert("", []int32{1, 2, 3}, "")
 	tests := []struct {
 		name string
 		key  []int32
@@ -121,7 +121,7 @@ func TestMatchMisses(t *testing.T) {
 func TestPageSize16(t *testing.T) {
 	tr := mustNew(t, 16)
 	key := seq(1, 40)
-	existed, last := tr.Insert("", key)
+	existed, last := tr.Insert("", key, "")
 	if existed != 0 || last.PrefixLen() != 32 {
 		t.Fatalf("insert of 40 tokens: got existed %d ending at %d, want 0 ending at 32 (partial page dropped)", existed, last.PrefixLen())
 	}
@@ -152,8 +152,8 @@ func TestPagedSiblingsShareFirstToken(t *testing.T) {
 	// Two keys that agree on the first token but differ later in the first
 	// page are different children of the root.
 	tr := mustNew(t, 4)
-	tr.Insert("", []int32{1, 2, 3, 4, 5, 6, 7, 8})
-	if existed, _ := tr.Insert("", []int32{1, 2, 3, 9, 5, 6, 7, 8}); existed != 0 {
+	tr.Insert("", []int32{1, 2, 3, 4, 5, 6, 7, 8}, "")
+	if existed, _ := tr.Insert("", []int32{1, 2, 3, 9, 5, 6, 7, 8}, ""); existed != 0 {
 		t.Fatalf("insert of a key differing in page 1: got existed %d, want 0", existed)
 	}
 	wantStats(t, tr, Stats{Tokens: 16, Evictable: 16, Nodes: 2})
@@ -164,7 +164,7 @@ func TestPagedSiblingsShareFirstToken(t *testing.T) {
 
 func TestSplitMidEdge(t *testing.T) {
 	tr := mustNew(t, 1)
-	_, leaf := tr.Insert("", seq(1, 10))
+	_, leaf := tr.Insert("", seq(1, 10), "")
 	if err := tr.Lock(leaf); err != nil {
 		t.Fatal(err)
 	}
@@ -187,21 +187,29 @@ func TestSplitMidEdge(t *testing.T) {
 	wantStats(t, tr, Stats{Tokens: 10, Evictable: 10, Nodes: 2})
 }
 
-func TestOwnerSurvivesSplits(t *testing.T) {
-	tr := mustNew(t, 1)
-	tr.InsertOwned("", seq(1, 10), "req-a")
-	tr.InsertOwned("", cat(seq(1, 10), seq(20, 25)), "req-b")
+// Each node carries the value of the Insert that added its tokens, of
+// whatever type the tree holds: a split keeps it on both parts, and
+// inserting cached tokens again does not change it.
+func TestValueSurvivesSplits(t *testing.T) {
+	tr, err := New[uint64](1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Insert("", seq(1, 10), 7)
+	tr.Insert("", cat(seq(1, 10), seq(20, 25)), 8)
+	tr.Insert("", seq(1, 10), 9) // cached already: nothing new
 	tests := []struct {
 		key  []int32
-		want string
+		want uint64
 	}{
-		{seq(1, 4), "req-a"}, // split inside a's node: the upper part is a's
-		{cat(seq(1, 10), seq(20, 22)), "req-b"},
-		{[]int32{99}, ""}, // the root
+		{seq(1, 4), 7}, // split inside the first insert's node: the upper part keeps 7
+		{seq(1, 10), 7},
+		{cat(seq(1, 10), seq(20, 22)), 8},
+		{[]int32{99}, 0}, // the root
 	}
 	for _, tt := range tests {
-		if _, n := tr.Match("", tt.key); n.Owner() != tt.want {
-			t.Errorf("match %v: got owner %q, want %q", tt.key, n.Owner(), tt.want)
+		if _, n := tr.Match("", tt.key); n.Value() != tt.want {
+			t.Errorf("match %v: got value %d, want %d", tt.key, n.Value(), tt.want)
 		}
 	}
 }
@@ -209,7 +217,7 @@ func TestOwnerSurvivesSplits(t *testing.T) {
 func TestNamespaceIsolation(t *testing.T) {
 	tr := mustNew(t, 1)
 	prompt := seq(1, 100)
-	tr.Insert("salt-a", prompt)
+	tr.Insert("salt-a", prompt, "")
 	tests := []struct {
 		ns   string
 		want int
@@ -224,7 +232,7 @@ func TestNamespaceIsolation(t *testing.T) {
 			t.Errorf("match in namespace %q: got %d, want %d", tt.ns, n, tt.want)
 		}
 	}
-	if existed, _ := tr.Insert("salt-b", prompt); existed != 0 {
+	if existed, _ := tr.Insert("salt-b", prompt, ""); existed != 0 {
 		t.Fatalf("insert in a second namespace: got existed %d, want 0", existed)
 	}
 	wantStats(t, tr, Stats{Tokens: 200, Evictable: 200, Nodes: 2})
@@ -241,9 +249,9 @@ func TestNamespaceIsolation(t *testing.T) {
 func TestLRUEvictionOrder(t *testing.T) {
 	tr := mustNew(t, 1)
 	a, b, c := seq(100, 109), seq(200, 219), seq(300, 329)
-	tr.Insert("", a)
-	tr.Insert("", b)
-	tr.Insert("", c)
+	tr.Insert("", a, "")
+	tr.Insert("", b, "")
+	tr.Insert("", c, "")
 	tr.Match("", a) // a becomes most recent: order is now b, c, a
 
 	steps := []struct {
@@ -272,8 +280,8 @@ func TestMatchEndingMidEdgeRefreshesTheWholeNode(t *testing.T) {
 	// SGLang stamps the child before splitting it, so the unmatched lower
 	// part is refreshed too, and an older leaf goes first.
 	tr := mustNew(t, 1)
-	tr.Insert("", seq(1, 6))
-	tr.Insert("", seq(50, 51))
+	tr.Insert("", seq(1, 6), "")
+	tr.Insert("", seq(50, 51), "")
 	tr.Match("", []int32{1, 2, 3, 99})
 	if got := tr.Evict(1); got != 2 {
 		t.Fatalf("first eviction: got %d freed, want 2 (the older leaf [50 51])", got)
@@ -286,9 +294,9 @@ func TestMatchEndingMidEdgeRefreshesTheWholeNode(t *testing.T) {
 func TestLockedPathsNeverEvicted(t *testing.T) {
 	tr := mustNew(t, 1)
 	sys := seq(1, 50)
-	_, locked := tr.Insert("", cat(sys, seq(1000, 1009)))
-	tr.Insert("", cat(sys, seq(2000, 2019)))
-	tr.Insert("", seq(3000, 3039))
+	_, locked := tr.Insert("", cat(sys, seq(1000, 1009)), "")
+	tr.Insert("", cat(sys, seq(2000, 2019)), "")
+	tr.Insert("", seq(3000, 3039), "")
 	if err := tr.Lock(locked); err != nil {
 		t.Fatal(err)
 	}
@@ -313,8 +321,8 @@ func TestLockedPathsNeverEvicted(t *testing.T) {
 
 func TestCascadingEviction(t *testing.T) {
 	tr := mustNew(t, 1)
-	tr.Insert("", []int32{1, 2, 3, 4})
-	tr.Insert("", []int32{1, 2, 5, 6})
+	tr.Insert("", []int32{1, 2, 3, 4}, "")
+	tr.Insert("", []int32{1, 2, 5, 6}, "")
 	wantStats(t, tr, Stats{Tokens: 6, Evictable: 6, Nodes: 3})
 	// [3 4] is older than [5 6]; after both go, [1 2] is a leaf and goes too.
 	if got := tr.Evict(2); got != 2 {
@@ -332,8 +340,8 @@ func TestCascadingEviction(t *testing.T) {
 func TestLockUnlockErrors(t *testing.T) {
 	tr := mustNew(t, 1)
 	other := mustNew(t, 1)
-	_, foreign := other.Insert("", []int32{1, 2})
-	_, n := tr.Insert("", []int32{1, 2, 3})
+	_, foreign := other.Insert("", []int32{1, 2}, "")
+	_, n := tr.Insert("", []int32{1, 2, 3}, "")
 
 	if err := tr.Unlock(n); !errors.Is(err, ErrNotLocked) {
 		t.Errorf("unlock of an unlocked node: got %v, want ErrNotLocked", err)
@@ -348,7 +356,7 @@ func TestLockUnlockErrors(t *testing.T) {
 	if err := tr.Lock(n); !errors.Is(err, ErrStaleHandle) {
 		t.Errorf("lock of an evicted node: got %v, want ErrStaleHandle", err)
 	}
-	_, n = tr.Insert("", []int32{1, 2, 3})
+	_, n = tr.Insert("", []int32{1, 2, 3}, "")
 	tr.Reset()
 	if err := tr.Lock(n); !errors.Is(err, ErrStaleHandle) {
 		t.Errorf("lock of a node from before Reset: got %v, want ErrStaleHandle", err)
@@ -366,8 +374,8 @@ func TestLockUnlockErrors(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	tr := mustNew(t, 1)
-	_, n := tr.Insert("", seq(1, 10))
-	tr.Insert("ns", seq(1, 10))
+	_, n := tr.Insert("", seq(1, 10), "")
+	tr.Insert("ns", seq(1, 10), "")
 	if err := tr.Lock(n); err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +384,7 @@ func TestReset(t *testing.T) {
 	if got, _ := tr.Match("", seq(1, 10)); got != 0 {
 		t.Fatalf("match after Reset: got %d, want 0", got)
 	}
-	if existed, _ := tr.Insert("", seq(1, 10)); existed != 0 {
+	if existed, _ := tr.Insert("", seq(1, 10), ""); existed != 0 {
 		t.Fatalf("insert after Reset: got existed %d, want 0", existed)
 	}
 	wantStats(t, tr, Stats{Tokens: 10, Evictable: 10, Nodes: 1})
@@ -407,11 +415,11 @@ func TestCommonPrefix(t *testing.T) {
 
 // checkInvariants walks the whole tree and checks what the fast counters
 // and the leaf heap claim.
-func checkInvariants(t testing.TB, tr *Tree) {
+func checkInvariants(t testing.TB, tr *Tree[string]) {
 	t.Helper()
 	var evictable, protected, nodes int
-	var walk func(n *Node)
-	walk = func(n *Node) {
+	var walk func(n *Node[string])
+	walk = func(n *Node[string]) {
 		for k, c := range n.children {
 			nodes++
 			if c.parent != n {
@@ -462,7 +470,7 @@ func checkInvariants(t testing.TB, tr *Tree) {
 // that shares only its first token (a BOS) shares no bigram at all.
 func TestBigramKeys(t *testing.T) {
 	const bos = 7
-	tr, err := NewBigram(1)
+	tr, err := NewBigram[string](1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +478,7 @@ func TestBigramKeys(t *testing.T) {
 		t.Fatal("NewBigram: Bigram() is false")
 	}
 	prompt := cat([]int32{bos}, seq(100, 198)) // 100 tokens
-	if existed, last := tr.Insert("", prompt); existed != 0 || last.PrefixLen() != 99 {
+	if existed, last := tr.Insert("", prompt, ""); existed != 0 || last.PrefixLen() != 99 {
 		t.Fatalf("insert of 100 tokens: got existed %d ending at %d, want 0 ending at 99 bigrams", existed, last.PrefixLen())
 	}
 	wantStats(t, tr, Stats{Tokens: 99, Evictable: 99, Nodes: 1})
@@ -497,7 +505,7 @@ func TestBigramKeys(t *testing.T) {
 	}
 	// Token keys share the BOS.
 	tok := mustNew(t, 1)
-	tok.Insert("", prompt)
+	tok.Insert("", prompt, "")
 	if n, _ := tok.Match("", cat([]int32{bos}, seq(500, 540))); n != 1 {
 		t.Errorf("token keys, shared BOS: got %d, want 1", n)
 	}
@@ -505,12 +513,12 @@ func TestBigramKeys(t *testing.T) {
 	if n, _ := tr.Match("salt", prompt[:99]); n != 0 {
 		t.Errorf("another namespace: got %d, want 0", n)
 	}
-	paged, err := NewBigram(4)
+	paged, err := NewBigram[string](4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := seq(1, 11) // 10 bigrams: 8 in whole pages
-	if _, last := paged.Insert("", key); last.PrefixLen() != 8 {
+	if _, last := paged.Insert("", key, ""); last.PrefixLen() != 8 {
 		t.Errorf("page 4, 11 tokens: cached %d bigrams, want 8", last.PrefixLen())
 	}
 	if n, _ := paged.Match("", key[:10]); n != 8 || paged.ReusablePrefixLen(11) != 8 {

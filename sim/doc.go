@@ -9,6 +9,12 @@
 //	GET /sim/requests/{rid}   Truth: one finished request's modelled timeline
 //	GET /sim/flushes          []Flush: every /flush_cache call and its outcome
 //
+// The mock keeps a bounded number of ground truths, within a bounded
+// memory (serve's --sim-truth-bytes), the oldest going first, so an old
+// rid may be gone. A truth's decode rounds come as runs (Round): one record
+// for each stretch of back-to-back rounds in the same batch size with the
+// same gain, its duration the stretch's total, so every sum is exact.
+//
 // The package has no dependencies, so a client can import it without
 // importing the mock.
 package sim

@@ -54,16 +54,21 @@ type Truth struct {
 	CompletionTokens int    `json:"completion_tokens"`
 	// ReusedFrom is the rid of the request whose cached tokens the cached
 	// prefix ends in; "" when nothing was cached.
-	ReusedFrom   string  `json:"reused_from"`
-	Arrival      float64 `json:"arrival_s"`
-	Admitted     float64 `json:"admitted_s"`
-	FirstToken   float64 `json:"first_token_s"`
-	Finished     float64 `json:"finished_s"`
-	Queue        float64 `json:"queue_s"`
-	TTFT         float64 `json:"ttft_s"`
-	E2E          float64 `json:"e2e_s"`
-	FinishReason string  `json:"finish_reason"`
-	SpecVerifyCt int     `json:"spec_verify_ct"`
+	ReusedFrom string  `json:"reused_from"`
+	Arrival    float64 `json:"arrival_s"`
+	// Admitted is when the request left the waiting queue: into its
+	// first prefill batch or, aborted there, at its abort; Queue is the
+	// wait until then.
+	Admitted float64 `json:"admitted_s"`
+	// FirstToken and TTFT are null for a request that never had a first
+	// token (aborted while queued or while its prompt was prefilled).
+	FirstToken   *float64 `json:"first_token_s"`
+	Finished     float64  `json:"finished_s"`
+	Queue        float64  `json:"queue_s"`
+	TTFT         *float64 `json:"ttft_s"`
+	E2E          float64  `json:"e2e_s"`
+	FinishReason string   `json:"finish_reason"`
+	SpecVerifyCt int      `json:"spec_verify_ct"`
 	// Retractions counts the times decode ran out of KV and the request
 	// was retracted, queued and prefilled again.
 	Retractions int     `json:"num_retractions"`
@@ -81,13 +86,22 @@ type Chunk struct {
 	Batch    int     `json:"batch"`
 }
 
-// Round is one decode round a request took part in.
+// Round is a run of Count decode rounds a request took part in, back to
+// back (each starting where the last ended), in batches of the same size
+// and each gaining the same tokens: a request's timeline has a record per
+// change of batch or gain or per pause (a prefill batch in between), not
+// one per round. Start and Context are the run's first round's; Duration is
+// the run's total, so a run ends at Start + Duration and round i of it
+// starts on Context + i*Gained tokens. Summed over a request's runs,
+// Duration, Count and Count*Gained are its exact decode time, rounds and
+// decoded tokens.
 type Round struct {
 	Start    float64 `json:"start_s"`
 	Duration float64 `json:"duration_s"`
 	Gained   int     `json:"gained"`
 	Batch    int     `json:"batch"`
 	Context  int     `json:"context"`
+	Count    int     `json:"count"`
 }
 
 // Flush is one /flush_cache call, in GET /sim/flushes.
@@ -100,6 +114,15 @@ type Flush struct {
 	OK      bool   `json:"ok"`
 	Queued  int    `json:"queued"`
 	Running int    `json:"running"`
+	// Origin is the address of the client that asked.
+	Origin string `json:"origin"`
+	// Pending marks a flush still waiting for the server to be idle (or
+	// its timeout): it is listed last, with no answer or outcome yet. It
+	// runs even if its client has left (ClientLeft), as SGLang's does.
+	Pending bool `json:"pending"`
+	// ClientLeft is when the client stopped waiting for the answer; null
+	// while it waits or once answered in time.
+	ClientLeft *float64 `json:"client_left_s"`
 }
 
 // Outcome values of Flush.

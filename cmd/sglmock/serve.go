@@ -32,7 +32,7 @@ type serveOptions struct {
 	skipWarmup                                                      bool
 	disableRadixCache, enableCacheReport, enableMetrics             bool
 	streamInterval                                                  int
-	maxBodyBytes                                                    int64
+	maxBodyBytes, simTruthBytes                                     int64
 	apiKeyFile                                                      string
 	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
@@ -68,6 +68,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body before answering 408 (wall time)")
+	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
+		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
@@ -95,6 +97,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		return nil, fmt.Errorf("--stream-interval %d: must be >= 1", o.streamInterval)
 	case o.maxBodyBytes < 1:
 		return nil, fmt.Errorf("--max-body-bytes %d: must be >= 1", o.maxBodyBytes)
+	case o.simTruthBytes < 1:
+		return nil, fmt.Errorf("--sim-truth-bytes %d: must be >= 1", o.simTruthBytes)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %v: must be >= 0", o.shutdownGrace)
 	case o.schedulePolicy == "lpm" || o.schedulePolicy == "dfs-weight" || o.schedulePolicy == "lof" || o.schedulePolicy == "random":
@@ -195,6 +199,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		EnableMetrics:     o.enableMetrics,
 		StreamInterval:    o.streamInterval,
 		MaxBodyBytes:      o.maxBodyBytes,
+		SimTruthBytes:     o.simTruthBytes,
 		Logger:            logger,
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,

@@ -23,8 +23,11 @@ func TestServeFlags(t *testing.T) {
 		check   func(*serveOptions) bool
 	}{
 		{"defaults", nil, "", func(o *serveOptions) bool {
-			return o.host == "127.0.0.1" && o.port == 30000 && o.profile.Name == "default" && o.speedup == 1
+			return o.host == "127.0.0.1" && o.port == 30000 && o.profile.Name == "default" && o.speedup == 1 &&
+				o.simTruthBytes == 256<<20
 		}},
+		{"truth memory", []string{"--sim-truth-bytes", "1000000"}, "", func(o *serveOptions) bool { return o.simTruthBytes == 1000000 }},
+		{"no truth memory", []string{"--sim-truth-bytes", "0"}, "--sim-truth-bytes 0: must be >= 1", nil},
 		{"a flag overrides the profile", []string{"--profile", "kimi-k2.6-rtx6000", "--page-size", "16", "--chunked-prefill-size", "4096", "--max-total-tokens", "500000"}, "",
 			func(o *serveOptions) bool {
 				return o.profile.PageSize == 16 && o.profile.ChunkedPrefillSize == 4096 && o.profile.MaxTotalTokens == 500000 &&
@@ -131,7 +134,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 // TestServeOverTCP runs the real server on a loopback port: warmup, a
 // request, then a graceful shutdown that aborts a stream still running.
 func TestServeOverTCP(t *testing.T) {
-	base, cancel, _, done, logs := startServe(t, "--speedup", "1000", "--shutdown-grace", "0")
+	base, cancel, _, done, logs := startServe(t, "--speedup", "100", "--shutdown-grace", "0")
 	resp, err := http.Get(base + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/health: %v %v", err, resp)

@@ -1,10 +1,13 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -197,14 +200,13 @@ func TestStreamIntervalAndSpeculativeBursts(t *testing.T) {
 		}
 		var want []int
 		n := 1 // the prefill's token
-		for i := 0; ; i++ {
-			if n == 60 || n%4 == 1 {
-				want = append(want, n)
+		want = append(want, n)
+		for _, run := range truth.Rounds {
+			for range run.Count {
+				if n += run.Gained; n == 60 || n%4 == 1 {
+					want = append(want, n)
+				}
 			}
-			if n == 60 {
-				break
-			}
-			n += truth.Rounds[i].Gained
 		}
 		var got []int
 		for _, e := range events[:len(events)-1] {
@@ -529,16 +531,31 @@ func TestDisconnectAbortsTheRequest(t *testing.T) {
 				if code != 200 || json.Unmarshal([]byte(body), &truth) != nil || truth.FinishReason != "abort" {
 					t.Fatalf("truth of the abandoned request: %d %s", code, body)
 				}
-				last := truth.Rounds[len(truth.Rounds)-1]
-				end := last.Start + last.Duration
-				if stream {
-					// Aborted 2 s after the client left, with the round
-					// running then: it ends that round.
-					if due := left.Seconds() + 2; last.Start > due || end < due || truth.Finished != end {
-						t.Fatalf("stream aborted at %v after its last round [%v, %v]; want the round running at %v", truth.Finished, last.Start, end, due)
+				// Alone, the request decodes in one run of back-to-back
+				// rounds; the cost model gives each round's end.
+				if len(truth.Rounds) != 1 {
+					t.Fatalf("a lone request decoded in %d runs, want 1: %+v", len(truth.Rounds), truth.Rounds)
+				}
+				run := truth.Rounds[0]
+				p := ts.Engine().Profile()
+				ns := func(secs float64) time.Duration { return time.Duration(math.Round(secs * 1e9)) }
+				end := ns(run.Start)
+				tokens := truth.CompletionTokens - run.Count // before the run
+				var wantEnd time.Duration
+				for i := range run.Count {
+					end += profile.Duration(p.DecodeRoundSeconds(1, run.Context+i))
+					tokens++
+					if stream && end >= left+2*time.Second || !stream && end >= left && tokens%50 == 0 {
+						wantEnd = end
+						break
 					}
-				} else if truth.CompletionTokens%50 != 0 || truth.Finished != end || end < left.Seconds() || end-last.Duration*50 > left.Seconds() {
-					t.Fatalf("waiting client: aborted at %v with %d tokens; want at the first 50-token output after %v", truth.Finished, truth.CompletionTokens, left)
+				}
+				// A stream is aborted 2 s after its client left and ends
+				// with the round running then; a waiting client's request
+				// at its first 50-token output after it left.
+				if ns(truth.Finished) != wantEnd || ns(run.Start)+ns(run.Duration) != wantEnd || tokens != truth.CompletionTokens {
+					t.Fatalf("aborted at %v with %d tokens, want at %v with %d (run %+v)",
+						truth.Finished, truth.CompletionTokens, wantEnd.Seconds(), tokens, run)
 				}
 				if st := ts.Engine().Stats(); st.Aborted != 1 {
 					t.Fatalf("aborted counter: got %d, want 1", st.Aborted)
@@ -716,12 +733,23 @@ func TestPageSizeAndDisabledCacheOverHTTP(t *testing.T) {
 				p.PageSize = tt.page
 				ts := mocktest.Start(t, api.Config{Profile: p, DisableRadixCache: tt.disable})
 				req := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(ids(5, 100)))
-				ts.Do(t, "POST", "/generate", req)
-				_, body, _ := ts.Do(t, "POST", "/generate", req)
-				var r generateResponse
-				json.Unmarshal([]byte(body), &r)
-				if r.MetaInfo.CachedTokens != tt.want {
-					t.Fatalf("second identical request: cached %d, want %d", r.MetaInfo.CachedTokens, tt.want)
+				for i := range 2 {
+					code, body, _ := ts.Do(t, "POST", "/generate", req)
+					var r generateResponse
+					if err := json.Unmarshal([]byte(body), &r); code != 200 || err != nil {
+						t.Fatalf("request %d: %d %s (%v)", i+1, code, body, err)
+					}
+					want := 0 // the first request finds nothing cached
+					if i == 1 {
+						want = tt.want
+					}
+					if m := r.MetaInfo; m.PromptTokens != 100 || m.CompletionTokens != 1 || m.CachedTokens != want {
+						t.Fatalf("request %d: %d prompt, %d completion, %d cached tokens; want 100, 1, %d",
+							i+1, m.PromptTokens, m.CompletionTokens, m.CachedTokens, want)
+					}
+				}
+				if st := ts.Engine().Stats(); tt.disable && st.CacheTokens != 0 {
+					t.Fatalf("cache disabled, yet %d tokens are cached", st.CacheTokens)
 				}
 			})
 		})
@@ -842,9 +870,13 @@ func TestSimExpectWithZeroCosts(t *testing.T) {
 		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
 		ts := mocktest.Start(t, api.Config{Profile: p})
 		code, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=10", "")
-		if code != 200 || !strings.Contains(body, `"prefill_tokens_per_s":null`) || !strings.Contains(body, `"decode_tokens_per_s":null`) ||
-			!strings.Contains(body, `"ttft_s":0`) {
-			t.Fatalf("zero-cost expectation: %d %s", code, body)
+		var e sim.Expectation
+		if err := mocktest.DecodeStrict([]byte(body), &e); code != 200 || err != nil {
+			t.Fatalf("zero-cost expectation: %d %s (%v)", code, body, err)
+		}
+		want := sim.Expectation{PromptTokens: 100, CompletionTokens: 10, DecodeRounds: 9, ExpectedAccept: 1}
+		if e != want {
+			t.Fatalf("zero-cost expectation: got %+v, want %+v: nothing takes time, both rates null", e, want)
 		}
 	})
 }
@@ -870,6 +902,120 @@ func TestTwoServersCoexist(t *testing.T) {
 		}
 		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
 			t.Fatalf("b's metrics count only b's request")
+		}
+	})
+}
+
+// A request aborted while it waits in the queue left the queue then: its
+// queue time is the wait until the abort, never negative, and SGLang's
+// queue-time histogram, observed as a request enters its first prefill
+// batch, never sees it. It had no first token: no TTFT either.
+func TestAbortInQueueTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.MaxRunningRequests = 1
+		ts := mocktest.Start(t, api.Config{Profile: p, EnableMetrics: true})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ts.Send("POST", "/generate", `{"text": "first", "rid": "a", "sampling_params": {"max_new_tokens": 200}}`)
+		}()
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			ts.Send("POST", "/generate", `{"text": "second", "rid": "b"}`)
+		}()
+		time.Sleep(300 * time.Millisecond) // virtual: b waits behind a
+		if st := ts.Engine().Stats(); st.Queued != 1 {
+			t.Fatalf("%d queued, want b", st.Queued)
+		}
+		ts.Do(t, "POST", "/abort_request", `{"rid": "b"}`)
+		<-done
+		_, body, _ := ts.Do(t, "GET", "/sim/requests/b", "")
+		var b sim.Truth
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			t.Fatal(err)
+		}
+		if b.Arrival != 0.1 || b.Admitted != 0.3 || b.Queue != 0.2 || b.Finished != 0.3 {
+			t.Fatalf("b: arrival %v, admitted %v, queue %v, finished %v; want 0.1, 0.3, 0.2, 0.3", b.Arrival, b.Admitted, b.Queue, b.Finished)
+		}
+		if !strings.Contains(body, `"first_token_s":null`) || !strings.Contains(body, `"ttft_s":null`) {
+			t.Fatalf("b had no first token, yet: %s", body)
+		}
+		_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
+		label := `{model_name="sglmock/small-1b"}`
+		for _, want := range []string{
+			"sglang:queue_time_seconds_sum" + label + " 0\n", // a's
+			"sglang:queue_time_seconds_count" + label + " 1\n",
+			"sglang:e2e_request_latency_seconds_count" + label + " 2\n",
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}
+
+// A flush whose client gave up still runs once the server is idle, as
+// SGLang's scheduler keeps it; /sim/flushes shows it pending meanwhile,
+// with its origin and when its client left, and the log says when it ran.
+// A timeout too long for a Duration waits rather than failing at once.
+func TestPendingFlushIsVisible(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		ts := mocktest.Start(t, api.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ts.Send("POST", "/generate", `{"text": "a long one", "rid": "a", "sampling_params": {"max_new_tokens": 200}}`)
+		}()
+		time.Sleep(10 * time.Millisecond) // virtual: a decodes
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/flush_cache?timeout=60", nil)
+		if resp, err := ts.Client.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("the flush answered %d while a runs", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
+		flushes := func() []sim.Flush {
+			var out []sim.Flush
+			_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+			if err := mocktest.DecodeStrict([]byte(body), &out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		left := 0.1
+		if got := flushes(); len(got) != 1 || !got[0].Pending || got[0].Origin != "pipe" || got[0].At != 0.01 ||
+			got[0].ClientLeft == nil || *got[0].ClientLeft != left || got[0].Outcome != "" {
+			t.Fatalf("/sim/flushes while a runs: %+v, want one pending flush from pipe, asked at 0.01 s, client gone at 0.1 s", got)
+		}
+		<-done
+		time.Sleep(time.Second) // virtual: settled, flushed
+		got := flushes()
+		tr, _ := ts.Engine().Truth("a")
+		ran := tr.Finished + ts.Engine().Profile().FlushBusyAfterFinish()
+		if len(got) != 1 || got[0].Pending || !got[0].OK || got[0].Answered != ran.Seconds() || *got[0].ClientLeft != left {
+			t.Fatalf("/sim/flushes after a: %+v, want the flush answered at %v", got, ran.Seconds())
+		}
+		if st := ts.Engine().Stats(); st.CacheTokens != 0 {
+			t.Fatalf("%d cached tokens: the pending flush did not run", st.CacheTokens)
+		}
+		for _, want := range []string{
+			"The client of a deferred flush_cache (pipe, asked at 0.010 s) left at 0.100 s; the flush stays pending",
+			fmt.Sprintf("Deferred flush_cache (pipe, asked at 0.010 s, its client gone since 0.100 s) ran at %.3f s.", ran.Seconds()),
+		} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("log lacks %q:\n%s", want, logs.String())
+			}
+		}
+		// Timeouts past a Duration's range wait for idle.
+		for _, timeout := range []string{"1e10", "1e300"} {
+			go ts.Send("POST", "/generate", `{"text": "another", "sampling_params": {"max_new_tokens": 100}}`)
+			time.Sleep(10 * time.Millisecond)
+			if code, body, _ := ts.Do(t, "POST", "/flush_cache?timeout="+timeout, ""); code != 200 || body != flushedBody {
+				t.Errorf("timeout=%s: %d %q, want the flush once idle", timeout, code, body)
+			}
 		}
 	})
 }

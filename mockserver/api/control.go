@@ -31,9 +31,14 @@ func (s *Server) flushCache(c *gin.Context) {
 			writeValidationError(c, fmt.Sprintf("timeout: Input should be a finite number >= 0, got %q", raw))
 			return
 		}
-		timeout = time.Duration(secs * float64(time.Second))
+		// Clamped: past about 292 years a Duration overflows, and a timeout
+		// that long waits for idle, as Python's float deadline does.
+		timeout = time.Duration(math.MaxInt64)
+		if secs < float64(math.MaxInt64)/float64(time.Second) {
+			timeout = time.Duration(secs * float64(time.Second))
+		}
 	}
-	err := s.eng.Flush(c.Request.Context(), timeout)
+	err := s.eng.Flush(c.Request.Context(), timeout, c.Request.RemoteAddr)
 	if err != nil && errors.Is(err, c.Request.Context().Err()) {
 		return // the client left while the flush waited; nobody reads a reply
 	}

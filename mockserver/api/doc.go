@@ -79,7 +79,18 @@
 //   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
 //     more is refused with the scheduler's message (and /server_info
 //     reports that max_req_input_len); ids past the vocabulary and a rid
-//     already running get SGLang's messages.
+//     already running get SGLang's messages. A length that, with the
+//     prompt, passes the context length is refused with SGLang's total,
+//     exact even near 2^63. Integer fields decode exactly: a literal
+//     outside int64, which Python would hold and goccy/go-json would wrap
+//     to a negative number, is refused with "<field> must be at most
+//     9223372036854775807, got <literal>." The mock's own bounds, which
+//     SGLang does not have, keep one request from sizing unbounded work:
+//     at most 2048 sequences (prompts x n, n at most 128), 32 stop strings
+//     of at most 256 bytes, 1024 stop_token_ids, a rid of 512 bytes and a
+//     cache namespace (extra_key, cache_salt and lora_path) of 1024; a
+//     text prompt whose byte length alone shows it cannot fit the context
+//     is counted, not tokenized, before it is refused.
 //   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
 //     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
 //     is its object (timestamp, version, dp_rank_count, loads with the
@@ -96,7 +107,12 @@
 //   - /flush_cache answers SGLang's plain-text bodies without a
 //     Content-Type: "Flush cache failed.\n" for a busy server,
 //     "Timed out waiting for idle state." and "Another flush_cache is
-//     already in progress." (no newline) for a waiting flush.
+//     already in progress." (no newline) for a waiting flush. A waiting
+//     flush whose client leaves still runs once the server is idle, as
+//     SGLang's scheduler keeps it: /sim/flushes lists it as pending, with
+//     the client's address and when it left, and the log says when it
+//     runs. A timeout past a Duration's range (about 9.2e9 s) waits for
+//     idle.
 //   - A client that disconnects has its requests aborted as SGLang's
 //     tokenizer manager does it: a stream's 2 s later (simulated), a
 //     waiting client's when its 4 s wait on the request times out or its

@@ -33,6 +33,15 @@ func FuzzGenerateBody(f *testing.F) {
 		`{"prompt": ["a", "b"], "n": 2, "stream": true, "stream_options": {"include_usage": true}}`,
 		`{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 2}`,
 		`[`, `null`, ``, `{"text": null}`,
+		// Lengths at and past the edges of int64, which the fuzzer did not
+		// find by itself.
+		`{"text": "x", "sampling_params": {"max_new_tokens": 9223372036854775807}}`,
+		`{"text": "x", "sampling_params": {"max_new_tokens": 9223372036854775806}}`,
+		`{"text": "x", "sampling_params": {"max_new_tokens": 9223372036854775808}}`,
+		`{"text": "x", "sampling_params": {"max_new_tokens": -9223372036854775808, "n": 18446744073709551615}}`,
+		`{"prompt": "x", "max_tokens": 9223372036854775807, "logprobs": 9223372036854775807}`,
+		`{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9999999999999999999}`,
+		`{"text": "x", "return_logprob": true, "logprob_start_len": 9223372036854775807, "top_logprobs_num": -1}`,
 	} {
 		f.Add(seed, uint8(0))
 		f.Add(seed, uint8(1))

@@ -41,13 +41,13 @@ func (s *stringOrList) UnmarshalJSON(b []byte) error {
 // samplingParams are the sampling_params a mock honours; the rest are
 // accepted and ignored (the mock's output does not depend on sampling).
 type samplingParams struct {
-	MaxNewTokens   *int         `json:"max_new_tokens"`
+	MaxNewTokens   *integer     `json:"max_new_tokens"`
 	Temperature    *float64     `json:"temperature"`
 	Stop           stringOrList `json:"stop"`
 	StopTokenIDs   []int32      `json:"stop_token_ids"`
 	IgnoreEOS      bool         `json:"ignore_eos"`
-	N              *int         `json:"n"`
-	StreamInterval *int         `json:"stream_interval"`
+	N              *integer     `json:"n"`
+	StreamInterval *integer     `json:"stream_interval"`
 	NoStopTrim     bool         `json:"no_stop_trim"`
 }
 
@@ -173,6 +173,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if n == 0 {
 		return plan{}, nil, errors.New("The batch is empty.")
 	}
+	if err := checkSequences(n, 1); err != nil {
+		return plan{}, nil, err // before any per-prompt list is sized by n
+	}
 	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
 	if err != nil {
 		return plan{}, err, nil
@@ -188,16 +191,16 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	if err != nil {
 		return plan{}, err, nil
 	}
-	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", -1)
+	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", integer(-1))
 	if err != nil {
 		return plan{}, err, nil
 	}
-	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", 0)
+	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", integer(0))
 	if err != nil {
 		return plan{}, err, nil
 	}
 	for _, top := range tops {
-		if err := checkTopLogprobs("top_logprobs_num", top); err != nil {
+		if err := checkTopLogprobs("top_logprobs_num", int(top)); err != nil {
 			return plan{}, nil, err
 		}
 	}
@@ -211,6 +214,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	}
 	copies, err := copiesOf(params[0].N)
 	if err != nil {
+		return plan{}, nil, err
+	}
+	if err := checkSequences(n, copies); err != nil {
 		return plan{}, nil, err
 	}
 	for i := range n {
@@ -230,9 +236,11 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		if copies == 1 {
 			it.req.RID = rids[i]
 		}
-		it.logprobs = logprobParams{on: logprob[i], start: starts[i], top: tops[i], text: b.ReturnTextInLogprobs}
-		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], starts[i]
-		s.tokenizeForLogprobs(&it)
+		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
+		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
+		if err := s.tokenizeForLogprobs(&it); err != nil {
+			return plan{}, nil, err
+		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 		for range copies {
 			it.index = len(p.items)
@@ -244,11 +252,26 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	return p, nil, nil
 }
 
-// maxN bounds n (parallel samples per prompt), as OpenAI does, so one
-// request cannot ask for unbounded work.
-const maxN = 128
+// maxN bounds n (parallel samples per prompt), as OpenAI does, and
+// maxSequences the sequences of one request (prompts x n), so that one
+// request cannot ask for unbounded work: each sequence is an engine
+// request. SGLang bounds neither; the mock's bound is generous.
+const (
+	maxN         = 128
+	maxSequences = 2048
+)
 
-func copiesOf(n *int) (int, error) {
+// checkSequences bounds the sequences of a batch of prompts with n copies
+// each.
+func checkSequences(prompts, copies int) error {
+	if prompts > maxSequences || prompts*copies > maxSequences {
+		return fmt.Errorf("A request may ask for at most %d sequences (prompts x n), got %d prompts x %d.",
+			maxSequences, prompts, copies)
+	}
+	return nil
+}
+
+func copiesOf(n *integer) (int, error) {
 	switch {
 	case n == nil:
 		return 1, nil
@@ -257,7 +280,7 @@ func copiesOf(n *int) (int, error) {
 	case *n > maxN:
 		return 0, fmt.Errorf("n must be at most %d, got %d.", maxN, *n)
 	}
-	return *n, nil
+	return int(*n), nil
 }
 
 func deref(s *string) string {
@@ -272,13 +295,13 @@ func (s *Server) itemFrom(p samplingParams) item {
 	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
-		it.req.MaxNewTokens = *p.MaxNewTokens
+		it.req.MaxNewTokens = int(*p.MaxNewTokens)
 	}
 	it.req.Stop = p.Stop
 	it.req.StopTokenIDs = p.StopTokenIDs
 	it.req.IgnoreEOS = p.IgnoreEOS
 	if p.StreamInterval != nil && *p.StreamInterval > 0 {
-		it.streamInterval = *p.StreamInterval
+		it.streamInterval = int(*p.StreamInterval)
 	}
 	return it
 }
@@ -314,7 +337,10 @@ func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
 func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 	for i := 0; i < len(p.items); i += p.copies {
 		group := p.items[i : i+p.copies]
-		tokens := s.eng.Tokenize(group[0].req)
+		tokens, err := s.eng.Tokenize(group[0].req)
+		if err != nil {
+			return err
+		}
 		for c := range group {
 			group[c].req.InputIDs, group[c].req.Text = tokens, ""
 		}

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -106,5 +107,116 @@ func TestLimitMessages(t *testing.T) {
 			t.Errorf("duplicate rid: %d %s", code, body)
 		}
 		ts.Do(t, "POST", "/abort_request", `{"abort_all": true}`)
+	})
+}
+
+// Output lengths near and past 2^63 are refused, never wrapped: a length
+// that fits int64 gets SGLang's context message with the exact total
+// (Python's ints do not overflow), a literal past int64 a message that
+// names the field and the bound. Nothing runs.
+func TestHugeOutputLengths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		tooMany := func(total, asked string) string {
+			return "Requested token count exceeds the model's maximum context length of 32768 tokens. " +
+				"You requested a total of " + total + " tokens: 1 tokens from the input messages and " + asked +
+				" tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit."
+		}
+		generateError := func(msg string) string { return `{"error":{"message":` + jsonOf(msg) + `}}` }
+		openAIError := func(msg string) string {
+			return `{"object":"error","message":` + jsonOf(msg) + `,"type":"BadRequestError","param":null,"code":400}`
+		}
+		validationError := func(msg string) string {
+			return `{"object":"error","message":` + jsonOf(msg) + `,"type":"Bad Request","param":null,"code":400}`
+		}
+		chat := func(field, value string) string {
+			return `{"messages": [{"role": "user", "content": "hi"}], "` + field + `": ` + value + `}`
+		}
+		tests := []struct {
+			name, path, body, want string
+		}{
+			{"max int64", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": 9223372036854775807}}`,
+				generateError(tooMany("9223372036854775808", "9223372036854775807"))},
+			{"one below", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": 9223372036854775806}}`,
+				generateError(tooMany("9223372036854775807", "9223372036854775806"))},
+			{"2^63", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": 9223372036854775808}}`,
+				validationError("sampling_params: max_new_tokens must be at most 9223372036854775807, got 9223372036854775808.")},
+			{"19 nines", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": 9999999999999999999}}`,
+				validationError("sampling_params: max_new_tokens must be at most 9223372036854775807, got 9999999999999999999.")},
+			{"2^64", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": 18446744073709551616}}`,
+				validationError("sampling_params: max_new_tokens must be at most 9223372036854775807, got 18446744073709551616.")},
+			{"below int64", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": -9223372036854775809}}`,
+				validationError("sampling_params: max_new_tokens must be at least -9223372036854775808, got -9223372036854775809.")},
+			{"60 digits", "/generate", `{"text": "hi", "sampling_params": {"max_new_tokens": ` + strings.Repeat("9", 60) + `}}`,
+				validationError("sampling_params: max_new_tokens must be at most 9223372036854775807, got " + strings.Repeat("9", 40) + "... (60 digits).")},
+			{"n past int64", "/generate", `{"text": "hi", "sampling_params": {"n": 9223372036854775808}}`,
+				validationError("sampling_params: n must be at most 9223372036854775807, got 9223372036854775808.")},
+			{"top_logprobs_num past int64", "/generate", `{"text": "hi", "return_logprob": true, "top_logprobs_num": 9223372036854775808}`,
+				validationError("top_logprobs_num: The value must be at most 9223372036854775807, got 9223372036854775808.")},
+			{"completions, max int64", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775807}`,
+				openAIError(tooMany("9223372036854775808", "9223372036854775807"))},
+			{"completions, 2^63", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775808}`,
+				validationError("max_tokens must be at most 9223372036854775807, got 9223372036854775808.")},
+			{"chat, max int64", "/v1/chat/completions", chat("max_tokens", "9223372036854775807"),
+				openAIError("max_completion_tokens is too large: 9223372036854775807.This model supports at most 32768 completion tokens.")},
+			{"chat, 2^63", "/v1/chat/completions", chat("max_completion_tokens", "9223372036854775808"),
+				validationError("max_completion_tokens must be at most 9223372036854775807, got 9223372036854775808.")},
+			{"chat n, 2^63", "/v1/chat/completions", chat("n", "9223372036854775808"),
+				validationError("n must be at most 9223372036854775807, got 9223372036854775808.")},
+		}
+		for _, tt := range tests {
+			if code, body, _ := ts.Do(t, "POST", tt.path, tt.body); code != 400 || body != tt.want {
+				t.Errorf("%s: got %d %s\nwant 400 %s", tt.name, code, body, tt.want)
+			}
+		}
+		mocktest.CheckIdle(t, ts.Engine())
+		if st := ts.Engine().Stats(); st.Requests != 0 {
+			t.Errorf("%d requests ran, want none", st.Requests)
+		}
+	})
+}
+
+// What one request may ask for is bounded before anything is sized by it:
+// prompts x n, stop strings, rids and cache namespaces, each refused with
+// a 400 that says the bound.
+func TestRequestBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		generateError := func(msg string) string { return `{"error":{"message":` + jsonOf(msg) + `}}` }
+		openAIError := func(msg string) string {
+			return `{"object":"error","message":` + jsonOf(msg) + `,"type":"BadRequestError","param":null,"code":400}`
+		}
+		texts := func(n int) string { return jsonOf(slices.Repeat([]string{"x"}, n)) }
+		tests := []struct {
+			name, path, body, want string
+		}{
+			{"2049 prompts", "/generate", `{"text": ` + texts(2049) + `}`,
+				generateError("A request may ask for at most 2048 sequences (prompts x n), got 2049 prompts x 1.")},
+			{"17 prompts x 128", "/generate", `{"text": ` + texts(17) + `, "sampling_params": {"n": 128}}`,
+				generateError("A request may ask for at most 2048 sequences (prompts x n), got 17 prompts x 128.")},
+			{"completions, 17 prompts x 128", "/v1/completions", `{"prompt": ` + texts(17) + `, "n": 128}`,
+				openAIError("A request may ask for at most 2048 sequences (prompts x n), got 17 prompts x 128.")},
+			{"a million stop strings", "/generate", `{"text": "x", "sampling_params": {"stop": ` + texts(1_000_000) + `}}`,
+				generateError("stop must have at most 32 strings, got 1000000.")},
+			{"a long stop string", "/v1/completions", `{"prompt": "x", "stop": ` + jsonOf(strings.Repeat("s", 257)) + `}`,
+				openAIError("Each stop string must be at most 256 bytes, got one of 257.")},
+			{"a long rid", "/generate", `{"text": "x", "rid": ` + jsonOf(strings.Repeat("r", 513)) + `}`,
+				generateError("The rid must be at most 512 bytes, got 513.")},
+			{"a long salt", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "cache_salt": ` + jsonOf(strings.Repeat("s", 1024)) + `}`,
+				openAIError("The cache namespace (extra_key, cache_salt and lora_path together) must be at most 1024 bytes, got 1025.")},
+		}
+		for _, tt := range tests {
+			if code, body, _ := ts.Do(t, "POST", tt.path, tt.body); code != 400 || body != tt.want {
+				t.Errorf("%s: got %d %.300s\nwant 400 %s", tt.name, code, body, tt.want)
+			}
+		}
+		if st := ts.Engine().Stats(); st.Requests != 0 {
+			t.Errorf("%d requests ran, want none", st.Requests)
+		}
+		// At the bound, a batch runs.
+		if n, _ := completionTokens(t, ts, "/v1/completions", `{"prompt": `+texts(16)+`, "n": 128, "max_tokens": 1}`); n != 2048 {
+			t.Errorf("16 prompts x 128: %d completion tokens, want 2048", n)
+		}
+		mocktest.CheckIdle(t, ts.Engine())
 	})
 }

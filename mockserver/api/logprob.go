@@ -186,10 +186,13 @@ func (l *logprobLists) meta(top bool) *metaLogprobs {
 
 // tokenizeForLogprobs gives a request that returns logprobs its prompt's
 // tokens, which the input logprobs are of.
-func (s *Server) tokenizeForLogprobs(it *item) {
-	if it.logprobs.on && it.req.InputIDs == nil {
-		it.req.InputIDs, it.req.Text = s.eng.Tokenize(it.req), ""
+func (s *Server) tokenizeForLogprobs(it *item) error {
+	if !it.logprobs.on || it.req.InputIDs != nil {
+		return nil
 	}
+	tokens, err := s.eng.Tokenize(it.req)
+	it.req.InputIDs, it.req.Text = tokens, ""
+	return err
 }
 
 // topLogprobMap is one position's alternatives as OpenAI's completions

@@ -57,8 +57,12 @@ func (m *metrics) observe(t *engine.Truth) {
 		return
 	}
 	m.e2e.Observe(t.E2E().Seconds())
-	m.queue.Observe(t.QueueTime().Seconds())
-	if t.CompletionTokens == 0 || t.Finish.Reason == engine.FinishAbort && t.FirstToken == 0 {
+	if t.Scheduled() {
+		// SGLang observes the queue time as a request enters its first
+		// prefill batch: never for one aborted while it waited.
+		m.queue.Observe(t.QueueTime().Seconds())
+	}
+	if t.CompletionTokens == 0 || !t.Prefilled {
 		return
 	}
 	m.ttft.Observe(t.TTFT().Seconds())

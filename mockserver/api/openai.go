@@ -24,8 +24,8 @@ type streamOptions struct {
 // openAICommon are the fields completions and chat share.
 type openAICommon struct {
 	Model         string         `json:"model"`
-	MaxTokens     *int           `json:"max_tokens"`
-	N             *int           `json:"n"`
+	MaxTokens     *integer       `json:"max_tokens"`
+	N             *integer       `json:"n"`
 	Stop          stringOrList   `json:"stop"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options"`
@@ -44,7 +44,7 @@ type completionBody struct {
 	Prompt json.RawMessage `json:"prompt"`
 	Echo   bool            `json:"echo"`
 	// Logprobs asks for logprobs with this many alternatives per position.
-	Logprobs *int `json:"logprobs"`
+	Logprobs *integer `json:"logprobs"`
 }
 
 type chatMessage struct {
@@ -55,10 +55,10 @@ type chatMessage struct {
 type chatBody struct {
 	openAICommon
 	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	MaxCompletionTokens *integer      `json:"max_completion_tokens"`
 	InputIDs            []int32       `json:"input_ids"`
 	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *int          `json:"top_logprobs"`
+	TopLogprobs         *integer      `json:"top_logprobs"`
 }
 
 // promptTokensDetails is SGLang's PromptTokensDetails.
@@ -136,17 +136,27 @@ func openAIFinish(f *engine.Finish) (reason any, matched any) {
 
 // prepareOpenAI validates the shared fields and plans copies of each
 // prompt, prompt-major, each to generate maxNew(prompt) tokens.
-func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) int, lp logprobParams) (plan, error) {
+func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
+		return plan{}, err
+	}
+	if err := checkSequences(len(prompts), copies); err != nil {
 		return plan{}, err
 	}
 	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
-		limit := maxNew(&prompt)
+		limit, err := maxNew(&prompt)
+		if err != nil {
+			return plan{}, err
+		}
 		if lp.on && prompt.InputIDs == nil {
-			prompt.InputIDs, prompt.Text = s.eng.Tokenize(prompt), "" // the input logprobs are of its tokens
+			// The input logprobs are of its tokens.
+			if prompt.InputIDs, err = s.eng.Tokenize(prompt); err != nil {
+				return plan{}, err
+			}
+			prompt.Text = ""
 		}
 		for range copies {
 			it := item{index: len(p.items), noStopTrim: b.NoStopTrim, streamInterval: s.cfg.StreamInterval, logprobs: lp}
@@ -218,7 +228,7 @@ func (s *Server) completions(c *gin.Context) {
 	// CompletionRequest.max_tokens defaults to 16 and must be positive.
 	maxTokens := 16
 	if body.MaxTokens != nil {
-		if maxTokens = *body.MaxTokens; maxTokens <= 0 {
+		if maxTokens = int(*body.MaxTokens); maxTokens <= 0 {
 			writeOpenAIError(c, fmt.Sprintf("max_tokens must be positive, got %d.", maxTokens))
 			return
 		}
@@ -228,16 +238,16 @@ func (s *Server) completions(c *gin.Context) {
 	// prompt's first token, so nothing of the prompt can be reused.
 	var lp logprobParams
 	if body.Logprobs != nil {
-		if err := checkTopLogprobs("logprobs", *body.Logprobs); err != nil {
+		if err := checkTopLogprobs("logprobs", int(*body.Logprobs)); err != nil {
 			writeOpenAIError(c, err.Error())
 			return
 		}
-		lp = logprobParams{on: true, start: -1, top: *body.Logprobs, text: true}
+		lp = logprobParams{on: true, start: -1, top: int(*body.Logprobs), text: true}
 		if body.Echo && *body.Logprobs != 0 {
 			lp.start = 0
 		}
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) int { return maxTokens }, lp)
+	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) (int, error) { return maxTokens, nil }, lp)
 	if err != nil {
 		writeOpenAIError(c, err.Error())
 		return
@@ -317,27 +327,27 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	}
 	// SGLang takes max_completion_tokens or max_tokens, Python's "or": a
 	// zero max_completion_tokens falls through to max_tokens.
-	maxTokens := body.MaxCompletionTokens
+	maxTokens := body.MaxCompletionTokens.ptr()
 	if maxTokens == nil || *maxTokens == 0 {
-		maxTokens = body.MaxTokens
+		maxTokens = body.MaxTokens.ptr()
 	}
 	if ctxLen := s.cfg.Profile.ContextLength; maxTokens != nil && *maxTokens > ctxLen {
 		writeOpenAIError(c, fmt.Sprintf("max_completion_tokens is too large: %d.This model supports at most %d completion tokens.",
 			*maxTokens, ctxLen))
 		return
 	}
-	maxNew := func(*engine.Request) int { return *maxTokens }
+	maxNew := func(*engine.Request) (int, error) { return *maxTokens, nil }
 	if maxTokens == nil {
 		maxNew = s.chatBudget
 	}
 	// serving_chat.py: logprobs of the output, top_logprobs alternatives.
 	lp := logprobParams{on: body.Logprobs, start: -1, top: 0, text: true}
 	if body.TopLogprobs != nil {
-		if err := checkTopLogprobs("top_logprobs", *body.TopLogprobs); err != nil {
+		if err := checkTopLogprobs("top_logprobs", int(*body.TopLogprobs)); err != nil {
 			writeOpenAIError(c, err.Error())
 			return
 		}
-		lp.top = *body.TopLogprobs
+		lp.top = int(*body.TopLogprobs)
 	}
 	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew, lp)
 	if err != nil {
@@ -353,11 +363,15 @@ func (s *Server) chatCompletions(c *gin.Context) {
 // - 2 - prompt tokens) until the model samples EOS, which the mock never
 // does, so the profile's output cap stands in for it. It tokenizes the
 // prompt, once, to count it.
-func (s *Server) chatBudget(prompt *engine.Request) int {
+func (s *Server) chatBudget(prompt *engine.Request) (int, error) {
 	if prompt.InputIDs == nil {
-		prompt.InputIDs, prompt.Text = s.eng.Tokenize(*prompt), ""
+		tokens, err := s.eng.Tokenize(*prompt)
+		if err != nil {
+			return 0, err
+		}
+		prompt.InputIDs, prompt.Text = tokens, ""
 	}
-	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap()))
+	return max(0, min(s.cfg.Profile.ContextLength-2-len(prompt.InputIDs), s.cfg.Profile.OutputCap())), nil
 }
 
 // logprobs renders an output's logprobs from output position from on, as

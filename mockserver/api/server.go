@@ -93,6 +93,9 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
 	// 256 MiB.
 	MaxBodyBytes int64
+	// SimTruthBytes bounds the memory of the ground truths /sim/requests
+	// serves (engine.Config.TruthBytes); 0 means 256 MiB.
+	SimTruthBytes int64
 	// Logger receives the engine's SGLang-style lines; nil discards them.
 	Logger *slog.Logger
 	// ReadHeaderTimeout and IdleTimeout bound, in wall time, how long a
@@ -148,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 		Speedup:           cfg.Speedup,
 		SpinWindow:        cfg.SpinWindow,
 		DisableRadixCache: cfg.DisableRadixCache,
+		TruthBytes:        cfg.SimTruthBytes,
 		Logger:            cfg.Logger,
 		OnFinish:          onFinish,
 	})
@@ -372,6 +376,12 @@ func describeJSONError(err error) string {
 	var typ *stdjson.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typ):
+		// The path names the embedded struct of the OpenAI bodies, which
+		// is no JSON key.
+		typ.Field = strings.TrimPrefix(typ.Field, "openAICommon.")
+		if msg, ok := outOfRange(typ); ok {
+			return msg
+		}
 		return fmt.Sprintf("Input should be a valid %s: field %q got a JSON %s", typ.Type, typ.Field, typ.Value)
 	case errors.As(err, &syn):
 		return fmt.Sprintf("JSON decode error at byte %d: %v", syn.Offset, err)

@@ -104,7 +104,12 @@ func truthJSON(t *engine.Truth) sim.Truth {
 	rounds := make([]sim.Round, len(t.Rounds))
 	for i, r := range t.Rounds {
 		rounds[i] = sim.Round{Start: r.Start.Seconds(), Duration: r.Duration.Seconds(), Gained: r.Gained,
-			Batch: r.Batch, Context: r.Context}
+			Batch: r.Batch, Context: r.Context, Count: r.Count}
+	}
+	var firstToken, ttft *float64
+	if t.Prefilled {
+		ft, ttf := t.FirstToken.Seconds(), t.TTFT().Seconds()
+		firstToken, ttft = &ft, &ttf
 	}
 	return sim.Truth{
 		RID:              t.RID,
@@ -114,10 +119,10 @@ func truthJSON(t *engine.Truth) sim.Truth {
 		ReusedFrom:       t.ReusedFrom,
 		Arrival:          t.Arrival.Seconds(),
 		Admitted:         t.Admitted.Seconds(),
-		FirstToken:       t.FirstToken.Seconds(),
+		FirstToken:       firstToken,
 		Finished:         t.Finished.Seconds(),
 		Queue:            t.QueueTime().Seconds(),
-		TTFT:             t.TTFT().Seconds(),
+		TTFT:             ttft,
 		E2E:              t.E2E().Seconds(),
 		FinishReason:     t.Finish.Reason,
 		SpecVerifyCt:     t.Spec.VerifyCt,
@@ -159,7 +164,12 @@ func (s *Server) simFlushes(c *gin.Context) {
 	out := make([]sim.Flush, len(hist))
 	for i, f := range hist {
 		out[i] = sim.Flush{At: f.At.Seconds(), Timeout: f.Timeout.Seconds(), Answered: f.Answered.Seconds(),
-			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running}
+			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running,
+			Origin: f.Origin, Pending: f.Pending}
+		if f.ClientLeft {
+			left := f.ClientLeftAt.Seconds()
+			out[i].ClientLeft = &left
+		}
 	}
 	writeJSON(c, http.StatusOK, out)
 }

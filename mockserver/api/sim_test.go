@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"sglmock/mockserver/api"
 	"sglmock/mockserver/mocktest"
@@ -98,6 +99,67 @@ func TestSimExpectBounds(t *testing.T) {
 		_, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=2000000000", "")
 		if want := `need prompt_tokens < the context length (32768) and prompt_tokens + completion_tokens <= it, got 100 and 2000000000`; !strings.Contains(body, want) {
 			t.Errorf("message: %s, want %q", body, want)
+		}
+	})
+}
+
+// SimTruthBytes bounds what /sim/requests keeps: the oldest truths go
+// first, and the store's accounting stays within the bound.
+func TestSimTruthBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{SimTruthBytes: 2000})
+		for i := range 20 {
+			if code, body, _ := ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"text": "hello %d", "rid": "r%02d", "sampling_params": {"max_new_tokens": 4}}`, i, i)); code != 200 {
+				t.Fatalf("generate: %d %s", code, body)
+			}
+			if n, bytes := ts.Engine().TruthUsage(); bytes > 2000 || n == 0 {
+				t.Fatalf("after %d requests: %d truths in %d bytes, want within 2000", i+1, n, bytes)
+			}
+		}
+		var reqs []sim.RequestSummary
+		_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+		if err := json.Unmarshal([]byte(body), &reqs); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := ts.Engine().TruthUsage()
+		if len(reqs) != n || len(reqs) >= 20 || reqs[len(reqs)-1].RID != "r19" || reqs[0].RID != fmt.Sprintf("r%02d", 20-n) {
+			t.Fatalf("/sim/requests lists %d (store %d): want the newest, oldest gone", len(reqs), n)
+		}
+		if code, _, _ := ts.Do(t, "GET", "/sim/requests/r00", ""); code != 404 {
+			t.Fatalf("/sim/requests/r00: %d, want 404 (evicted)", code)
+		}
+	})
+}
+
+// A truth's decode rounds come as runs: a request that decodes alone, then
+// beside another one, then alone again has three, and their counts and
+// durations sum to its rounds and decode time.
+func TestSimRunsGolden(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ts.Send("POST", "/generate", `{"input_ids": `+jsonOf(ids(1, 100))+`, "rid": "a", "sampling_params": {"max_new_tokens": 300}}`)
+		}()
+		time.Sleep(50 * time.Millisecond) // virtual: a decodes
+		if code, body, _ := ts.Do(t, "POST", "/generate", `{"input_ids": `+jsonOf(ids(2, 100))+`, "rid": "b", "sampling_params": {"max_new_tokens": 20}}`); code != 200 {
+			t.Fatalf("b: %d %s", code, body)
+		}
+		<-done
+		code, body, _ := ts.Do(t, "GET", "/sim/requests/a", "")
+		var truth sim.Truth
+		if code != 200 || mocktest.DecodeStrict([]byte(body), &truth) != nil {
+			t.Fatalf("/sim/requests/a: %d %s", code, body)
+		}
+		mocktest.Golden(t, "sim/request_runs.json", []byte(body+"\n"))
+		rounds, tokens := 0, 1 // the prefill's token
+		for _, r := range truth.Rounds {
+			rounds += r.Count
+			tokens += r.Count * r.Gained
+		}
+		if len(truth.Rounds) != 3 || rounds != 299 || tokens != truth.CompletionTokens {
+			t.Fatalf("runs %+v: %d rounds, %d tokens; want 3 runs, 299 rounds, %d tokens", truth.Rounds, rounds, tokens, truth.CompletionTokens)
 		}
 	})
 }

@@ -95,7 +95,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 	var tokens int
 	for b.Loop() {
 		b.StopTimer()
-		tree, err := radixcache.New(1)
+		tree, err := radixcache.New[string](1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 		start = time.Now()
 		toks := tokenizer.Encode(nil, text)
 		tree.Match("", toks[:tree.ReusablePrefixLen(len(toks))])
-		tree.Insert("", toks)
+		tree.Insert("", toks, "")
 		pathNs += time.Since(start).Nanoseconds()
 		tokens = len(toks)
 	}

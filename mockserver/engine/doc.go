@@ -17,7 +17,12 @@
 // # Scheduling, as SGLang does it
 //
 //   - A text prompt is tokenized on the caller's goroutine, with a BOS
-//     first when the profile's tokenizer adds one (add_bos_token).
+//     first when the profile's tokenizer adds one (add_bos_token). One
+//     whose byte length shows it cannot fit the context length is counted
+//     without being kept, and refused. Validation is SGLang's, with its
+//     messages, then the mock's bounds on what one request may ask for
+//     (rid, namespace, stop strings and ids: see MaxRIDBytes and the
+//     rest), so no request sizes an unbounded loop or record.
 //   - An iteration is a prefill batch when any waiting prompt can be
 //     admitted, else a decode round over every running request (prefill
 //     first is SGLang's default).
@@ -112,6 +117,12 @@
 //
 // Every request records its timeline — arrival, admission, each prefill
 // chunk, each decode round, finish — with the modelled durations, the cached
-// tokens and the request whose prefix it reused. The last event carries it,
-// and Truth returns it by rid afterwards.
+// tokens and the request whose prefix it reused. The last event and
+// Config.OnFinish carry it with every round. The engine then stores a
+// compact copy for Truth and Truths: back-to-back rounds in the same batch
+// size with the same gain become one run (RoundRecord.Count), whose
+// duration is their sum, so every sum stays exact and a long request takes
+// a few records. The store is bounded by count and by the bytes its truths
+// hold (Truth.Bytes; Config.TruthBytes, 256 MiB by default), the oldest
+// going first; a truth keeps no cache namespace.
 package engine

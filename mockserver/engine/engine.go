@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
@@ -54,13 +53,16 @@ type Config struct {
 	// lines, throughput updates and speculative fold-ins (SGLang's
 	// --decode-log-interval); 0 means 40.
 	DecodeLogInterval int
-	// TruthCapacity bounds how many finished requests' ground truths are
-	// kept for Truth; 0 means 10000.
+	// TruthCapacity and TruthBytes bound the finished requests' ground
+	// truths kept for Truth: by count (0 means DefaultTruthCapacity) and
+	// by the bytes they hold, as Truth.Bytes counts them (0 means
+	// DefaultTruthBytes). The oldest goes first.
 	TruthCapacity int
+	TruthBytes    int64
 	// OnFinish, if set, is called with every finished request's truth
-	// (internal requests included) on the engine goroutine, before the
-	// last event is delivered. It must be fast and must not call the
-	// engine.
+	// (internal requests included), every decode round in its own
+	// record, on the engine goroutine, before the last event is
+	// delivered. It must be fast and must not call the engine.
 	OnFinish func(*Truth)
 }
 
@@ -92,7 +94,7 @@ type Engine struct {
 	done      chan struct{}
 	closing   atomic.Bool
 	wallStart time.Time
-	truths    *lru.Cache[string, *Truth]
+	truths    *truthStore
 	arrivals  atomic.Uint64
 
 	ridsMu sync.Mutex
@@ -126,11 +128,13 @@ func New(cfg Config) (*Engine, error) {
 		cfg.DecodeLogInterval = 40
 	}
 	if cfg.TruthCapacity == 0 {
-		cfg.TruthCapacity = 10000
+		cfg.TruthCapacity = DefaultTruthCapacity
 	}
-	truths, err := lru.New[string, *Truth](cfg.TruthCapacity)
-	if err != nil {
-		return nil, fmt.Errorf("engine: truth capacity: %w", err)
+	if cfg.TruthBytes == 0 {
+		cfg.TruthBytes = DefaultTruthBytes
+	}
+	if cfg.TruthCapacity < 0 || cfg.TruthBytes < 0 {
+		return nil, fmt.Errorf("engine: truth bounds must be >= 0, got %d truths and %d bytes", cfg.TruthCapacity, cfg.TruthBytes)
 	}
 	e := &Engine{
 		prof:      cfg.Profile,
@@ -142,17 +146,17 @@ func New(cfg Config) (*Engine, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		wallStart: cfg.Clock.Now(),
-		truths:    truths,
+		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
 	}
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
 		e.ridsMu.Unlock()
-		e.truths.Add(t.RID, t)
 		if cfg.OnFinish != nil {
 			cfg.OnFinish(t)
 		}
+		e.truths.add(t.compact())
 	}
 	go e.loop()
 	return e, nil
@@ -213,9 +217,15 @@ func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 func (e *Engine) Submit(r Request) (*Stream, error) {
 	arrival := e.Now()
 	seq := e.arrivals.Add(1)
-	tokens := e.Tokenize(r)
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return nil, err
+	}
 	if err := e.validate(r, tokens); err != nil {
 		return nil, err
+	}
+	if r.InputIDs != nil {
+		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
 		internal: r.Internal,
@@ -249,7 +259,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
-	q.truth = Truth{RID: q.rid, Namespace: q.ns, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
@@ -276,28 +286,73 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 }
 
 // Tokenize returns r's prompt as Submit sees it: a copy of InputIDs, or
-// Text tokenized.
-func (e *Engine) Tokenize(r Request) []int32 {
+// Text tokenized. A text too long for the context length is refused as
+// Submit refuses it, without being tokenized in full.
+func (e *Engine) Tokenize(r Request) ([]int32, error) {
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return nil, err
+	}
 	if r.InputIDs != nil {
-		return slices.Clone(r.InputIDs)
+		tokens = slices.Clone(tokens)
+	}
+	return tokens, nil
+}
+
+// prompt returns r's prompt: InputIDs itself, or Text tokenized. A text
+// whose byte length alone shows that it cannot fit the context length (a
+// token stands for at most tokenizer.MaxTokenBytes bytes) is only counted,
+// which allocates nothing, and refused with SGLang's message: a 100 MB
+// prompt costs no more memory than its body.
+func (e *Engine) prompt(r Request) ([]int32, error) {
+	if r.InputIDs != nil {
+		return r.InputIDs, nil
+	}
+	bos := 0
+	if e.prof.AddBOSToken {
+		bos = 1
+	}
+	if ctxLen := e.prof.ContextLength; len(r.Text)/tokenizer.MaxTokenBytes+bos >= ctxLen {
+		if n := tokenizer.Count(r.Text) + bos; n >= ctxLen {
+			return nil, inputTooLong(n, ctxLen)
+		}
 	}
 	// About one token per 4 bytes of English: one allocation, usually.
-	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken)
+	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken), nil
 }
 
 // Check applies Submit's validation to r without queueing it, for callers
 // that must refuse a group of requests before submitting any of them.
 func (e *Engine) Check(r Request) error {
-	tokens := r.InputIDs
-	if tokens == nil {
-		tokens = e.Tokenize(r)
+	tokens, err := e.prompt(r)
+	if err != nil {
+		return err
 	}
 	return e.validate(r, tokens)
 }
 
+// Bounds on what one request may ask for. SGLang has none of these; each
+// sizes an allocation, a loop per output token or a record the engine
+// keeps, so the mock bounds them generously.
+const (
+	// MaxRIDBytes bounds a request id, which the ground truth keeps.
+	MaxRIDBytes = 512
+	// MaxNamespaceBytes bounds a cache namespace (extra_key, cache_salt
+	// and the LoRA adapter together), which the cache keeps.
+	MaxNamespaceBytes = 1024
+	// MaxStopStrings and MaxStopStringBytes bound the stop strings, which
+	// are searched for at every output token.
+	MaxStopStrings     = 32
+	MaxStopStringBytes = 256
+	// MaxStopTokenIDs bounds stop_token_ids, searched at every token.
+	MaxStopTokenIDs = 1024
+	// maxListedIDs bounds the ids an out-of-vocabulary message lists.
+	maxListedIDs = 1024
+)
+
 // validate applies SGLang's checks, with its messages: the tokenizer
 // manager's (vocabulary, context length), then the scheduler's
-// max_req_input_len (validate_input_length).
+// max_req_input_len (validate_input_length); then the mock's own bounds.
 func (e *Engine) validate(r Request, tokens []int32) error {
 	ctxLen := e.prof.ContextLength
 	switch {
@@ -318,31 +373,69 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	}
 	switch maxInput := e.prof.MaxReqInputLen(); {
 	case len(tokens) >= ctxLen:
-		return &InvalidRequestError{Message: fmt.Sprintf(
-			"The input (%d tokens) is longer than the model's context length (%d tokens).", len(tokens), ctxLen)}
-	case len(tokens)+r.MaxNewTokens > ctxLen:
+		return inputTooLong(len(tokens), ctxLen)
+	case r.MaxNewTokens > ctxLen-len(tokens):
+		// Compared so that it cannot overflow, and summed for the message
+		// in uint64, which holds any int plus a prompt length: Python's
+		// ints print the exact total.
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"Requested token count exceeds the model's maximum context length of %d tokens. "+
 				"You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. "+
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
-			ctxLen, len(tokens)+r.MaxNewTokens, len(tokens), r.MaxNewTokens)}
+			ctxLen, uint64(len(tokens))+uint64(r.MaxNewTokens), len(tokens), r.MaxNewTokens)}
 	case len(tokens) >= maxInput:
 		return &InvalidRequestError{Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
 				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
 	}
+	return checkBounds(r)
+}
+
+// checkBounds applies the mock's bounds on request ids, namespaces and stop
+// conditions.
+func checkBounds(r Request) error {
+	refuse := func(format string, args ...any) error {
+		return &InvalidRequestError{Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case len(r.RID) > MaxRIDBytes:
+		return refuse("The rid must be at most %d bytes, got %d.", MaxRIDBytes, len(r.RID))
+	case len(r.Namespace) > MaxNamespaceBytes:
+		return refuse("The cache namespace (extra_key, cache_salt and lora_path together) must be at most %d bytes, got %d.",
+			MaxNamespaceBytes, len(r.Namespace))
+	case len(r.Stop) > MaxStopStrings:
+		return refuse("stop must have at most %d strings, got %d.", MaxStopStrings, len(r.Stop))
+	case len(r.StopTokenIDs) > MaxStopTokenIDs:
+		return refuse("stop_token_ids must have at most %d ids, got %d.", MaxStopTokenIDs, len(r.StopTokenIDs))
+	}
+	for _, st := range r.Stop {
+		if len(st) > MaxStopStringBytes {
+			return refuse("Each stop string must be at most %d bytes, got one of %d.", MaxStopStringBytes, len(st))
+		}
+	}
 	return nil
 }
 
-// pythonList renders ids as Python prints a list: "[1, 2, 3]".
+func inputTooLong(n, ctxLen int) error {
+	return &InvalidRequestError{Message: fmt.Sprintf(
+		"The input (%d tokens) is longer than the model's context length (%d tokens).", n, ctxLen)}
+}
+
+// pythonList renders ids as Python prints a list: "[1, 2, 3]". Past
+// maxListedIDs ids it ends with ", ...]", so that a message stays short
+// however long the list.
 func pythonList(ids []int32) string {
-	b := make([]byte, 0, len(ids)*8+2)
+	shown := ids[:min(len(ids), maxListedIDs)]
+	b := make([]byte, 0, len(shown)*8+8)
 	b = append(b, '[')
-	for i, id := range ids {
+	for i, id := range shown {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	if len(shown) < len(ids) {
+		b = append(b, ", ..."...)
 	}
 	return string(append(b, ']'))
 }
@@ -382,17 +475,20 @@ func (e *Engine) AbortAll() {
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
 // a busy engine parks the flush until it is idle or timeout (simulated
-// time) has passed. It returns nil, ErrFlushBusy, ErrFlushTimeout or
-// ErrFlushInProgress; ctx only stops the caller's wait.
-func (e *Engine) Flush(ctx context.Context, timeout time.Duration) error {
+// time) has passed. origin says who asks, for FlushHistory and the log. It
+// returns nil, ErrFlushBusy, ErrFlushTimeout or ErrFlushInProgress. ctx
+// only stops the caller's wait: a parked flush whose caller gave up still
+// runs, as in SGLang, and FlushHistory shows it pending meanwhile.
+func (e *Engine) Flush(ctx context.Context, timeout time.Duration, origin string) error {
 	reply := make(chan error, 1)
-	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, reply) }); err != nil {
+	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, origin, reply) }); err != nil {
 		return err
 	}
 	select {
 	case err := <-reply:
 		return err
 	case <-ctx.Done():
+		e.send(func(s *scheduler, at time.Duration) { s.flushClientLeft(reply, at) })
 		return ctx.Err()
 	case <-e.done:
 		return ErrClosed
@@ -408,29 +504,28 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// FlushHistory returns the recorded flush calls, oldest first.
+// FlushHistory returns the answered flush calls, oldest first, then the
+// parked one, if any, marked Pending.
 func (e *Engine) FlushHistory() []FlushRecord {
 	var out []FlushRecord
-	e.do(func(s *scheduler, _ time.Duration) { out = slices.Clone(s.flushes) })
+	e.do(func(s *scheduler, _ time.Duration) { out = s.flushHistory() })
 	return out
 }
 
-// Truth returns the ground truth of a finished request.
-func (e *Engine) Truth(rid string) (*Truth, bool) { return e.truths.Get(rid) }
+// Truth returns the stored ground truth of a finished request: its decode
+// rounds merged into runs (see RoundRecord). It is the engine's: do not
+// modify it.
+func (e *Engine) Truth(rid string) (*Truth, bool) { return e.truths.get(rid) }
 
 // Truths returns the stored ground truths of finished requests, the
 // server's own (warmup, health checks) left out, in arrival order.
 func (e *Engine) Truths() []*Truth {
-	all := e.truths.Values()
-	out := all[:0]
-	for _, t := range all {
-		if !t.Internal {
-			out = append(out, t)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *Truth) int { return cmp.Compare(a.Arrival, b.Arrival) })
-	return out
+	return e.truths.all(func(t *Truth) bool { return !t.Internal })
 }
+
+// TruthUsage returns how many ground truths are stored and the bytes they
+// hold (Truth.Bytes), within Config.TruthCapacity and Config.TruthBytes.
+func (e *Engine) TruthUsage() (truths int, bytes int64) { return e.truths.usage() }
 
 // loop owns the scheduler: it plans an iteration, waits for its modelled
 // end, and applies it; between and during iterations it serves calls. The

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"regexp"
 	"slices"
@@ -33,48 +34,59 @@ func TestSpeedupScalesWallTime(t *testing.T) {
 	})
 }
 
+// Jitter scales each iteration's modelled cost by max(0, 1 + jitter x z),
+// z one standard normal draw per iteration from the seeded jitter stream:
+// the durations are exactly that, the same for the same seed, different for
+// another, and exactly the model's without jitter (the default).
 func TestJitterIsSeededAndOffByDefault(t *testing.T) {
+	const promptLen, outputs = 3000, 20
 	durations := func(jitter float64, seed uint64) []time.Duration {
 		var out []time.Duration
 		synctest.Test(t, func(t *testing.T) {
 			p := loadProfile(t, "default")
+			if p.Jitter != 0 {
+				t.Fatalf("the default profile has jitter %v, want 0", p.Jitter)
+			}
 			p.Jitter, p.Seed = jitter, seed
 			e := startEngine(t, Config{Profile: p})
 			defer e.Close()
-			last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 3000), MaxNewTokens: 20})
+			last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, promptLen), MaxNewTokens: outputs})
+			out = append(out, last.Truth.Prefill[0].Duration)
 			for _, r := range last.Truth.Rounds {
 				out = append(out, r.Duration)
 			}
 		})
 		return out
 	}
-	exact, j1, j1again, j2 := durations(0, 1), durations(0.1, 1), durations(0.1, 1), durations(0.1, 2)
-	for i := 1; i < len(exact); i++ {
-		if exact[i] < exact[i-1] {
-			t.Fatalf("without jitter, rounds must grow with context: %v", exact)
+	// model is what the cost model gives, jittered by rng's draws when set.
+	model := func(jitter float64, seed uint64) []time.Duration {
+		p := loadProfile(t, "default")
+		rng := rand.New(rand.NewPCG(seed, jitterStream))
+		scale := func(secs float64) time.Duration {
+			if jitter != 0 {
+				secs *= max(0, 1+jitter*rng.NormFloat64())
+			}
+			return profile.Duration(secs)
 		}
+		out := []time.Duration{scale(p.PrefillChunkSeconds(0, promptLen))}
+		for i := 1; i < outputs; i++ {
+			out = append(out, scale(p.DecodeRoundSeconds(1, promptLen+i)))
+		}
+		return out
 	}
-	if equalDurations(j1, exact) {
-		t.Fatal("jitter 0.1 changed nothing")
+	exact, j1, j1again, j2 := durations(0, 1), durations(0.1, 1), durations(0.1, 1), durations(0.1, 2)
+	if want := model(0, 1); !slices.Equal(exact, want) {
+		t.Fatalf("without jitter: %v, want the model's %v", exact, want)
 	}
-	if !equalDurations(j1, j1again) {
+	if want := model(0.1, 1); !slices.Equal(j1, want) || slices.Equal(j1, exact) {
+		t.Fatalf("jitter 0.1, seed 1: %v, want %v", j1, want)
+	}
+	if !slices.Equal(j1, j1again) {
 		t.Fatal("same seed, same jitter: different timings")
 	}
-	if equalDurations(j1, j2) {
-		t.Fatal("different seeds gave the same jitter")
+	if want := model(0.1, 2); !slices.Equal(j2, want) || slices.Equal(j1, j2) {
+		t.Fatalf("jitter 0.1, seed 2: %v, want %v (and not seed 1's)", j2, want)
 	}
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestCountersAndThroughput(t *testing.T) {
@@ -106,7 +118,7 @@ func TestCountersAndThroughput(t *testing.T) {
 		}
 		// A prefill batch sets it; a flush keeps it and the throughput.
 		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
@@ -163,7 +175,7 @@ func TestSGLangLogLines(t *testing.T) {
 		e := startEngine(t, Config{Profile: p, Logger: logger, DecodeLogInterval: 2})
 		defer e.Close()
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
-		e.Flush(context.Background(), 0)
+		e.Flush(context.Background(), 0, "test")
 		for _, re := range []string{
 			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
 			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
@@ -262,7 +274,7 @@ func TestCallsBetweenBoundariesUseTheCurrentTime(t *testing.T) {
 		// Asked at 5 s with 20 s to wait: at the 23.72 s boundary a still
 		// decodes, and the deadline (25 s) has not passed; the flush goes
 		// through once a's last round has settled (the profile's 50 ms).
-		if err := e.Flush(context.Background(), 20*time.Second); err != nil {
+		if err := e.Flush(context.Background(), 20*time.Second, "test"); err != nil {
 			t.Fatalf("flush asked at 5 s with a 20 s timeout: %v", err)
 		}
 		eva := drain(t, a)
@@ -434,5 +446,41 @@ func TestSpecAverageFoldsInAtDecodeLogs(t *testing.T) {
 		}
 		s.Abort()
 		drain(t, s)
+	})
+}
+
+// With a zero-cost profile every iteration ends where it starts, so the
+// engine always runs behind the wall clock; it must still serve its inbox
+// between iterations: stats, a new request and an abort of a request that
+// would otherwise decode for millions of rounds all take effect while it
+// runs.
+func TestZeroCostEngineServesItsInbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
+		p.ContextLength, p.MaxTotalTokens = 1<<24, 1<<24
+		p.MaxOutputTokens = 0
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		endless := submit(t, e, Request{RID: "endless", InputIDs: prompt(1, 10), MaxNewTokens: 1<<24 - 100})
+		if _, err := endless.Next(context.Background()); err != nil { // it runs
+			t.Fatal(err)
+		}
+		if st := e.Stats(); st.Running != 1 {
+			t.Fatalf("stats while it runs: %d running, want 1", st.Running)
+		}
+		short, _ := run(t, e, Request{RID: "short", InputIDs: prompt(2, 10), MaxNewTokens: 5})
+		if short.Finish.Reason != FinishLength || short.CompletionTokens != 5 {
+			t.Fatalf("a request sent while the endless one runs: %+v, want 5 tokens", short.Finish)
+		}
+		if !e.Abort("endless") {
+			t.Fatal("Abort: the endless request is not active")
+		}
+		evs := drain(t, endless)
+		last := evs[len(evs)-1]
+		if last.Finish.Reason != FinishAbort || last.CompletionTokens >= 1<<24-100 {
+			t.Fatalf("endless request after its abort: %+v after %d tokens, want an abort before its length", *last.Finish, last.CompletionTokens)
+		}
+		checkDrained(t, e)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -192,7 +193,7 @@ func TestSeedTrapAndFixes(t *testing.T) {
 		}
 
 		// Fix 1: flush between the legs; both legs cost the same.
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		c, tc := run(t, e, Request{RID: "c", Text: body, MaxNewTokens: 1})
@@ -224,7 +225,7 @@ func TestIdleRightAfterPrefillOnlyRequest(t *testing.T) {
 		for _, maxNew := range []int{0, 1} {
 			run(t, e, Request{InputIDs: prompt(1, 500), MaxNewTokens: maxNew})
 			synctest.Wait()
-			if err := e.Flush(context.Background(), 0); err != nil {
+			if err := e.Flush(context.Background(), 0, "test"); err != nil {
 				t.Fatalf("max_new_tokens %d: flush right after the response: %v", maxNew, err)
 			}
 		}
@@ -243,11 +244,11 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 		defer e.Close()
 		ctx := context.Background()
 		last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 500), MaxNewTokens: 4})
-		if err := e.Flush(ctx, 0); err != ErrFlushSettling || !errors.Is(err, ErrFlushBusy) {
+		if err := e.Flush(ctx, 0, "test"); err != ErrFlushSettling || !errors.Is(err, ErrFlushBusy) {
 			t.Fatalf("flush right after the response: got %v, want ErrFlushSettling (an ErrFlushBusy)", err)
 		}
 		time.Sleep(10 * time.Millisecond)
-		if err := e.Flush(ctx, time.Second); err != nil {
+		if err := e.Flush(ctx, time.Second, "test"); err != nil {
 			t.Fatalf("flush with a timeout: %v", err)
 		}
 		settled := last.Truth.Finished + 50*time.Millisecond
@@ -258,7 +259,7 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 				hist, last.Truth.Finished, settled)
 		}
 		// Once settled, a flush without timeout works.
-		if err := e.Flush(ctx, 0); err != nil {
+		if err := e.Flush(ctx, 0, "test"); err != nil {
 			t.Fatalf("flush once settled: %v", err)
 		}
 	})
@@ -273,25 +274,25 @@ func TestFlushRules(t *testing.T) {
 		s := submit(t, e, Request{RID: "long", InputIDs: prompt(1, 4000), MaxNewTokens: 200})
 		synctest.Wait()
 
-		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushBusy) {
+		if err := e.Flush(ctx, 0, "test"); !errors.Is(err, ErrFlushBusy) {
 			t.Fatalf("flush while running: got %v, want ErrFlushBusy", err)
 		}
-		if err := e.Flush(ctx, time.Millisecond); !errors.Is(err, ErrFlushTimeout) {
+		if err := e.Flush(ctx, time.Millisecond, "test"); !errors.Is(err, ErrFlushTimeout) {
 			t.Fatalf("flush with a short timeout: got %v, want ErrFlushTimeout", err)
 		}
 		parked := make(chan error, 1)
 		var flushedAt time.Duration
 		go func() {
-			err := e.Flush(ctx, time.Minute)
+			err := e.Flush(ctx, time.Minute, "test")
 			flushedAt = e.Now()
 			parked <- err
 		}()
 		synctest.Wait()
-		if err := e.Flush(ctx, time.Minute); !errors.Is(err, ErrFlushInProgress) {
+		if err := e.Flush(ctx, time.Minute, "test"); !errors.Is(err, ErrFlushInProgress) {
 			t.Fatalf("a second waiting flush: got %v, want ErrFlushInProgress", err)
 		}
 		// A parked flush refuses even a flush that may not wait, first.
-		if err := e.Flush(ctx, 0); !errors.Is(err, ErrFlushInProgress) {
+		if err := e.Flush(ctx, 0, "test"); !errors.Is(err, ErrFlushInProgress) {
 			t.Fatalf("a flush without timeout while one is parked: got %v, want ErrFlushInProgress", err)
 		}
 		evs := drain(t, s)
@@ -397,7 +398,7 @@ func TestAbortReleasesEverything(t *testing.T) {
 			t.Fatalf("running abort: got %+v after %d tokens", last.Finish, last.CompletionTokens)
 		}
 		checkDrained(t, e)
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.KVUsed != 0 || st.Aborted != 2 {
@@ -472,12 +473,27 @@ func TestValidationErrors(t *testing.T) {
 				"The input (1000 tokens) is longer than the model's context length (1000 tokens)."},
 			{"total too long", Request{InputIDs: prompt(1, 900), MaxNewTokens: 200},
 				"Requested token count exceeds the model's maximum context length of 1000 tokens. You requested a total of 1100 tokens: 900 tokens from the input messages and 200 tokens for the completion."},
+			// The sum is exact, as Python's: no int overflows.
+			{"max int", Request{InputIDs: prompt(1, 900), MaxNewTokens: math.MaxInt},
+				"You requested a total of 9223372036854776707 tokens: 900 tokens from the input messages and 9223372036854775807 tokens for the completion."},
 			{"bad id", Request{InputIDs: []int32{5, -3}}, "token id -3 outside the vocabulary"},
 			{"id past the vocabulary", Request{InputIDs: []int32{5, int32(tokenizer.VocabSize), 7}},
 				fmt.Sprintf("The input_ids [5, %d, 7] contains values greater than the vocab size (%d).", tokenizer.VocabSize, tokenizer.VocabSize)},
 			// The scheduler refuses max_req_input_len = ctx-6 tokens or more.
 			{"past max_req_input_len", Request{InputIDs: prompt(1, 994)},
 				"Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."},
+			// A long list past the vocabulary is listed up to 1024 ids.
+			{"long list past the vocabulary", Request{InputIDs: append(make([]int32, 5000), int32(tokenizer.VocabSize))},
+				"The input_ids [" + strings.Repeat("0, ", 1024) + "...] contains values greater than the vocab size"},
+			// The mock's own bounds.
+			{"long rid", Request{RID: strings.Repeat("r", 513), InputIDs: prompt(1, 5)}, "The rid must be at most 512 bytes, got 513."},
+			{"long namespace", Request{Namespace: strings.Repeat("s", 1025), InputIDs: prompt(1, 5)},
+				"The cache namespace (extra_key, cache_salt and lora_path together) must be at most 1024 bytes, got 1025."},
+			{"too many stop strings", Request{Stop: make([]string, 33), InputIDs: prompt(1, 5)}, "stop must have at most 32 strings, got 33."},
+			{"long stop string", Request{Stop: []string{"a", strings.Repeat("s", 257)}, InputIDs: prompt(1, 5)},
+				"Each stop string must be at most 256 bytes, got one of 257."},
+			{"too many stop token ids", Request{StopTokenIDs: make([]int32, 1025), InputIDs: prompt(1, 5)},
+				"stop_token_ids must have at most 1024 ids, got 1025."},
 		}
 		for _, tt := range tests {
 			_, err := e.Submit(tt.r)
@@ -488,6 +504,11 @@ func TestValidationErrors(t *testing.T) {
 		}
 		if err := e.Check(Request{InputIDs: prompt(1, 993)}); err != nil {
 			t.Errorf("ctx-7 tokens: got %v, want accepted", err)
+		}
+		bounds := Request{RID: strings.Repeat("r", 512), Namespace: strings.Repeat("s", 1024), InputIDs: prompt(1, 5),
+			Stop: slices.Repeat([]string{strings.Repeat("s", 256)}, 32), StopTokenIDs: make([]int32, 1024)}
+		if err := e.Check(bounds); err != nil {
+			t.Errorf("every bound reached: got %v, want accepted", err)
 		}
 		s := submit(t, e, Request{RID: "dup", InputIDs: prompt(1, 5), MaxNewTokens: 500})
 		if _, err := e.Submit(Request{RID: "dup", InputIDs: prompt(1, 5)}); err == nil || err.Error() != "Duplicate request ID detected: dup" {
@@ -582,7 +603,7 @@ func TestSpeculativeMeanAcceptLength(t *testing.T) {
 		if st := e.Stats(); st.SpecRounds != int64(folded) || math.Abs(st.AvgSpecAcceptLength-float64(tokens)/float64(folded)) > 1e-12 {
 			t.Fatalf("server average accept length: got %v over %d rounds, want %v over %d", st.AvgSpecAcceptLength, st.SpecRounds, float64(tokens)/float64(folded), folded)
 		}
-		if err := e.Flush(context.Background(), 0); err != nil {
+		if err := e.Flush(context.Background(), 0, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.SpecRounds != 0 {
@@ -726,9 +747,46 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 		if _, err := e.Submit(Request{InputIDs: prompt(1, 10)}); !errors.Is(err, ErrClosed) {
 			t.Fatalf("submit after close: got %v, want ErrClosed", err)
 		}
-		if err := e.Flush(context.Background(), 0); !errors.Is(err, ErrClosed) {
+		if err := e.Flush(context.Background(), 0, "test"); !errors.Is(err, ErrClosed) {
 			t.Fatalf("flush after close: got %v, want ErrClosed", err)
 		}
 		e.Close()
+	})
+}
+
+// A text prompt too long for the context is refused with its exact token
+// count, without being tokenized: the check allocates nothing near the
+// prompt's size.
+func TestHugeTextIsCountedNotTokenized(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := smallPool(t)
+		p.AddBOSToken = true
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		// 13 MiB: "Hello", " world", "," and " Hello" ..., a last " " alone
+		// and a BOS.
+		text := strings.Repeat("Hello world, ", 1<<20)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := e.Submit(Request{Text: text})
+		runtime.ReadMemStats(&after)
+		want := fmt.Sprintf("The input (%d tokens) is longer than the model's context length (1000 tokens).", 3<<20+2)
+		if err == nil || err.Error() != want {
+			t.Fatalf("got %v, want %q", err, want)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
+			t.Errorf("refusing a %d-byte prompt allocated %d bytes, want under 64 KiB", len(text), got)
+		}
+		// Below the byte bound a prompt is tokenized as usual (Submit then
+		// refuses it by its count); at the bound it is only counted.
+		below := strings.Repeat("a", 999*tokenizer.MaxTokenBytes-1)
+		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 1+(len(below)+5)/6 {
+			t.Errorf("a %d-byte prompt: %d tokens, %v; want it tokenized", len(below), len(toks), err)
+		}
+		at := below + "a"
+		if toks, err := e.Tokenize(Request{Text: at}); err == nil || toks != nil {
+			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
+		}
+		checkDrained(t, e)
 	})
 }

@@ -103,19 +103,25 @@ type ChunkRecord struct {
 	Batch    int           // chunks in the batch
 }
 
-// RoundRecord is one decode round a request took part in.
+// RoundRecord is one decode round a request took part in or, in a stored
+// truth, a run of Count rounds back to back (each starting where the last
+// ended), in batches of the same size, each gaining the same tokens: Start
+// and Context are the first round's, Duration the run's total. Count times
+// Gained is the run's tokens, and the sums over a request's records are
+// exact either way.
 type RoundRecord struct {
 	Start    time.Duration
-	Duration time.Duration // the round's modelled duration
-	Gained   int           // tokens this request gained
-	Batch    int           // requests in the round
-	Context  int           // this request's context at the round's start
+	Duration time.Duration // the round's (the run's) modelled duration
+	Gained   int           // tokens this request gained each round
+	Batch    int           // requests in each round
+	Context  int           // this request's context at the (first) round's start
+	Count    int           // rounds: 1, or the run's length
 }
 
-// Truth is the modelled ground truth of one request.
+// Truth is the modelled ground truth of one request. It does not keep the
+// request's cache namespace, which a client may make long.
 type Truth struct {
 	RID              string
-	Namespace        string
 	PromptTokens     int
 	CachedTokens     int
 	CompletionTokens int
@@ -123,8 +129,14 @@ type Truth struct {
 	// ends in ("" when nothing was cached).
 	ReusedFrom string
 	Arrival    time.Duration // simulated times since the engine started
-	Admitted   time.Duration
+	// Admitted is when the request left the waiting queue: into its first
+	// prefill batch or, aborted while it waited, at its finish.
+	Admitted time.Duration
+	// FirstToken is when the prefill gave the first token, if Prefilled:
+	// a request aborted while it waited, or while its prompt was
+	// prefilled in chunks, has none.
 	FirstToken time.Duration
+	Prefilled  bool
 	Finished   time.Duration
 	Prefill    []ChunkRecord
 	Rounds     []RoundRecord
@@ -136,14 +148,21 @@ type Truth struct {
 	Internal    bool
 }
 
-// TTFT is the time from arrival to the first token.
+// TTFT is the time from arrival to the first token; it means nothing
+// unless Prefilled.
 func (t *Truth) TTFT() time.Duration { return t.FirstToken - t.Arrival }
 
 // E2E is the time from arrival to finish.
 func (t *Truth) E2E() time.Duration { return t.Finished - t.Arrival }
 
-// QueueTime is the time from arrival to admission.
+// QueueTime is the time from arrival to admission (or, for a request
+// aborted while it waited, to its abort).
 func (t *Truth) QueueTime() time.Duration { return t.Admitted - t.Arrival }
+
+// Scheduled reports whether the request entered a prefill batch, where
+// SGLang observes its queue time; a request aborted while it waited never
+// did.
+func (t *Truth) Scheduled() bool { return len(t.Prefill) > 0 }
 
 // Stream delivers one request's events. Its mailbox is unbounded so a slow
 // reader never stalls the engine.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -29,8 +30,8 @@ type req struct {
 	internal bool       // kept out of Counters
 	rng      *rand.Rand // speculative acceptance draws, this request's alone
 
-	seq      uint64           // arrival order
-	node     *radixcache.Node // the cache node it holds locked
+	seq      uint64                   // arrival order
+	node     *radixcache.Node[string] // the cache node it holds locked
 	cached   int
 	kvLen    int     // tokens of fill() in KV (cached or computed)
 	refill   []int32 // prompt and output of a retracted request, to prefill again
@@ -92,6 +93,15 @@ type FlushRecord struct {
 	Outcome  string        // "flushed", or the error text
 	Queued   int           // requests queued when asked
 	Running  int           // requests running when asked
+	// Origin says who asked (the HTTP layer gives the client's address).
+	Origin string
+	// Pending marks the flush still parked, waiting for the server to be
+	// idle or its deadline: it has no Answered or Outcome yet.
+	Pending bool
+	// ClientLeft is set when the caller stopped waiting before the answer,
+	// at ClientLeftAt: as in SGLang, the parked flush still runs.
+	ClientLeft   bool
+	ClientLeftAt time.Duration
 }
 
 type pendingFlush struct {
@@ -104,7 +114,7 @@ type pendingFlush struct {
 // concurrent use: the engine loop owns it.
 type scheduler struct {
 	prof        *profile.Profile
-	tree        *radixcache.Tree // nil when the radix cache is disabled
+	tree        *radixcache.Tree[string] // nil when the radix cache is disabled; a node's value is the rid of the request that inserted it
 	log         *slog.Logger
 	logInterval int
 	now         time.Duration
@@ -142,19 +152,23 @@ type Counters struct {
 
 const maxFlushRecords = 1000
 
+// jitterStream picks the cost-jitter draws' PCG stream, seeded with the
+// profile's seed: one draw per iteration, in order.
+const jitterStream = 0x6a09e667f3bcc909
+
 func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
 	s := &scheduler{
 		prof:        p,
 		log:         log,
 		logInterval: logInterval,
-		rng:         rand.New(rand.NewPCG(p.Seed, 0x6a09e667f3bcc909)),
+		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream)),
 		active:      make(map[string]*req),
 	}
 	s.ratio.reset()
 	if !disableCache {
-		newTree := radixcache.New
+		newTree := radixcache.New[string]
 		if p.BigramKeys() {
-			newTree = radixcache.NewBigram
+			newTree = radixcache.NewBigram[string]
 		}
 		tree, err := newTree(p.PageSize)
 		if err != nil {
@@ -405,7 +419,7 @@ func (s *scheduler) admit(r *req) {
 		// (SGLang's retracted_stain).
 		r.cached = matched
 		r.truth.CachedTokens = matched
-		r.truth.ReusedFrom = node.Owner()
+		r.truth.ReusedFrom = node.Value()
 	}
 }
 
@@ -513,7 +527,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 		if r.refill != nil {
 			r.refill = nil // prompt and output are back in KV
 		} else {
-			r.truth.FirstToken = s.now
+			r.truth.FirstToken, r.truth.Prefilled = s.now, true
 		}
 		if r.maxNew == 0 {
 			fin := Finish{Reason: FinishLength, Length: 0}
@@ -538,7 +552,7 @@ func (s *scheduler) cacheUnfinished(r *req) {
 		s.setPrivate(r, r.kvLen)
 		return
 	}
-	_, node := s.tree.InsertOwned(r.ns, r.fill()[:r.kvLen], r.rid)
+	_, node := s.tree.Insert(r.ns, r.fill()[:r.kvLen], r.rid)
 	if err := s.tree.Lock(node); err != nil {
 		panic(err)
 	}
@@ -555,7 +569,7 @@ func (s *scheduler) completeDecode(it *iteration) {
 			continue
 		}
 		r.truth.Rounds = append(r.truth.Rounds, RoundRecord{
-			Start: it.start, Duration: it.dur, Gained: g.n, Batch: len(it.decode), Context: g.ctx,
+			Start: it.start, Duration: it.dur, Gained: g.n, Batch: len(it.decode), Context: g.ctx, Count: 1,
 		})
 		if spec != nil {
 			r.spec.VerifyCt++
@@ -660,7 +674,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	}
 	if s.tree != nil && r.admitted() {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
-		s.tree.InsertOwned(r.ns, s.seqBuf[:r.seqKV()], r.rid)
+		s.tree.Insert(r.ns, s.seqBuf[:r.seqKV()], r.rid)
 		s.unlock(r)
 	}
 	s.setPrivate(r, 0)
@@ -672,6 +686,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 
 	r.truth.CompletionTokens = len(r.outputs)
 	r.truth.Finished = s.now
+	if !r.truth.Scheduled() {
+		r.truth.Admitted = s.now // it leaves the queue now, aborted
+	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
 	if !r.internal {
@@ -786,9 +803,9 @@ func (s *scheduler) abortAll() {
 // may not wait flushes if the server is idle and fails if not; otherwise an
 // idle server flushes at once and a busy one parks the flush until it is
 // idle or its deadline passes.
-func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
+func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, reply chan error) {
 	now := max(s.now, at)
-	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running)}
+	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running), Origin: origin}
 	if s.chunked != nil {
 		rec.Running++
 	}
@@ -804,7 +821,20 @@ func (s *scheduler) requestFlush(at, timeout time.Duration, reply chan error) {
 		s.answerFlush(rec, ErrFlushBusy, reply, now)
 		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
 	default:
-		s.flush = &pendingFlush{record: rec, deadline: now + timeout, reply: reply}
+		// The deadline saturates: a timeout of ages waits for idle.
+		deadline := now + min(timeout, math.MaxInt64-now)
+		s.flush = &pendingFlush{record: rec, deadline: deadline, reply: reply}
+	}
+}
+
+// flushClientLeft records that the caller waiting on the parked flush
+// whose answer goes to reply stopped waiting at time at. The flush stays
+// parked, as SGLang's scheduler keeps it, and runs once the server is idle.
+func (s *scheduler) flushClientLeft(reply chan error, at time.Duration) {
+	if f := s.flush; f != nil && f.reply == reply && !f.record.ClientLeft {
+		f.record.ClientLeft, f.record.ClientLeftAt = true, max(s.now, at)
+		s.log.Warn(fmt.Sprintf("The client of a deferred flush_cache (%s, asked at %.3f s) left at %.3f s; "+
+			"the flush stays pending and runs when the server is idle.", f.record.Origin, f.record.At.Seconds(), f.record.ClientLeftAt.Seconds()))
 	}
 }
 
@@ -826,11 +856,32 @@ func (s *scheduler) serviceFlush() {
 	case s.flushIdle(s.now):
 		s.flush = nil
 		s.doFlush()
+		s.log.Info(fmt.Sprintf("Deferred flush_cache (%s, asked at %.3f s%s) ran at %.3f s.",
+			f.record.Origin, f.record.At.Seconds(), clientNote(f.record), s.now.Seconds()))
 		s.answerFlush(f.record, nil, f.reply, s.now)
 	case s.now >= f.deadline:
 		s.flush = nil
+		s.log.Warn("Deferred flush_cache timed out while waiting for idle state.")
 		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
 	}
+}
+
+func clientNote(r FlushRecord) string {
+	if !r.ClientLeft {
+		return ""
+	}
+	return fmt.Sprintf(", its client gone since %.3f s", r.ClientLeftAt.Seconds())
+}
+
+// flushHistory is the answered flushes, oldest first, then the parked one.
+func (s *scheduler) flushHistory() []FlushRecord {
+	out := slices.Clone(s.flushes)
+	if f := s.flush; f != nil {
+		rec := f.record
+		rec.Pending = true
+		out = append(out, rec)
+	}
+	return out
 }
 
 // wake is when an engine with nothing to run must look again: a parked

@@ -68,38 +68,52 @@ func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 // Encode appends the token ids of text to dst and returns the result.
 func Encode(dst []int32, text string) []int32 {
 	for i := 0; i < len(text); {
-		c := text[i]
-		if c == '<' {
-			if id, n := special(text[i:]); n > 0 {
-				dst = append(dst, id)
-				i += n
-				continue
-			}
-		}
-		space := 0
-		if c == ' ' && i+1 < len(text) && letterIndex[text[i+1]] >= 0 {
-			space = 1
-		} else if letterIndex[c] < 0 {
-			dst = append(dst, int32(c))
-			i++
-			continue
-		}
-		// A piece: optional space, a letter of either case, then up to
-		// five lower-case letters.
-		j := i + space
-		capital := isUpper(text[j])
-		code := int64(letterIndex[text[j]])
-		j++
-		n := 1
-		for j < len(text) && n < maxLetters && isLower(text[j]) {
-			code = code*alphabetLen + int64(text[j]-'a')
-			j++
-			n++
-		}
-		dst = append(dst, pieceID(code, n, capital, space == 1))
-		i = j
+		var id int32
+		id, i = next(text, i)
+		dst = append(dst, id)
 	}
 	return dst
+}
+
+// MaxTokenBytes is the most bytes of text one token stands for (the
+// longest special token's markup), so a text of n bytes has at least
+// n/MaxTokenBytes tokens.
+var MaxTokenBytes = func() int {
+	n := 1 + maxLetters // a piece: a space and up to maxLetters letters
+	for _, sp := range specials {
+		n = max(n, len(sp.text))
+	}
+	return n
+}()
+
+// next returns the id of the token that starts at text[i] and the index
+// just past it.
+func next(text string, i int) (int32, int) {
+	c := text[i]
+	if c == '<' {
+		if id, n := special(text[i:]); n > 0 {
+			return id, i + n
+		}
+	}
+	space := 0
+	if c == ' ' && i+1 < len(text) && letterIndex[text[i+1]] >= 0 {
+		space = 1
+	} else if letterIndex[c] < 0 {
+		return int32(c), i + 1
+	}
+	// A piece: optional space, a letter of either case, then up to five
+	// lower-case letters.
+	j := i + space
+	capital := isUpper(text[j])
+	code := int64(letterIndex[text[j]])
+	j++
+	n := 1
+	for j < len(text) && n < maxLetters && isLower(text[j]) {
+		code = code*alphabetLen + int64(text[j]-'a')
+		j++
+		n++
+	}
+	return pieceID(code, n, capital, space == 1), j
 }
 
 func special(s string) (int32, int) {
@@ -184,7 +198,12 @@ func Decode(ids []int32) string {
 	return string(b)
 }
 
-// Count returns the number of tokens in text without keeping them.
+// Count returns the number of tokens in text without keeping them: it
+// allocates nothing, whatever the text's size.
 func Count(text string) int {
-	return len(Encode(nil, text))
+	n := 0
+	for i := 0; i < len(text); n++ {
+		_, i = next(text, i)
+	}
+	return n
 }

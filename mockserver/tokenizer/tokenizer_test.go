@@ -155,17 +155,33 @@ func TestOutputRoundTrips(t *testing.T) {
 	}
 }
 
+// The output is a function of the prompt's tokens alone: an equal prompt
+// in another slice gives the same hash, and a fixed prompt gives these
+// exact words in every process (nothing random, no map order, no clock).
+// Different prompts give different outputs.
 func TestOutputDeterministicPerPrompt(t *testing.T) {
-	a, b := PromptHash([]int32{5, 6, 7}), PromptHash([]int32{5, 6, 8})
+	prompt := []int32{5, 6, 7}
+	a, b := PromptHash(prompt), PromptHash([]int32{5, 6, 8})
 	if a == PromptHash([]int32{5, 6}) || a == b {
 		t.Fatal("distinct prompts share a hash")
 	}
-	same := 0
-	for i := range 100 {
-		if OutputToken(a, i) != OutputToken(a, i) {
-			t.Fatalf("position %d: the same prompt gave two tokens", i)
+	if again := PromptHash(slices.Clone(prompt)); again != a {
+		t.Fatalf("an equal prompt hashes to %#x, want %#x", again, a)
+	}
+	out := func(h uint64, n int) []int32 {
+		var ids []int32
+		for i := range n {
+			ids = append(ids, OutputToken(h, i))
 		}
-		if OutputToken(a, i) == OutputToken(b, i) {
+		return ids
+	}
+	const want = "More also, place if being both. no they so is"
+	if got := Decode(out(a, 12)); got != want {
+		t.Fatalf("output of [5 6 7]: got %q, want %q", got, want)
+	}
+	same := 0
+	for i, tok := range out(a, 100) {
+		if tok == OutputToken(b, i) {
 			same++
 		}
 	}
@@ -225,4 +241,21 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportMetric(float64(encodeNs)/float64(countNs), "x-bytes.Count")
 	b.ReportMetric(float64(len(text))*float64(b.N)/(float64(encodeNs)/1e9)/1e6, "MB/s")
 	_ = sink
+}
+
+// Count agrees with Encode and allocates nothing, so a prompt too long to
+// serve can be measured at no cost in memory.
+func TestCountAllocatesNothing(t *testing.T) {
+	text := strings.Repeat(english+" <|im_end|>\n", 100)
+	if got, want := Count(text), len(Encode(nil, text)); got != want {
+		t.Fatalf("Count: got %d, want %d (Encode)", got, want)
+	}
+	if allocs := testing.AllocsPerRun(10, func() { Count(text) }); allocs != 0 {
+		t.Fatalf("Count allocated %v times, want 0", allocs)
+	}
+	for _, tok := range Encode(nil, text) {
+		if n := len(AppendDecode(nil, tok)); n > MaxTokenBytes {
+			t.Fatalf("token %d stands for %d bytes, more than MaxTokenBytes %d", tok, n, MaxTokenBytes)
+		}
+	}
 }

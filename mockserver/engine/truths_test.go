@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+	"unsafe"
+)
+
+// wantBytes is what the store counts for a truth, spelled out: the Truth,
+// its rid and reused-from strings, one record per prefill chunk and per
+// decode run, the speculative histogram and the matched stop.
+func wantBytes(t *Truth) int64 {
+	n := int64(unsafe.Sizeof(Truth{})) + int64(len(t.RID)+len(t.ReusedFrom))
+	n += int64(len(t.Prefill))*int64(unsafe.Sizeof(ChunkRecord{})) + int64(len(t.Rounds))*int64(unsafe.Sizeof(RoundRecord{}))
+	n += int64(len(t.Spec.Histogram)) * 8
+	if t.Finish.MatchedString != nil {
+		n += 16 + int64(len(*t.Finish.MatchedString))
+	}
+	return n
+}
+
+// The store keeps a truth's decode rounds as runs: a lone request is one
+// run whose sums are the rounds' sums, while the last event still carries
+// every round.
+func TestStoredTruthMergesRounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 1000})
+		full := last.Truth.Rounds
+		stored, ok := e.Truth("a")
+		if !ok {
+			t.Fatal("no stored truth")
+		}
+		var total time.Duration
+		for _, r := range full {
+			total += r.Duration
+		}
+		want := []RoundRecord{{Start: full[0].Start, Duration: total, Gained: 1, Batch: 1, Context: 101, Count: 999}}
+		if len(full) != 999 || !slices.Equal(stored.Rounds, want) {
+			t.Fatalf("event: %d rounds; stored: %+v, want %+v", len(full), stored.Rounds, want)
+		}
+		if cap(stored.Rounds) != 1 || cap(stored.Prefill) != 1 {
+			t.Fatalf("stored slices: capacity %d rounds, %d chunks; want exactly their length", cap(stored.Rounds), cap(stored.Prefill))
+		}
+	})
+}
+
+// A second request that joins and leaves splits the first one's rounds into
+// runs at each change of batch and at the prefill between them.
+func TestStoredRunsSplitAtBatchChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 300})
+		time.Sleep(50 * time.Millisecond)
+		drain(t, submit(t, e, Request{RID: "b", InputIDs: prompt(2, 100), MaxNewTokens: 20}))
+		evs := drain(t, a)
+		full := evs[len(evs)-1].Truth.Rounds
+		stored, _ := e.Truth("a")
+		// Expand the runs again: the batch and gain of every round, and the
+		// sums, are those of the full record.
+		var batches []int
+		var total time.Duration
+		rounds := 0
+		for _, run := range stored.Rounds {
+			for range run.Count {
+				batches = append(batches, run.Batch)
+			}
+			total += run.Duration
+			rounds += run.Count
+		}
+		var wantBatches []int
+		var wantTotal time.Duration
+		for _, r := range full {
+			wantBatches = append(wantBatches, r.Batch)
+			wantTotal += r.Duration
+		}
+		if len(stored.Rounds) != 3 || !slices.Equal(batches, wantBatches) || total != wantTotal || rounds != 299 {
+			t.Fatalf("stored runs %+v: %d rounds over %v; want 3 runs (alone, with b, alone again) of 299 rounds over %v",
+				stored.Rounds, rounds, total, wantTotal)
+		}
+	})
+}
+
+// The store is bounded by the bytes its truths hold, as Truth.Bytes counts
+// them, the oldest going first; its accounting is exact.
+func TestTruthStoreBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		var sizes []int64
+		probe := startEngine(t, Config{Profile: p})
+		for i := range 3 {
+			run(t, probe, Request{RID: fmt.Sprintf("r%d", i), InputIDs: prompt(int32(i), 50), MaxNewTokens: 10})
+			tr, _ := probe.Truth(fmt.Sprintf("r%d", i))
+			if got, want := tr.Bytes(), wantBytes(tr); got != want {
+				t.Fatalf("r%d: Bytes %d, want %d", i, got, want)
+			}
+			sizes = append(sizes, tr.Bytes())
+		}
+		if n, bytes := probe.TruthUsage(); n != 3 || bytes != sizes[0]+sizes[1]+sizes[2] {
+			t.Fatalf("usage: %d truths, %d bytes; want 3, %d", n, bytes, sizes[0]+sizes[1]+sizes[2])
+		}
+		probe.Close()
+
+		// Room for two: the third evicts the first.
+		e := startEngine(t, Config{Profile: p, TruthBytes: sizes[0] + sizes[1]})
+		defer e.Close()
+		for i := range 3 {
+			run(t, e, Request{RID: fmt.Sprintf("r%d", i), InputIDs: prompt(int32(i), 50), MaxNewTokens: 10})
+		}
+		if _, ok := e.Truth("r0"); ok {
+			t.Error("r0 is still stored: the oldest goes first")
+		}
+		if n, bytes := e.TruthUsage(); n != 2 || bytes != sizes[1]+sizes[2] {
+			t.Fatalf("usage: %d truths, %d bytes; want 2, %d", n, bytes, sizes[1]+sizes[2])
+		}
+		if got := e.Truths(); len(got) != 2 || got[0].RID != "r1" || got[1].RID != "r2" {
+			t.Fatalf("Truths: %d, want r1 and r2", len(got))
+		}
+		// A truth larger than the whole store is not kept, and evicts
+		// nothing.
+		long := string(make([]byte, MaxRIDBytes))
+		run(t, e, Request{RID: long, InputIDs: prompt(9, 50), MaxNewTokens: 10})
+		if _, ok := e.Truth(long); ok {
+			t.Error("a truth larger than the store was kept")
+		}
+		if n, bytes := e.TruthUsage(); n != 2 || bytes != sizes[1]+sizes[2] {
+			t.Fatalf("after the large truth: %d truths, %d bytes; want 2, %d", n, bytes, sizes[1]+sizes[2])
+		}
+		// By count: the oldest goes first too.
+		c := startEngine(t, Config{Profile: p, TruthCapacity: 2})
+		defer c.Close()
+		for i := range 3 {
+			run(t, c, Request{RID: fmt.Sprintf("r%d", i), InputIDs: prompt(int32(i), 50), MaxNewTokens: 10})
+		}
+		if got := c.Truths(); len(got) != 2 || got[0].RID != "r1" || got[1].RID != "r2" {
+			t.Fatalf("capacity 2: %d truths stored, want r1 and r2", len(got))
+		}
+	})
+}
