@@ -59,7 +59,7 @@
 //	expect:
 //	  - verdict: POISONED      # ok, SUSPECT or POISONED
 //	    cause: leg b reused    # optional: text one of the causes contains
-//	  - figure: decode_err     # a figure of the row, or a ratio "X / Y"
+//	  - figure: decode_err     # a figure of the row, a ratio "X / Y", an absolute value "|X|"
 //	    min: -0.01             # min and/or max, or equals, or defined: true|false
 //	    max: 0.01
 //	    real_time: {min: -0.05, max: 0.05}   # the bounds in real time, if wider

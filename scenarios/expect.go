@@ -188,9 +188,11 @@ func (c *verdictCheck) check(r *row, _ bool) (bool, string) {
 	return false, v.String()
 }
 
-// figureCheck: a named figure of the row, or the ratio of two, within
-// bounds, equal to a value, or (un)defined.
+// figureCheck: a named figure of the row, or the ratio of two, or the
+// absolute value of either (|X|), within bounds, equal to a value, or
+// (un)defined.
 type figureCheck struct {
+	abs         bool
 	num, den    string
 	min, max    *float64
 	equals      *float64
@@ -206,6 +208,9 @@ func (p *parser) figureCheck(f *fields, a action) (checker, error) {
 	if err := f.str(expFigure, &name); err != nil {
 		return nil, err
 	}
+	if len(name) > 2 && strings.HasPrefix(name, "|") && strings.HasSuffix(name, "|") {
+		c.abs, name = true, name[1:len(name)-1]
+	}
 	num, den, ratio := strings.Cut(name, "/")
 	c.num, c.den = strings.TrimSpace(num), strings.TrimSpace(den)
 	for _, fig := range []string{c.num, c.den} {
@@ -213,7 +218,7 @@ func (p *parser) figureCheck(f *fields, a action) (checker, error) {
 			continue
 		}
 		if !slices.Contains(a.figures(), fig) {
-			return nil, f.errorf(expFigure, "%q: a %s step has the figures %s (or X / Y, their ratio)", fig, a.kind(), strings.Join(a.figures(), ", "))
+			return nil, f.errorf(expFigure, "%q: a %s step has the figures %s (or X / Y, their ratio; |X|, its absolute value)", fig, a.kind(), strings.Join(a.figures(), ", "))
 		}
 	}
 	var err error
@@ -264,10 +269,14 @@ func (p *parser) figureCheck(f *fields, a action) (checker, error) {
 }
 
 func (c *figureCheck) name() string {
-	if c.den == "" {
-		return c.num
+	n := c.num
+	if c.den != "" {
+		n += " / " + c.den
 	}
-	return c.num + " / " + c.den
+	if c.abs {
+		return "|" + n + "|"
+	}
+	return n
 }
 
 func (c *figureCheck) bounds(realTime bool) (lo, hi *float64) {
@@ -296,15 +305,21 @@ func (c *figureCheck) describe(realTime bool) string {
 
 func (c *figureCheck) value(r *row) *float64 {
 	v := r.figures[c.num]
-	if c.den == "" || v == nil {
-		return v
-	}
-	d := r.figures[c.den]
-	if d == nil || *d == 0 {
+	if v == nil {
 		return nil
 	}
-	q := *v / *d
-	return &q
+	x := *v
+	if c.den != "" {
+		d := r.figures[c.den]
+		if d == nil || *d == 0 {
+			return nil
+		}
+		x /= *d
+	}
+	if c.abs {
+		x = math.Abs(x)
+	}
+	return &x
 }
 
 func (c *figureCheck) check(r *row, realTime bool) (bool, string) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // load is background traffic: streaming requests in flight while the
@@ -20,13 +21,16 @@ import (
 type load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// streams is written by each stream's goroutine, read after wg.Wait.
-	streams []loadStream
+	// streams is written by each stream's goroutine, and startErr by the
+	// goroutine that starts a delayed load; both are read after wg.Wait.
+	streams  []loadStream
+	startErr error
 }
 
 // loadStream is how one background stream ended.
 type loadStream struct {
 	rid              string
+	started          bool
 	completionTokens int
 	finish           string // the finish reason's type: length, abort, ...
 	err              error
@@ -50,8 +54,12 @@ func promptIDs(key string, n int) []int {
 func (a *startLoadAction) kind() string { return kindStartLoad }
 
 func (a *startLoadAction) describe() string {
-	return fmt.Sprintf("start load %s: %d concurrent streams, each %d prompt tokens of its own and %d new tokens",
+	s := fmt.Sprintf("start load %s: %d concurrent stream(s), each %d prompt tokens of its own and %d new tokens",
 		a.name, a.streams, a.promptTokens, a.maxNew)
+	if a.delay > 0 {
+		s += fmt.Sprintf(", sent %g simulated seconds from now", a.delay)
+	}
+	return s
 }
 
 func (a *startLoadAction) figures() []string      { return nil }
@@ -61,49 +69,74 @@ func (a *startLoadAction) legs() []string         { return nil }
 
 // run starts the streams one after the other, each once the server has
 // answered its headers (a streaming /generate answers them as it queues
-// the request), so their arrival order is the same from run to run.
+// the request), so their arrival order is the same from run to run. With a
+// delay it returns at once and starts them later, on its own goroutine; a
+// failure to start one is then reported when the load is stopped.
 func (a *startLoadAction) run(ctx context.Context, r *runner) (*result, error) {
 	lctx, cancel := context.WithCancel(ctx)
 	l := &load{cancel: cancel, streams: make([]loadStream, a.streams)}
 	r.loads[a.name] = l
-	for i := range a.streams {
-		rid := fmt.Sprintf("%s-load-%s-%d", r.sc.Name, a.name, i+1)
-		l.streams[i].rid = rid
+	for i := range l.streams {
+		l.streams[i].rid = fmt.Sprintf("%s-load-%s-%d", r.sc.Name, a.name, i+1)
+	}
+	write := func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "load %s: %d stream(s), rids %s .. %s\n", a.name, a.streams, l.streams[0].rid, l.streams[a.streams-1].rid)
+		return err
+	}
+	if a.delay == 0 {
+		return &result{write: write}, a.start(lctx, r, l)
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		t := time.NewTimer(r.wall(a.delay))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			l.startErr = a.start(lctx, r, l)
+		case <-lctx.Done():
+		}
+	}()
+	return &result{write: write}, nil
+}
+
+// start sends the streams, one after the other, and leaves a goroutine
+// reading each.
+func (a *startLoadAction) start(ctx context.Context, r *runner, l *load) error {
+	for i := range l.streams {
+		s := &l.streams[i]
 		body, err := json.Marshal(map[string]any{
-			"rid":             rid,
-			"input_ids":       promptIDs(rid, a.promptTokens),
+			"rid":             s.rid,
+			"input_ids":       promptIDs(s.rid, a.promptTokens),
 			"sampling_params": map[string]any{"max_new_tokens": a.maxNew, "ignore_eos": true, "temperature": 0},
 			"stream":          true,
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		req, err := http.NewRequestWithContext(lctx, http.MethodPost, r.url+"/generate", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/generate", bytes.NewReader(body))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := r.http.Do(req)
 		if err != nil {
-			return nil, fmt.Errorf("load %s stream %d: %w", a.name, i+1, err)
+			return fmt.Errorf("load %s stream %d: %w", a.name, i+1, err)
 		}
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			return nil, fmt.Errorf("load %s stream %d: HTTP %d: %s", a.name, i+1, resp.StatusCode, strings.TrimSpace(string(b)))
+			return fmt.Errorf("load %s stream %d: HTTP %d: %s", a.name, i+1, resp.StatusCode, strings.TrimSpace(string(b)))
 		}
+		s.started = true
 		l.wg.Add(1)
-		go func(s *loadStream) {
+		go func() {
 			defer l.wg.Done()
 			defer resp.Body.Close()
 			s.completionTokens, s.finish, s.err = readLoadStream(resp.Body)
-		}(&l.streams[i])
+		}()
 	}
-	write := func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "load %s: %d streams running (rids %s .. %s)\n", a.name, a.streams, l.streams[0].rid, l.streams[a.streams-1].rid)
-		return err
-	}
-	return &result{write: write}, nil
+	return nil
 }
 
 // readLoadStream reads a /generate stream to its end: the last event's
@@ -168,9 +201,14 @@ func (a *stopLoadAction) run(_ context.Context, r *runner) (*result, error) {
 	}
 	l.wg.Wait()
 	l.cancel()
+	if l.startErr != nil {
+		return nil, l.startErr
+	}
 	finished, aborted := 0, 0
 	for _, s := range l.streams {
 		switch {
+		case !s.started:
+			return nil, fmt.Errorf("load %s stream %s was never sent: stop_load came before its delay ran out", a.name, s.rid)
 		case s.err == nil && s.finish == "length":
 			finished++
 		case a.abort || s.finish == "abort":

@@ -148,7 +148,7 @@ func (a *rawAction) run(ctx context.Context, r *runner) (*result, error) {
 	}
 	res.write = func(w io.Writer) error {
 		var sb strings.Builder
-		fmt.Fprintf(&sb, "HTTP %d after %.3f s; the server ran %d requests for it, computing %d prompt tokens\n", resp.StatusCode, seconds, ran, computed)
+		fmt.Fprintf(&sb, "HTTP %d after %.3f s; the server ran it as %d request(s), computing %d prompt tokens\n", resp.StatusCode, seconds, ran, computed)
 		if len(copies) == 0 {
 			fmt.Fprintf(&sb, "body: %.300q\n", b)
 		} else {

@@ -181,14 +181,18 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 // when it holds for every one.
 func (e *Expectation) evaluate(rows []*row, realTime bool) Outcome {
 	o := Outcome{Line: e.Line, Text: e.check.describe(realTime), Pass: true}
-	var got []string
-	n := 0
+	var got, same []string
+	n, hasCtx := 0, false
 	for _, rw := range rows {
 		if len(e.Ctx) > 0 && !slices.Contains(e.Ctx, rw.ctx) {
 			continue
 		}
 		n++
+		hasCtx = hasCtx || rw.ctx != 0
 		ok, g := e.check.check(rw, realTime)
+		if !slices.Contains(same, g) {
+			same = append(same, g)
+		}
 		o.Pass = o.Pass && ok
 		if rw.label != "" {
 			g += " (" + rw.label + ")"
@@ -199,6 +203,10 @@ func (e *Expectation) evaluate(rows []*row, realTime bool) Outcome {
 		o.Pass, got = false, []string{"no row to check"}
 	}
 	o.Got = strings.Join(got, ", ")
+	if n > 1 && len(same) == 1 && !hasCtx {
+		// Every row of a raw request shares its step's figures: say it once.
+		o.Got = same[0] + " (every copy)"
+	}
 	return o
 }
 

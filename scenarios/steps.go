@@ -61,11 +61,13 @@ type flushAction struct {
 
 // startLoadAction starts streams concurrent streaming requests, each of
 // its own prompt (no prefix shared with anything), started one after the
-// other so that their order is deterministic.
+// other so that their order is deterministic; with a delay, that many
+// simulated seconds after the step, while the next steps run.
 type startLoadAction struct {
 	name                 string
 	streams              int
 	promptTokens, maxNew int
+	delay                float64
 }
 
 // stopLoadAction waits for a load's streams to finish, or with abort
@@ -292,7 +294,7 @@ func (p *parser) flush(n *yaml.Node, path string) (action, error) {
 }
 
 func (p *parser) startLoad(n *yaml.Node, path string) (action, error) {
-	f, err := p.d.mapping(n, path, "name", "streams", "prompt_tokens", "max_new_tokens")
+	f, err := p.d.mapping(n, path, "name", "streams", "prompt_tokens", "max_new_tokens", "delay_s")
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +307,7 @@ func (p *parser) startLoad(n *yaml.Node, path string) (action, error) {
 		f.integer("streams", &la.streams, 1, maxStreams),
 		f.integer("prompt_tokens", &la.promptTokens, 1, maxPromptTokens),
 		f.integer("max_new_tokens", &la.maxNew, 1, harness.MaxTokens),
+		f.number("delay_s", &la.delay, 0, 3600),
 	}
 	if err := firstErr(errs); err != nil {
 		return nil, err
