@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -153,8 +154,10 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 		if len(st.Expect) > 0 {
 			fmt.Fprintln(out)
 		}
+		stepFailed := false
 		for _, e := range st.Expect {
 			o := e.evaluate(sr.rows, opt.RealTime)
+			stepFailed = stepFailed || !o.Pass
 			o.Step = st.Name
 			res.Outcomes = append(res.Outcomes, o)
 			mark := "PASS"
@@ -167,6 +170,11 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 			}
 			fmt.Fprintln(out)
 		}
+		if worst := measurementError(sr.rows); opt.RealTime && stepFailed && worst > lateClient {
+			fmt.Fprintf(out, "  note: the client measured this step up to %.1f %% off the modelled times of its own requests\n", 100*worst)
+			fmt.Fprintf(out, "  (ttft_err, decode_err): the host was too busy for its wall clock at x%g, where a stall of\n", r.speedup)
+			fmt.Fprintln(out, "  e wall seconds is speedup*e simulated. Run it again, or with a lower --speedup.")
+		}
 	}
 	failed := res.Failed()
 	verdict := "PASS"
@@ -175,6 +183,25 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 	}
 	fmt.Fprintf(out, "\nscenario %s: %s, %d of %d expectations hold\n", sc.Name, verdict, len(res.Outcomes)-failed, len(res.Outcomes))
 	return res, nil
+}
+
+// lateClient is the measurement error beyond which a real-time run's
+// failure is put down to the host: at the scenarios' speedups a few
+// milliseconds of wall-clock jitter stay below it.
+const lateClient = 0.03
+
+// measurementError is the largest |ttft_err| or |decode_err| of a step's
+// rows: the client's own error against the truth of the requests it sent.
+func measurementError(rows []*row) float64 {
+	worst := 0.0
+	for _, rw := range rows {
+		for _, name := range []string{"ttft_err", "decode_err"} {
+			if v := rw.figures[name]; v != nil {
+				worst = max(worst, math.Abs(*v))
+			}
+		}
+	}
+	return worst
 }
 
 // evaluate checks the expectation against the rows it selects: it holds
