@@ -104,6 +104,9 @@ func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation,
 			return nil, f.errorf(k, "not a key of a %s expectation (want %s)", kind, strings.Join(allowed, ", "))
 		}
 	}
+	if len(a.expectations()) == 0 {
+		return nil, p.d.errorf(n, path, "a %s step has nothing to check", a.kind())
+	}
 	if !slices.Contains(a.expectations(), kind) && !(kind == "body_contains" && slices.Contains(a.expectations(), expBody)) {
 		return nil, f.errorf(kind, "a %s step has no %s to check (it checks %s)", a.kind(), kind, strings.Join(a.expectations(), ", "))
 	}

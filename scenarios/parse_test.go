@@ -80,6 +80,8 @@ func TestParseErrors(t *testing.T) {
 		{"stop an unknown load", "    flush: {timeout_s: 1}\n    expect:\n      - status: 200", "    stop_load: {name: bg}", `sample.yaml:17: steps[1].stop_load.name: no load "bg" was started before this step`},
 		{"raw path", "    flush: {timeout_s: 1}\n    expect:\n      - status: 200", "    raw: {path: generate}", `sample.yaml:17: steps[1].raw.path: "generate": want a path on the server`},
 		{"raw body not a mapping", "    flush: {timeout_s: 1}\n    expect:\n      - status: 200", "    raw: {path: /generate, body: [1]}", "sample.yaml:17: steps[1].raw.body: want a mapping"},
+		{"expectation on a wait", "    flush: {timeout_s: 1}", "    wait: {seconds: 1}", "sample.yaml:19: steps[1].expect[0]: a wait step has nothing to check"},
+		{"load delay", "    flush: {timeout_s: 1}\n    expect:\n      - status: 200", "    start_load: {name: bg, streams: 1, prompt_tokens: 9, max_new_tokens: 9, delay_s: -1}", "sample.yaml:17: steps[1].start_load.delay_s: -1 is out of range"},
 		{"not yaml", "speedup: 2", "speedup: 2\n  x: [", "sample.yaml:5: mapping values are not allowed in this context"},
 		{"two documents", "speedup: 2", "speedup: 2\n---\nname: other", "sample.yaml:5: one scenario a file"},
 	}

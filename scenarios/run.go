@@ -136,12 +136,12 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 	}
 	r.speedup = info.Speedup
 	fmt.Fprintf(out, "scenario %s (%s): profile %s, speedup x%g\n\n", sc.Name, sc.File, sc.Profile.Name, r.speedup)
-	fmt.Fprintln(out, indent(sc.Description, ""))
+	fmt.Fprintln(out, wrap(sc.Description, "", textWidth))
 	res := &Result{Scenario: sc.Name}
 	for i, st := range sc.Steps {
 		fmt.Fprintf(out, "\n--- step %d/%d %s: %s\n", i+1, len(sc.Steps), st.Name, st.action.describe())
 		if st.Note != "" {
-			fmt.Fprintln(out, indent(st.Note, "    "))
+			fmt.Fprintln(out, wrap(st.Note, "    ", textWidth))
 		}
 		sr, err := st.action.run(ctx, r)
 		if err != nil {
@@ -237,13 +237,26 @@ func (e *Expectation) evaluate(rows []*row, realTime bool) Outcome {
 	return o
 }
 
-// indent prefixes every line of a multi-line text, trimmed.
-func indent(text, prefix string) string {
-	lines := strings.Split(strings.TrimRight(text, "\n "), "\n")
-	for i, l := range lines {
-		if strings.TrimSpace(l) != "" {
-			lines[i] = prefix + l
+// textWidth is the width descriptions and notes are wrapped to.
+const textWidth = 96
+
+// wrap reflows text to width columns, each line after prefix; blank lines
+// separate paragraphs, which stay apart.
+func wrap(text, prefix string, width int) string {
+	var out []string
+	for _, para := range strings.Split(strings.TrimSpace(text), "\n\n") {
+		line := prefix
+		for _, w := range strings.Fields(para) {
+			if len(line) > len(prefix) && len(line)+1+len(w) > width {
+				out = append(out, line)
+				line = prefix
+			}
+			if len(line) > len(prefix) {
+				line += " "
+			}
+			line += w
 		}
+		out = append(out, line, "")
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(out[:len(out)-1], "\n")
 }

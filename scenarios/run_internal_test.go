@@ -30,3 +30,23 @@ func TestMeasurementError(t *testing.T) {
 		t.Errorf("lateClient %g does not separate a 1 %% error from an 8 %% one", lateClient)
 	}
 }
+
+// Descriptions and notes are reflowed to the width, paragraphs kept apart,
+// and a word longer than the width gets a line of its own.
+func TestWrap(t *testing.T) {
+	tests := []struct {
+		text, prefix string
+		width        int
+		want         string
+	}{
+		{"a b c d", "", 3, "a b\nc d"},
+		{"a\nb   c\n\nd", "  ", 7, "  a b c\n\n  d"},
+		{"abcdefgh ij", "", 4, "abcdefgh\nij"},
+		{"  \n", "", 10, ""},
+	}
+	for _, tt := range tests {
+		if got := wrap(tt.text, tt.prefix, tt.width); got != tt.want {
+			t.Errorf("wrap(%q, %q, %d): got %q, want %q", tt.text, tt.prefix, tt.width, got, tt.want)
+		}
+	}
+}
