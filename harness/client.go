@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -231,10 +232,12 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 		return nil, err
 	}
 	// The clock starts when the request is written: the client's own
-	// encoding and connection set-up are not the server's latency.
-	start := time.Now()
+	// encoding and connection set-up are not the server's latency. The
+	// transport's write loop stamps it, on its own goroutine.
+	var mu sync.Mutex
+	written := time.Now()
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { start = time.Now() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { mu.Lock(); written = time.Now(); mu.Unlock() },
 	}))
 	resp, err := c.do(req)
 	if err != nil {
@@ -245,6 +248,9 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 		b, _ := io.ReadAll(resp.Body)
 		return nil, &HTTPError{Route: "POST " + route, Status: resp.StatusCode, Body: string(b)}
 	}
+	mu.Lock()
+	start := written
+	mu.Unlock()
 	g := &Generation{RID: rid}
 	if stream {
 		err = c.readStream(resp.Body, start, g)

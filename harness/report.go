@@ -18,6 +18,13 @@ var methodTitles = map[Method]string{
 	FlushNonce:  "flush before each leg and a fresh nonce at the start of each prompt (the seed's fix)",
 }
 
+// methodTitlesBetweenLegs explain the flush variants that flush only
+// before leg b (TwoPoint.FlushOnlyBetweenLegs).
+var methodTitlesBetweenLegs = map[Method]string{
+	FlushMethod: "POST /flush_cache between the legs only (none before leg a), same prompt",
+	FlushNonce:  "POST /flush_cache between the legs only (none before leg a) and a fresh nonce at the start of each prompt",
+}
+
 // table is an aligned text table: right-aligned columns but the last,
 // which is left-aligned and free in width unless alignLast.
 type table struct {
@@ -102,7 +109,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	for _, m := range methods {
-		fmt.Fprintf(w, "\nmethod %s: %s\n", m, methodTitles[m])
+		fmt.Fprintf(w, "\nmethod %s: %s\n", m, r.methodTitle(m))
 		t := &table{head: []string{"ctx_req", "prompt_tok", "TTFT_s", "prefill_tok/s", "decode_tok/s", "s/out_tok", "t_a", "t_b", "cached_a", "cached_b"}}
 		repeat := false
 		for _, row := range r.Rows {
@@ -140,6 +147,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "*_bias: against the cold TTFT and the steady-state decode rate at that context (the method's own error).")
 	}
 	return nil
+}
+
+// methodTitle explains a variant in its table's heading; a flush method
+// that sent no flush before leg a says it flushed only between the legs.
+func (r *Report) methodTitle(m Method) string {
+	for _, row := range r.Rows {
+		if row.Method == m && m.flushes() && len(row.Runs) > 0 && row.Runs[0].A.Flush == nil {
+			return methodTitlesBetweenLegs[m]
+		}
+	}
+	return methodTitles[m]
 }
 
 func (r *Report) serverLine() string {

@@ -52,6 +52,11 @@ type TwoPoint struct {
 	// Repeat measures each context this many times and reports the
 	// medians and the spread.
 	Repeat int
+	// FlushOnlyBetweenLegs sends the flush methods' flush before leg b
+	// only, as a script that flushes after leg a does. On a fresh server it
+	// is clean; on one that ran the sweep before, leg a finds the prompt
+	// and output the last leg b left in the cache.
+	FlushOnlyBetweenLegs bool
 	Options
 }
 
@@ -71,6 +76,9 @@ func (tp *TwoPoint) Validate() error {
 		return err
 	}
 	for _, m := range tp.Methods {
+		if tp.FlushOnlyBetweenLegs && !m.flushes() {
+			return fmt.Errorf("method %s sends no flush, so flushing only between the legs means nothing: use flush or flush+nonce", m)
+		}
 		if !slices.Contains(Methods, m) {
 			return fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
 		}
@@ -236,7 +244,7 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 			desc += fmt.Sprintf(" (run %d/%d)", i+1, tp.Repeat)
 		}
 		s.prog.Leg(desc)
-		if m.flushes() {
+		if m.flushes() && (leg == &run.B || !tp.FlushOnlyBetweenLegs) {
 			rec, err := s.flush(ctx)
 			if err != nil {
 				return run, err

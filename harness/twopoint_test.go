@@ -470,3 +470,40 @@ func TestFlushRace(t *testing.T) {
 		})
 	}
 }
+
+// A script that flushes only between its legs is clean on a fresh server;
+// run again on the same server, its leg a finds the prompt and output the
+// last leg b left in the cache: t_a is a cached TTFT, t_b a cold one, and
+// the decode figure comes out defined and too low (the prefill is in t_b - t_a). The verdict names
+// leg a's reuse. Validation refuses the option without a flush method.
+func TestFlushOnlyBetweenLegs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushMethod)
+		tp.FlushOnlyBetweenLegs = true
+		first := run(t, tp).Rows[0]
+		if first.Verdict.String() != "ok" || first.Runs[0].A.Flush != nil || first.Runs[0].B.Flush == nil {
+			t.Fatalf("first run: verdict %q, flush a %v, flush b %v; want ok, none before a, one before b",
+				first.Verdict, first.Runs[0].A.Flush, first.Runs[0].B.Flush)
+		}
+		second := run(t, tp).Rows[0]
+		want := "POISONED: leg a reused 1023 of 1024 prompt tokens (cached_tokens)"
+		if got := second.Verdict.String(); got != want {
+			t.Errorf("second run: verdict %q, want %q", got, want)
+		}
+		if second.DecodeTPS == nil || *second.Truth.DecodeBias > -0.2 {
+			t.Errorf("second run: decode %v, bias %v; want defined and more than 20 %% low", *second.DecodeTPS, *second.Truth.DecodeBias)
+		}
+		var buf bytes.Buffer
+		if err := (&harness.Report{Method: "twopoint", Rows: []harness.Row{second}}).WriteTable(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "method flush: POST /flush_cache between the legs only (none before leg a), same prompt") {
+			t.Errorf("table title: got\n%s", buf.String())
+		}
+		tp.Methods = []harness.Method{harness.NonceMethod}
+		if _, err := tp.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "sends no flush") {
+			t.Errorf("nonce with flush only between legs: got %v, want a refusal", err)
+		}
+	})
+}

@@ -9,9 +9,11 @@
 //	          the mock's records: which requests hit the cache, which
 //	          flushes failed
 //	demo      the seed's poisoned benchmark and its fix, with the truth
+//	scenario  the benchmarking traps and their fixes (scenarios), each
+//	          played against a fresh loopback mock with PASS or FAIL
 //	profiles  the built-in cost profiles
 //
-// demo and audit start the mock in this process on a free loopback port,
+// demo, scenario and audit start the mock in this process on a free loopback port,
 // with no warmup request, so the prefix cache starts empty. Run "sglmock
 // help" for the commands and "sglmock COMMAND --help" for their flags.
 package main

@@ -20,6 +20,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "reproduce the seed's poisoned benchmark on an in-process mock, then its fix, with the truth", runDemo},
+		{"scenario", "list the benchmarking traps, or play one and its fix against an in-process mock, with checks", runScenario},
 		{"bench", "measure a server: twopoint (naive|flush|nonce|flush+nonce) or stream, with verdicts", runBench},
 		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},

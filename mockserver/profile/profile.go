@@ -337,6 +337,19 @@ func (p *Profile) Validate() error {
 	return v.err
 }
 
+// FieldError is a profile field with an impossible value. Field is the
+// YAML path, "speculative.accept_probs[2]", so a caller that holds the YAML
+// can point at the line.
+type FieldError struct {
+	Profile, Field string
+	Value          any
+	Why            string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("profile %q: %s = %v: %s", e.Profile, e.Field, e.Value, e.Why)
+}
+
 type validator struct {
 	profile string
 	err     error
@@ -344,7 +357,7 @@ type validator struct {
 
 func (v *validator) check(ok bool, field string, value any, why string) {
 	if !ok && v.err == nil {
-		v.err = fmt.Errorf("profile %q: %s = %v: %s", v.profile, field, value, why)
+		v.err = &FieldError{Profile: v.profile, Field: field, Value: value, Why: why}
 	}
 }
 

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -237,6 +238,12 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		_, err := Parse(strings.NewReader(text), "x")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.want)
+		}
+		// A value error is a *FieldError whose Field is the YAML path the
+		// message starts with.
+		var fe *FieldError
+		if errors.As(err, &fe) && !strings.HasPrefix(tt.want, fe.Field) {
+			t.Errorf("%s: FieldError.Field %q, want the start of %q", tt.name, fe.Field, tt.want)
 		}
 	}
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sglmock/scenarios"
+)
+
+// scenarioFile is a quick scenario on the default profile: the naive pair
+// at 1024 tokens, poisoned, at a speedup where it takes a few milliseconds.
+const scenarioFile = `description: the naive pair, poisoned
+profile: default
+speedup: 20
+steps:
+  - name: naive
+    twopoint:
+      method: naive
+      ctx: 1024
+    expect:
+      - verdict: %s
+        cause: leg b reused
+`
+
+func writeScenario(t *testing.T, name, level string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(scenarioFile, "%s", level, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// `scenario list` names every built-in on a line of its own; `scenario
+// run` exits 0 when every expectation holds, 1 when one fails, 2 for a
+// usage error or a broken file, and prints the tables and outcomes.
+func TestScenarioCommand(t *testing.T) {
+	holds, fails := writeScenario(t, "holds", "POISONED"), writeScenario(t, "fails", "ok")
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(broken, []byte("description: x\nprofile: default\nspeedup: 1\nsteps:\n  - name: a\n    wait: {second: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{[]string{"scenario"}, 2, "", "Usage: sglmock scenario list"},
+		{[]string{"scenario", "--help"}, 0, "-speedup", ""},
+		{[]string{"scenario", "list", "x"}, 2, "", "takes no arguments"},
+		{[]string{"scenario", "play"}, 2, "", `unknown subcommand "play"`},
+		{[]string{"scenario", "run"}, 2, "", "which scenario?"},
+		{[]string{"scenario", "run", "no-such"}, 2, "", `no built-in scenario "no-such"`},
+		{[]string{"scenario", "run", "a", "b"}, 2, "", "one scenario at a time"},
+		{[]string{"scenario", "run", "--speedup", "-1", "cache-poisoning"}, 2, "", "--speedup -1"},
+		{[]string{"scenario", "run", broken}, 2, "", broken + ":6: steps[0].wait.second: unknown key"},
+		{[]string{"scenario", "run", holds}, 0, "  PASS  verdict POISONED, cause \"leg b reused\": POISONED (1024)\n\nscenario holds: PASS, 1 of 1 expectations hold", ""},
+		{[]string{"scenario", "run", "--speedup", "10", fails}, 1, "  FAIL  verdict ok, cause \"leg b reused\"", ""},
+		{[]string{"scenario", "run", fails, "--speedup", "10"}, 1, "speedup x10", ""},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(tt.args, &stdout, &stderr)
+		if code != tt.wantCode {
+			t.Errorf("run(%q): got exit %d, want %d\nstdout: %s\nstderr: %s", tt.args, code, tt.wantCode, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tt.wantStdout) {
+			t.Errorf("run(%q): stdout %q lacks %q", tt.args, stdout.String(), tt.wantStdout)
+		}
+		if !strings.Contains(stderr.String(), tt.wantStderr) {
+			t.Errorf("run(%q): stderr %q lacks %q", tt.args, stderr.String(), tt.wantStderr)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"scenario", "list"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("list: exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	names := scenarios.Names()
+	if len(lines) != len(names) {
+		t.Fatalf("list: got %d lines, want one for each of %d scenarios:\n%s", len(lines), len(names), stdout.String())
+	}
+	for i, name := range names {
+		if f := strings.Fields(lines[i]); len(f) < 2 || f[0] != name {
+			t.Errorf("list line %d: got %q, want %s and its summary", i, lines[i], name)
+		}
+	}
+}
