@@ -391,7 +391,7 @@ func (p *parser) flushCheck(f *fields, a action) (checker, error) {
 func (c *flushCheck) describe(bool) string {
 	var parts []string
 	if c.tries != nil {
-		parts = append(parts, fmt.Sprintf("%d tries", *c.tries))
+		parts = append(parts, tries(*c.tries))
 	}
 	if c.status != nil {
 		parts = append(parts, fmt.Sprintf("last HTTP %d", *c.status))
@@ -400,6 +400,14 @@ func (c *flushCheck) describe(bool) string {
 		parts = append(parts, fmt.Sprintf("%q", *c.body))
 	}
 	return fmt.Sprintf("flush before %s: %s", legName(c.leg), strings.Join(parts, ", "))
+}
+
+// tries counts flush attempts in words: "1 try", "3 tries".
+func tries(n int) string {
+	if n == 1 {
+		return "1 try"
+	}
+	return fmt.Sprintf("%d tries", n)
 }
 
 func legName(leg string) string {
@@ -415,7 +423,7 @@ func (c *flushCheck) check(r *row, _ bool) (bool, string) {
 		return c.tries != nil && *c.tries == 0 && c.status == nil && c.body == nil, "no flush"
 	}
 	last := rec.Attempts[len(rec.Attempts)-1]
-	got := fmt.Sprintf("%d tries, last HTTP %d", len(rec.Attempts), last.Status)
+	got := fmt.Sprintf("%s, last HTTP %d", tries(len(rec.Attempts)), last.Status)
 	if c.body != nil {
 		got += fmt.Sprintf(" %q", last.Body)
 	}
