@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -261,5 +262,9 @@ func flushCause(leg string, r *FlushRecord) string {
 	if last.Status != 400 {
 		verb = "failed"
 	}
-	return fmt.Sprintf("flush before leg %s %s (%s): HTTP %d %q", leg, verb, tries, last.Status, strings.TrimSpace(last.Body))
+	cause := fmt.Sprintf("flush before leg %s %s (%s): HTTP %d %q", leg, verb, tries, last.Status, strings.TrimSpace(last.Body))
+	if last.Status == http.StatusNotFound {
+		cause += " (no flush route: vLLM serves POST /reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1; SGLang's is /flush_cache)"
+	}
+	return cause
 }

@@ -310,7 +310,8 @@ func TestVLLMFlushRouteMissing(t *testing.T) {
 		tp.Client.Backend = harness.VLLM
 		tp.Flush = harness.FlushPolicy{Retries: 3}
 		row := run(t, tp).Rows[0]
-		if got := row.Verdict.String(); !strings.Contains(got, "SUSPECT: flush before leg a failed (1 try): HTTP 404") {
+		if got := row.Verdict.String(); !strings.Contains(got, "SUSPECT: flush before leg a failed (1 try): HTTP 404") ||
+			!strings.Contains(got, "VLLM_SERVER_DEV_MODE=1") {
 			t.Errorf("verdict: %s", got)
 		}
 	})
