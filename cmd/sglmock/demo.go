@@ -49,7 +49,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout)
 			fmt.Fprintln(stdout, "Starts an in-process mock of Kimi K2.6 on a free loopback port and runs the seed's two-point")
 			fmt.Fprintln(stdout, "benchmark twice: naive (the poisoned original), then flush+nonce (the fix), with each figure's")
-			fmt.Fprintln(stdout, "error against the modelled truth. Takes about ten seconds.")
+			fmt.Fprintln(stdout, "error against the modelled truth. Takes about 15 seconds.")
 			return 0
 		}
 		fmt.Fprintf(stderr, "sglmock demo: takes no arguments, got %q\n", args)

@@ -47,6 +47,10 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		o.fs.PrintDefaults()
 		return 0
 	case "list":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help") {
+			fmt.Fprint(stdout, scenarioUsage)
+			return 0
+		}
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "sglmock scenario list: takes no arguments, got %q\n", args[1:])
 			return 2
