@@ -1,3 +1,5 @@
+//go:build unix
+
 package api_test
 
 import (
@@ -127,57 +129,75 @@ func load(b *testing.B, client *http.Client, url, body string, n int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
-// BenchmarkThroughput64 measures /generate requests/s at concurrency 64
-// (100-word prompt, 16 output tokens, zero-cost profile) against a bare
-// gin handler that answers the same bytes, non-streaming and streaming.
+// BenchmarkThroughput64 measures requests/s at concurrency 64 (100-word
+// prompt, 16 output tokens, zero-cost profile) against a bare gin handler
+// that answers the same bytes (a real response's, replayed event by event
+// with a flush each), for /generate and /v1/completions, non-streaming and
+// streaming (16 events and [DONE]).
 func BenchmarkThroughput64(b *testing.B) {
 	if len(strings.Fields(hundredWords)) != 100 {
 		b.Fatalf("prompt has %d words", len(strings.Fields(hundredWords)))
 	}
 	p := constantPrefill(b, 0)
-	for _, stream := range []bool{false, true} {
-		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
-			s, err := api.New(api.Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			s.MarkReady()
-			mockURL, stopMock := serveTCP(b, s.Handler())
-			defer stopMock()
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}}
-			body := fmt.Sprintf(`{"text": %q, "sampling_params": {"max_new_tokens": 16}, "stream": %v}`, hundredWords, stream)
-			// The bare handler replays a real response's bytes.
-			resp, err := client.Post(mockURL+"/generate", "application/json", strings.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			sample, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			events := strings.SplitAfter(string(sample), "\n\n")
-			bare := gin.New()
-			bare.POST("/generate", func(c *gin.Context) {
-				io.Copy(io.Discard, c.Request.Body)
-				if !stream {
-					c.Data(http.StatusOK, "application/json", sample)
-					return
+	cases := []struct{ name, path, body string }{
+		{"generate", "/generate", `{"text": %q, "sampling_params": {"max_new_tokens": 16}, "stream": %v}`},
+		{"completions", "/v1/completions", `{"model": "m", "prompt": %q, "max_tokens": 16, "stream": %v}`},
+	}
+	for _, tc := range cases {
+		for _, stream := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(b *testing.B) {
+				s, err := api.New(api.Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
+				if err != nil {
+					b.Fatal(err)
 				}
-				c.Header("Content-Type", "text/event-stream; charset=utf-8")
-				for _, ev := range events {
-					c.Writer.WriteString(ev)
-					c.Writer.Flush()
+				defer s.Close()
+				s.MarkReady()
+				mockURL, stopMock := serveTCP(b, s.Handler())
+				defer stopMock()
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}}
+				body := fmt.Sprintf(tc.body, hundredWords, stream)
+				// The bare handler replays a real response's bytes.
+				resp, err := client.Post(mockURL+tc.path, "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
 				}
+				sample, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				events := strings.SplitAfter(string(sample), "\n\n")
+				if stream && len(events) < 17 {
+					b.Fatalf("got %d events, want at least 17: %q", len(events), sample)
+				}
+				bare := gin.New()
+				bare.POST(tc.path, func(c *gin.Context) {
+					io.Copy(io.Discard, c.Request.Body)
+					if !stream {
+						c.Data(http.StatusOK, "application/json", sample)
+						return
+					}
+					c.Header("Content-Type", "text/event-stream; charset=utf-8")
+					for _, ev := range events {
+						c.Writer.WriteString(ev)
+						c.Writer.Flush()
+					}
+				})
+				bareURL, stopBare := serveTCP(b, bare)
+				defer stopBare()
+				var mockRPS, bareRPS float64
+				var mockCPU, bareCPU time.Duration
+				for b.Loop() {
+					cpu := processCPU(b)
+					bareRPS = load(b, client, bareURL+tc.path, body, 6400)
+					bareCPU, cpu = processCPU(b)-cpu, processCPU(b)
+					mockRPS = load(b, client, mockURL+tc.path, body, 6400)
+					mockCPU = processCPU(b) - cpu
+				}
+				b.ReportMetric(mockRPS, "mock-req/s")
+				b.ReportMetric(bareRPS, "bare-req/s")
+				b.ReportMetric(mockRPS/bareRPS, "x-bare")
+				// Client included: the CPU time per request of each phase.
+				b.ReportMetric(float64(mockCPU.Microseconds())/6400, "mock-cpu-µs/req")
+				b.ReportMetric(float64(bareCPU.Microseconds())/6400, "bare-cpu-µs/req")
 			})
-			bareURL, stopBare := serveTCP(b, bare)
-			defer stopBare()
-			var mockRPS, bareRPS float64
-			for b.Loop() {
-				bareRPS = load(b, client, bareURL+"/generate", body, 6400)
-				mockRPS = load(b, client, mockURL+"/generate", body, 6400)
-			}
-			b.ReportMetric(mockRPS, "mock-req/s")
-			b.ReportMetric(bareRPS, "bare-req/s")
-			b.ReportMetric(mockRPS/bareRPS, "x-bare")
-		})
+		}
 	}
 }
