@@ -1,9 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"sync"
 
 	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
 )
 
 // sse writes Server-Sent Events: "data: " + payload + "\n\n". add buffers
@@ -63,4 +67,51 @@ func (w *sse) done() error { return w.data([]byte("[DONE]")) }
 func streamError(w *sse, message string) {
 	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
 	w.done()
+}
+
+// tagged is one event from one of several merged streams.
+type tagged struct {
+	i  int
+	ev engine.Event
+}
+
+// events delivers the streams' events, tagged with their stream's index,
+// until ctx ends. One stream is read directly; several are merged by one
+// goroutine each. The returned wait blocks until those goroutines stop.
+func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged, error), wait func()) {
+	if len(streams) == 1 {
+		st := streams[0]
+		return func() (tagged, error) {
+			ev, err := st.Next(ctx)
+			return tagged{0, ev}, err
+		}, func() {}
+	}
+	ch := make(chan tagged)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		wg.Go(func() {
+			for {
+				ev, err := st.Next(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case ch <- tagged{i, ev}:
+				case <-ctx.Done():
+					return
+				}
+				if ev.Finish != nil {
+					return
+				}
+			}
+		})
+	}
+	return func() (tagged, error) {
+		select {
+		case t := <-ch:
+			return t, nil
+		case <-ctx.Done():
+			return tagged{}, ctx.Err()
+		}
+	}, wg.Wait
 }
