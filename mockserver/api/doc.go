@@ -29,6 +29,10 @@
 //     stream_interval counts tokens: an event goes when the output's length
 //     is 1 modulo the interval, and at the finish; an event whose tail could
 //     start a stop string is held back, so streamed text never shrinks.
+//     One stream loop serves both kinds (sse.go): events the engine
+//     delivered together leave in one write, and the output's text is
+//     decoded once, as its tokens come, so an OpenAI stream costs time
+//     linear in its length.
 //     meta_info carries reasoning_tokens (0: no reasoning parser) and
 //     cached_tokens_details ({"device": N, "host": 0}, or null).
 //     A streaming /generate sends its status line and headers at once,

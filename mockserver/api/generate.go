@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -67,35 +66,10 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, serr error) {
 		}
 		return
 	}
-	ctx, cancel := context.WithCancel(c.Request.Context())
-	next, wait := events(ctx, streams)
-	defer func() {
-		cancel()
-		wait()
-	}()
-	outs := make([]*output, len(streams))
-	for i, st := range streams {
-		outs[i] = &output{item: p.items[i], rid: st.RID()}
+	_, ok := streamOutputs(c.Request.Context(), w, p.items, streams, func(_ int, o *output) {
+		w.add(marshal(o.response(p.batch)))
+	})
+	if ok {
+		w.done()
 	}
-	for left := len(streams); left > 0; {
-		t, err := next()
-		if err != nil {
-			disconnectAll(streams, true)
-			return
-		}
-		o := outs[t.i]
-		o.add(t.ev)
-		if t.ev.Finish != nil {
-			left--
-		}
-		if !o.due() {
-			continue
-		}
-		o.sent++
-		if err := w.data(marshal(o.response(p.batch))); err != nil {
-			disconnectAll(streams, true)
-			return
-		}
-	}
-	w.done()
 }

@@ -132,7 +132,7 @@ type generateResponse struct {
 }
 
 func (o *output) response(withIndex bool) generateResponse {
-	r := generateResponse{Text: o.text(), OutputIDs: o.ids, MetaInfo: o.meta()}
+	r := generateResponse{Text: string(o.visibleText()), OutputIDs: o.ids, MetaInfo: o.meta()}
 	if f, t := o.last.Finish, o.last.Truth; f != nil && f.InWaitingQueue && t != nil {
 		r.MetaInfo = waitingQueueMeta{ID: o.rid, FinishReason: finishReason(f), WeightVersion: weightVersion,
 			E2ELatency: t.E2E().Seconds(), CompletionTokens: o.last.CompletionTokens}

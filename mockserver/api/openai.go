@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -180,7 +179,7 @@ func (r *openAIRun) run() {
 	choices := make([]any, len(outs))
 	for i, o := range outs {
 		reason, matched := openAIFinish(o.last.Finish)
-		text := o.text()
+		text := string(o.visibleText())
 		if r.echo != nil {
 			text = r.echo(i) + text
 		}
@@ -211,26 +210,15 @@ func (r *openAIRun) run() {
 // chunk follow the last output, carrying the id of the last event's
 // request, as SGLang's loop variable leaves it.
 func (r *openAIRun) stream(streams []*engine.Stream) {
-	ctx, cancel := context.WithCancel(r.c.Request.Context())
-	next, wait := events(ctx, streams)
-	defer func() {
-		cancel()
-		wait()
-	}()
 	created := time.Now().Unix()
 	object := "text_completion"
 	if r.chat {
 		object = "chat.completion.chunk"
 	}
-	outs := make([]*output, len(streams))
-	sent := make([]string, len(streams)) // text already sent per choice
-	for i, st := range streams {
-		outs[i] = &output{item: r.plan.items[i], rid: st.RID()}
-	}
 	w := &sse{c: r.c}
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
-	lastRID := outs[0].rid
+	lastRID := streams[0].RID()
 	add := func(choice any, u *usage) {
 		if !r.chat {
 			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
@@ -241,33 +229,12 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
 	}
 	var finished []*output // chat choices, in the order they finished
-	for left := len(streams); left > 0; {
-		t, err := next()
-		if err != nil {
-			disconnectAll(streams, true)
-			return
-		}
-		o := outs[t.i]
-		o.add(t.ev)
-		fin := t.ev.Finish
-		if fin != nil {
-			left--
-		}
-		if !o.due() {
-			continue
-		}
+	outs, ok := streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
 		first := o.sent == 0
-		o.sent++
 		lastRID = o.rid
-		// A stop string trims the final text, possibly below what was
-		// already sent; sent text cannot be taken back, so nothing more goes.
-		text, delta := o.text(), ""
-		if strings.HasPrefix(text, sent[t.i]) {
-			delta = text[len(sent[t.i]):]
-			sent[t.i] = text
-		}
+		delta := o.textDelta()
 		if first && r.echo != nil {
-			delta = r.echo(t.i) + delta
+			delta = r.echo(i) + delta
 		}
 		var u *usage
 		if continuous {
@@ -283,25 +250,25 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 			}
 			o.lpSent = len(l.out)
 		}
-		if r.chat {
-			if first {
-				empty := ""
-				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
-			}
-			if delta != "" {
-				add(chatChunkChoice{Index: t.i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
-			}
-			if fin != nil {
-				finished = append(finished, o)
-			}
-		} else {
+		fin := o.last.Finish
+		if !r.chat {
 			reason, matched := openAIFinish(fin)
-			add(completionChoice{Index: t.i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
-		}
-		if err := w.flush(); err != nil {
-			disconnectAll(streams, true)
+			add(completionChoice{Index: i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
 			return
 		}
+		if first {
+			empty := ""
+			add(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
+		}
+		if delta != "" {
+			add(chatChunkChoice{Index: i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
+		}
+		if fin != nil {
+			finished = append(finished, o)
+		}
+	})
+	if !ok {
+		return
 	}
 	for _, o := range finished {
 		// Current SGLang ends a chat choice with an empty delta.
@@ -318,8 +285,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		}
 		w.add(marshal(ch))
 	}
-	w.add([]byte("[DONE]"))
-	w.flush()
+	w.done()
 }
 
 // modelCard is one /v1/models entry.

@@ -145,9 +145,8 @@ func disconnectAll(streams []*engine.Stream, streaming bool) {
 // collect reads every stream to its end. If ctx ends first (the client
 // disconnected), it tells the engine and reports false.
 func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
-	outs := make([]*output, len(streams))
+	outs := newOutputs(items, streams)
 	for i, st := range streams {
-		outs[i] = &output{item: items[i], rid: st.RID()}
 		evs, err := st.Collect(ctx)
 		if err != nil {
 			disconnectAll(streams, false)

@@ -7,14 +7,21 @@ import (
 	"sglmock/mockserver/tokenizer"
 )
 
-// output accumulates one sequence's output for rendering.
+// output accumulates one sequence's output for rendering. Its text is
+// decoded as the tokens come (a token's text does not depend on its
+// neighbours), so rendering a stream costs time linear in its length.
 type output struct {
 	item item
 	rid  string
 	ids  []int32
-	last engine.Event
-	// sent counts the events a streaming client was sent.
-	sent int
+	// text is ids decoded; lastTokenAt is where the last token's text
+	// begins in it.
+	text        []byte
+	lastTokenAt int
+	last        engine.Event
+	// sent counts the events a streaming client was sent, textSent the
+	// bytes of text an OpenAI stream has sent.
+	sent, textSent int
 	// lp holds the logprobs computed so far, lpSent how many output
 	// positions an OpenAI stream has sent.
 	lp     *logprobLists
@@ -22,6 +29,15 @@ type output struct {
 	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
 	// until first needed.
 	stopTail int
+}
+
+// newOutputs starts an output for each stream.
+func newOutputs(items []item, streams []*engine.Stream) []*output {
+	outs := make([]*output, len(streams))
+	for i, st := range streams {
+		outs[i] = &output{item: items[i], rid: st.RID()}
+	}
+	return outs
 }
 
 // due reports whether the event just added goes to a streaming client, as
@@ -74,22 +90,37 @@ func (o *output) holdsStopPrefix() bool {
 
 func (o *output) add(ev engine.Event) {
 	o.ids = append(o.ids, ev.Tokens...)
+	for _, id := range ev.Tokens {
+		o.lastTokenAt = len(o.text)
+		o.text = tokenizer.AppendDecode(o.text, id)
+	}
 	o.last = ev
 }
 
-// text is the cumulative output text, trimmed at a matched stop string or
-// stop token unless no_stop_trim, as SGLang's detokenizer trims.
-func (o *output) text() string {
-	ids := o.ids
+// visibleText is the output text so far, trimmed at a matched stop string
+// or stop token unless no_stop_trim, as SGLang's detokenizer trims. It
+// aliases the output's buffer: copy what must outlive the next add.
+func (o *output) visibleText() []byte {
 	f := o.last.Finish
-	if f != nil && f.MatchedToken != nil && !o.item.noStopTrim && len(ids) > 0 {
-		ids = ids[:len(ids)-1]
+	switch {
+	case f == nil || o.item.noStopTrim:
+	case f.MatchedToken != nil:
+		return o.text[:o.lastTokenAt]
+	case f.MatchedString != nil:
+		return o.text[:f.MatchedAt]
 	}
-	t := tokenizer.Decode(ids)
-	if f != nil && f.MatchedString != nil && !o.item.noStopTrim {
-		if i := strings.Index(t, *f.MatchedString); i >= 0 {
-			t = t[:i]
-		}
+	return o.text
+}
+
+// textDelta is the text not yet sent to an OpenAI stream. A stop string
+// trims the final text, possibly below what was already sent; sent text
+// cannot be taken back, so then nothing more goes.
+func (o *output) textDelta() string {
+	text := o.visibleText()
+	if len(text) <= o.textSent {
+		return ""
 	}
-	return t
+	delta := string(text[o.textSent:])
+	o.textSent = len(text)
+	return delta
 }

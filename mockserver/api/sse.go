@@ -75,16 +75,33 @@ type tagged struct {
 	ev engine.Event
 }
 
-// events delivers the streams' events, tagged with their stream's index,
-// until ctx ends. One stream is read directly; several are merged by one
-// goroutine each. The returned wait blocks until those goroutines stop.
-func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged, error), wait func()) {
+// eventSource delivers the events of several streams, each tagged with its
+// stream's index, until its context ends.
+type eventSource struct {
+	// next waits for an event; ready returns one only if it is there.
+	next  func() (tagged, error)
+	ready func() (tagged, bool)
+	// stop ends the context and waits for the merging goroutines.
+	stop func()
+}
+
+// events reads the streams' events until ctx ends or stop is called. One
+// stream is read directly; several are merged by one goroutine each.
+func events(ctx context.Context, streams []*engine.Stream) eventSource {
+	ctx, cancel := context.WithCancel(ctx)
 	if len(streams) == 1 {
 		st := streams[0]
-		return func() (tagged, error) {
-			ev, err := st.Next(ctx)
-			return tagged{0, ev}, err
-		}, func() {}
+		return eventSource{
+			next: func() (tagged, error) {
+				ev, err := st.Next(ctx)
+				return tagged{0, ev}, err
+			},
+			ready: func() (tagged, bool) {
+				ev, ok := st.TryNext()
+				return tagged{0, ev}, ok
+			},
+			stop: cancel,
+		}
 	}
 	ch := make(chan tagged)
 	var wg sync.WaitGroup
@@ -106,12 +123,72 @@ func events(ctx context.Context, streams []*engine.Stream) (next func() (tagged,
 			}
 		})
 	}
-	return func() (tagged, error) {
-		select {
-		case t := <-ch:
-			return t, nil
-		case <-ctx.Done():
-			return tagged{}, ctx.Err()
+	return eventSource{
+		next: func() (tagged, error) {
+			select {
+			case t := <-ch:
+				return t, nil
+			case <-ctx.Done():
+				return tagged{}, ctx.Err()
+			}
+		},
+		ready: func() (tagged, bool) {
+			select {
+			case t := <-ch:
+				return t, true
+			default:
+				return tagged{}, false
+			}
+		},
+		stop: func() {
+			cancel()
+			wg.Wait()
+		},
+	}
+}
+
+// maxCoalesced bounds the bytes of events that leave in one write, so a
+// stream whose events come faster than they are written still goes out
+// piece by piece.
+const maxCoalesced = 64 << 10
+
+// streamOutputs is the stream loop of every streaming endpoint: it reads
+// the streams' events as they come, adds each to its sequence's output, and
+// for each event due to the client (output.due) calls render, which adds
+// the endpoint's SSE events to w. Events the engine delivered together
+// leave in one write; nothing is written while no event is due, and the
+// last events stay buffered for the caller to end the stream with. It
+// returns the outputs, or false when the client left: the engine has been
+// told (SGLang aborts the requests later), and nothing more may be written.
+func streamOutputs(ctx context.Context, w *sse, items []item, streams []*engine.Stream, render func(i int, o *output)) ([]*output, bool) {
+	src := events(ctx, streams)
+	defer src.stop()
+	outs := newOutputs(items, streams)
+	for left := len(streams); left > 0; {
+		t, err := src.next()
+		if err != nil {
+			disconnectAll(streams, true)
+			return nil, false
 		}
-	}, wg.Wait
+		for ready := true; ready; {
+			o := outs[t.i]
+			o.add(t.ev)
+			if t.ev.Finish != nil {
+				left--
+			}
+			if o.due() {
+				render(t.i, o)
+				o.sent++
+			}
+			if left == 0 || len(w.buf) >= maxCoalesced {
+				break
+			}
+			t, ready = src.ready()
+		}
+		if left > 0 && len(w.buf) > 0 && w.flush() != nil {
+			disconnectAll(streams, true)
+			return nil, false
+		}
+	}
+	return outs, true
 }

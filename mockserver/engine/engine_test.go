@@ -443,6 +443,9 @@ func TestStopConditions(t *testing.T) {
 		if byStr.Finish.Reason != FinishStop || *byStr.Finish.MatchedString != stop || byStr.CompletionTokens != wantTokens {
 			t.Fatalf("stop string %q: got %+v after %d tokens, want %d", stop, byStr.Finish, byStr.CompletionTokens, wantTokens)
 		}
+		if got, want := byStr.Finish.MatchedAt, strings.Index(text, stop); got != want {
+			t.Fatalf("stop string %q matched at byte %d of the output, want %d", stop, got, want)
+		}
 		// An empty stop string matches nothing.
 		empty, _ := run(t, e, Request{RID: "empty", InputIDs: ids, MaxNewTokens: 5, Stop: []string{""}})
 		if empty.Finish.Reason != FinishLength || empty.CompletionTokens != 5 {
@@ -788,5 +791,33 @@ func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
 		}
 		checkDrained(t, e)
+	})
+}
+
+// TryNext hands out the events already queued, in order, without waiting,
+// and reports false when none is.
+func TestStreamTryNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		st := submit(t, e, Request{InputIDs: prompt(4, 10), MaxNewTokens: 3})
+		if ev, ok := st.TryNext(); ok {
+			t.Fatalf("before prefill: got %+v, want no event", ev)
+		}
+		time.Sleep(time.Second) // virtual: the request runs to its end
+		var got []int
+		for {
+			ev, ok := st.TryNext()
+			if !ok {
+				break
+			}
+			got = append(got, ev.CompletionTokens)
+		}
+		if !slices.Equal(got, []int{1, 2, 3}) {
+			t.Fatalf("queued events: got completion tokens %v, want [1 2 3]", got)
+		}
+		if _, err := st.Next(context.Background()); err != io.EOF {
+			t.Fatalf("after the last event: got %v, want io.EOF", err)
+		}
 	})
 }

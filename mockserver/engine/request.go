@@ -53,6 +53,9 @@ type Finish struct {
 	// MatchedToken or MatchedString is what stopped a FinishStop request.
 	MatchedToken  *int32
 	MatchedString *string
+	// MatchedAt is the byte offset in the output's text at which
+	// MatchedString begins: where SGLang's detokenizer trims the text.
+	MatchedAt int
 	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
 	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
@@ -214,6 +217,20 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 			return Event{}, ctx.Err()
 		}
 	}
+}
+
+// TryNext returns the next event if one is queued, without waiting; ok is
+// false when none is (after the last event, always).
+func (s *Stream) TryNext() (ev Event, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) == 0 {
+		return Event{}, false
+	}
+	ev = s.events[0]
+	s.events[0] = Event{}
+	s.events = s.events[1:]
+	return ev, true
 }
 
 // Abort asks the engine to abort the request: it leaves the queue, or its KV

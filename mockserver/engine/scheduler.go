@@ -645,10 +645,13 @@ func (s *scheduler) checkFinished(r *req) *Finish {
 	if len(r.stop) > 0 {
 		before := len(r.text)
 		r.text = tokenizer.AppendDecode(r.text, last)
-		tail := string(r.text[max(0, before-r.maxStop+1):])
+		// A stop string that ends in this token starts in the tail; none
+		// ended earlier, so its first occurrence in the text is here.
+		from := max(0, before-r.maxStop+1)
+		tail := string(r.text[from:])
 		for _, st := range r.stop {
-			if strings.Contains(tail, st) {
-				return &Finish{Reason: FinishStop, MatchedString: &st}
+			if i := strings.Index(tail, st); i >= 0 {
+				return &Finish{Reason: FinishStop, MatchedString: &st, MatchedAt: from + i}
 			}
 		}
 	}
