@@ -119,7 +119,7 @@ func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 		if err != nil {
 			return err
 		}
-		if _, err := st.Collect(ctx); err != nil {
+		if _, _, err := st.Collect(ctx); err != nil {
 			st.Abort()
 			return err
 		}
@@ -147,14 +147,13 @@ func disconnectAll(streams []*engine.Stream, streaming bool) {
 func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
 	outs := newOutputs(items, streams)
 	for i, st := range streams {
-		evs, err := st.Collect(ctx)
+		last, tokens, err := st.Collect(ctx)
 		if err != nil {
 			disconnectAll(streams, false)
 			return nil, false
 		}
-		for _, ev := range evs {
-			outs[i].add(ev)
-		}
+		last.Tokens = tokens
+		outs[i].add(last)
 	}
 	return outs, true
 }

@@ -59,7 +59,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 			}
 			for _, r := range reqs {
 				r.outputs = r.outputs[:1]
-				r.stream.events = r.stream.events[:0]
+				r.stream.events, r.stream.head = r.stream.events[:0], 0
 			}
 		}
 		b.StartTimer()

@@ -96,6 +96,9 @@ type Engine struct {
 	wallStart time.Time
 	truths    *truthStore
 	arrivals  atomic.Uint64
+	// reached is the latest simulated time the loop has seen the wall
+	// clock pass: waiting for an earlier one needs no clock reading.
+	reached time.Duration
 
 	ridsMu sync.Mutex
 	rids   map[string]struct{} // active request ids, for the duplicate check
@@ -602,13 +605,13 @@ func (e *Engine) idle(timer *time.Timer) bool {
 // returns false if the engine is closing.
 func (e *Engine) servePending() bool {
 	for {
+		// One case and a default: a receive that finds no sender takes no
+		// lock, which an engine that never waits does every iteration.
 		select {
 		case c := <-e.inbox:
 			c.run(e.s, c.at)
-		case <-e.stop:
-			return false
 		default:
-			return true
+			return !e.closing.Load()
 		}
 	}
 }
@@ -627,10 +630,14 @@ func (e *Engine) shutdown() {
 // does not wait, but still serves the calls already waiting, once per
 // iteration. It returns false if the engine is closing.
 func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
+	if sim <= e.reached {
+		return e.servePending() // the wall clock is past it already
+	}
 	deadline := e.wallAt(sim)
 	for {
 		remaining := deadline.Sub(e.clock.Now())
 		if remaining <= 0 {
+			e.reached = sim
 			return e.servePending()
 		}
 		if sleep := remaining - e.spin; sleep > 0 {

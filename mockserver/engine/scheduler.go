@@ -134,10 +134,10 @@ type scheduler struct {
 	batchFull   bool // no prefill until a request finishes or is retracted
 	onFinish    func(*Truth)
 	counters    Counters
-	chunkBuf    []chunk // reused: one iteration is in flight at a time
-	gainBuf     []gain
-	seqBuf      []int32 // builds prompt+output for the finish insert
-	report      reporter
+	// Reused: one iteration is planned or in flight at a time.
+	prefillIt, decodeIt iteration
+	seqBuf              []int32 // builds prompt+output for the finish insert
+	report              reporter
 }
 
 // Counters are cumulative since the engine started; a flush does not reset
@@ -287,8 +287,8 @@ func (s *scheduler) planPrefill() *iteration {
 	budget, chunking := s.prof.ChunkBudget()
 	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
-	it := &iteration{start: s.now, prefill: s.chunkBuf[:0]}
-	defer func() { s.chunkBuf = it.prefill[:0] }()
+	it := &s.prefillIt
+	*it = iteration{start: s.now, prefill: it.prefill[:0]}
 	b := s.newPrefillBudget()
 	if r := s.chunked; r != nil {
 		// The chunked request must progress: its chunk is bounded by what
@@ -457,8 +457,8 @@ func (s *scheduler) planDecode() *iteration {
 		s.retractDecode()
 		s.batchFull = false
 	}
-	it := &iteration{start: s.now, decode: s.gainBuf[:0]}
-	defer func() { s.gainBuf = it.decode[:0] }()
+	it := &s.decodeIt
+	*it = iteration{start: s.now, decode: it.decode[:0]}
 	ctx := 0
 	for _, r := range s.running {
 		n := min(s.drawAccept(r), r.maxNew-len(r.outputs))
@@ -702,7 +702,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 			s.counters.Aborted++
 		}
 	}
-	truth := r.truth
+	// The request is done: nothing changes its truth from here on, so the
+	// last event shares it.
+	truth := &r.truth
 	ev := Event{
 		Tokens:           last,
 		CompletionTokens: len(r.outputs),
@@ -711,14 +713,14 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		Retractions:      r.truth.Retractions,
 		At:               s.now,
 		Finish:           &fin,
-		Truth:            &truth,
+		Truth:            truth,
 	}
 	if s.prof.Speculative != nil && r.spec.VerifyCt > 0 {
 		spec := r.spec
 		ev.Spec = &spec
 	}
 	if s.onFinish != nil {
-		s.onFinish(&truth)
+		s.onFinish(truth)
 	}
 	r.stream.push(ev)
 }
