@@ -219,14 +219,14 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
 	lastRID := streams[0].RID()
-	add := func(choice any, u *usage) {
-		if !r.chat {
-			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
-			return
-		}
+	model := r.model()
+	addCompletion := func(choice completionChoice, u *usage) {
+		w.end(appendCompletionChunk(w.begin(), lastRID, object, created, model, &choice, u))
+	}
+	addChat := func(choice chatChunkChoice, u *usage) {
 		// SGLang stamps each chat chunk and leaves "usage" out unless set.
 		created = time.Now().Unix()
-		w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{choice}, Usage: u}))
+		w.end(appendChatChunk(w.begin(), lastRID, object, created, model, &choice, u))
 	}
 	var finished []*output // chat choices, in the order they finished
 	outs, ok := streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
@@ -253,15 +253,15 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		fin := o.last.Finish
 		if !r.chat {
 			reason, matched := openAIFinish(fin)
-			add(completionChoice{Index: i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
+			addCompletion(completionChoice{Index: i, Text: delta, Logprobs: lps, FinishReason: reason, MatchedStop: matched}, u)
 			return
 		}
 		if first {
 			empty := ""
-			add(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
+			addChat(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: &empty}}, nil)
 		}
 		if delta != "" {
-			add(chatChunkChoice{Index: i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
+			addChat(chatChunkChoice{Index: i, Delta: chatDelta{Content: &delta}, Logprobs: lps}, u)
 		}
 		if fin != nil {
 			finished = append(finished, o)
@@ -273,7 +273,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	for _, o := range finished {
 		// Current SGLang ends a chat choice with an empty delta.
 		reason, matched := openAIFinish(o.last.Finish)
-		add(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
+		addChat(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
 	}
 	if opts != nil && opts.IncludeUsage {
 		u := r.s.usageOf(outs, r.plan.copies, true)

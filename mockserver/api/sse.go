@@ -20,6 +20,13 @@ type sse struct {
 	buf     []byte
 }
 
+// The SSE headers' values, shared by every response: net/http only reads
+// them.
+var (
+	sseContentType = []string{"text/event-stream; charset=utf-8"}
+	noCache        = []string{"no-cache"}
+)
+
 // start sets the status and headers; they go out with the first flush.
 func (w *sse) start() {
 	if w.started {
@@ -27,8 +34,7 @@ func (w *sse) start() {
 	}
 	w.started = true
 	h := w.c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
+	h["Content-Type"], h["Cache-Control"] = sseContentType, noCache
 	w.c.Status(http.StatusOK)
 }
 
@@ -37,6 +43,12 @@ func (w *sse) open() error {
 	w.start()
 	return w.flush()
 }
+
+// begin starts an event whose payload the caller appends to the returned
+// buffer and passes to end.
+func (w *sse) begin() []byte { return append(w.buf, "data: "...) }
+
+func (w *sse) end(b []byte) { w.buf = append(b, "\n\n"...) }
 
 func (w *sse) add(payload []byte) {
 	w.buf = append(w.buf, "data: "...)
