@@ -7,20 +7,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"sglmock/internal/cputime"
 	"sglmock/mockserver/api"
 )
 
-// processCPU is the CPU time the process has used, user and system.
+// processCPU is the CPU time the process has used.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	cpu, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu
 }
 
 // discardStream is a ResponseWriter that flushes and keeps nothing but a

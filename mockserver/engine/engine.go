@@ -27,6 +27,12 @@ import (
 // two cores: the spinning goroutine competes with the handlers.
 const DefaultSpinWindow = time.Millisecond
 
+// maxSpinShare bounds the share of wall time the loop may spend polling:
+// at a high speedup every deadline is within the window, and an unbounded
+// poll would take a core for good. Past the share, the loop sleeps on its
+// timer and wakes a little late.
+const maxSpinShare = 0.25
+
 // Config configures an Engine.
 type Config struct {
 	// Profile is the modelled deployment. The engine does not modify it.
@@ -39,8 +45,9 @@ type Config struct {
 	// SpinWindow is how long before each deadline the loop stops sleeping
 	// and polls the clock, for wake-ups precise to microseconds in real
 	// time (a plain timer wakes about 0.6 ms late here, 60 ms of simulated
-	// time at speedup 100). Leave it 0 under testing/synctest, whose
-	// timers fire exactly and whose clock a poll would never advance.
+	// time at speedup 100), within a quarter of the wall time. Leave it 0
+	// under testing/synctest, whose timers fire exactly and whose clock a
+	// poll would never advance.
 	SpinWindow time.Duration
 	// Clock tells the wall time; nil means the system clock. The engine
 	// reads it to stamp arrivals and calls, and to know when a modelled
@@ -99,6 +106,12 @@ type Engine struct {
 	// reached is the latest simulated time the loop has seen the wall
 	// clock pass: waiting for an earlier one needs no clock reading.
 	reached time.Duration
+	// spinShare bounds the loop's polling (maxSpinShare); spinCredit is
+	// the polling it may still do, earned at that share of the wall time
+	// since spinEarned.
+	spinShare  float64
+	spinCredit time.Duration
+	spinEarned time.Time
 
 	ridsMu sync.Mutex
 	rids   map[string]struct{} // active request ids, for the duplicate check
@@ -143,6 +156,7 @@ func New(cfg Config) (*Engine, error) {
 		prof:      cfg.Profile,
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
+		spinShare: maxSpinShare,
 		s:         newScheduler(cfg.Profile, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
 		inbox:     make(chan call),
 		clock:     cfg.Clock,
@@ -161,6 +175,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.truths.add(t.compact())
 	}
+	e.spinEarned = e.wallStart
 	go e.loop()
 	return e, nil
 }
@@ -625,22 +640,32 @@ func (e *Engine) shutdown() {
 }
 
 // waitUntil serves calls until the wall clock reaches simulated time sim.
-// It sleeps on a timer to SpinWindow before the deadline, then polls. An
-// engine that runs behind the wall clock (a host too slow for the speedup)
-// does not wait, but still serves the calls already waiting, once per
-// iteration. It returns false if the engine is closing.
+// It sleeps on a timer to SpinWindow before the deadline, then polls, as
+// long as its polling stays within maxSpinShare of the wall time; past
+// that it sleeps to the deadline. An engine that runs behind the wall
+// clock (a host too slow for the speedup) does not wait, but still serves
+// the calls already waiting, once per iteration. It returns false if the
+// engine is closing.
 func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 	if sim <= e.reached {
 		return e.servePending() // the wall clock is past it already
 	}
 	deadline := e.wallAt(sim)
+	polling := false
 	for {
-		remaining := deadline.Sub(e.clock.Now())
+		now := e.clock.Now()
+		remaining := deadline.Sub(now)
 		if remaining <= 0 {
 			e.reached = sim
 			return e.servePending()
 		}
-		if sleep := remaining - e.spin; sleep > 0 {
+		sleep := remaining - e.spin
+		if sleep <= 0 && !polling {
+			if polling = e.mayPoll(now, remaining); !polling {
+				sleep = remaining
+			}
+		}
+		if sleep > 0 {
 			timer.Reset(sleep)
 			select {
 			case c := <-e.inbox:
@@ -658,4 +683,19 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 		}
 		runtime.Gosched()
 	}
+}
+
+// mayPoll reports whether the loop may poll the clock for the remaining
+// wait, and if so charges it to the spin credit. The credit grows at
+// spinShare of the wall time, up to ten windows, so polling takes at most
+// that share of a core however short the waits.
+func (e *Engine) mayPoll(now time.Time, remaining time.Duration) bool {
+	earned := time.Duration(float64(now.Sub(e.spinEarned)) * e.spinShare)
+	e.spinCredit = min(e.spinCredit+earned, 10*e.spin)
+	e.spinEarned = now
+	if e.spinCredit < remaining {
+		return false
+	}
+	e.spinCredit -= remaining
+	return true
 }

@@ -17,7 +17,7 @@ import (
 	"sglmock/mockserver/tokenizer"
 )
 
-func loadProfile(t *testing.T, name string) *profile.Profile {
+func loadProfile(t testing.TB, name string) *profile.Profile {
 	t.Helper()
 	p, err := profile.Load(name)
 	if err != nil {
