@@ -145,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
 		s.metrics = newMetrics(s.args.ServedModelName)
-		onFinish = s.metrics.observe
+		onFinish = s.metrics.finished
 	}
 	eng, err := engine.New(engine.Config{
 		Profile:           cfg.Profile,
@@ -157,6 +157,9 @@ func New(cfg Config) (*Server, error) {
 		OnFinish:          onFinish,
 	})
 	if err != nil {
+		if s.metrics != nil {
+			s.metrics.close()
+		}
 		return nil, err
 	}
 	s.eng = eng
@@ -245,6 +248,9 @@ func (s *Server) BeginShutdown() { s.state.Store(stateShuttingDown) }
 func (s *Server) Close() {
 	s.BeginShutdown()
 	s.eng.Close()
+	if s.metrics != nil {
+		s.metrics.close()
+	}
 }
 
 // routes builds the router. Old and new endpoint names are both served.
@@ -460,5 +466,5 @@ func (s *Server) serveMetrics(c *gin.Context) {
 		writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"})
 		return
 	}
-	s.metrics.handler.ServeHTTP(c.Writer, c.Request)
+	s.metrics.serve(c.Writer, c.Request)
 }
