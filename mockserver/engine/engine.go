@@ -35,7 +35,7 @@ const maxSpinShare = 0.25
 
 // Config configures an Engine.
 type Config struct {
-	// Profile is the modelled deployment. The engine does not modify it.
+	// Profile is the modelled deployment. The engine copies it.
 	Profile *profile.Profile
 	// Speedup runs this many simulated seconds per wall second; 0 means 1.
 	Speedup float64
@@ -152,12 +152,15 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.TruthCapacity < 0 || cfg.TruthBytes < 0 {
 		return nil, fmt.Errorf("engine: truth bounds must be >= 0, got %d truths and %d bytes", cfg.TruthCapacity, cfg.TruthBytes)
 	}
+	// The engine keeps its own copy: a caller that changes its profile
+	// afterwards changes nothing here.
+	prof := cfg.Profile.Clone()
 	e := &Engine{
-		prof:      cfg.Profile,
+		prof:      prof,
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
 		spinShare: maxSpinShare,
-		s:         newScheduler(cfg.Profile, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
+		s:         newScheduler(prof, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
 		inbox:     make(chan call),
 		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
@@ -189,7 +192,7 @@ func (e *Engine) Close() {
 	<-e.done
 }
 
-// Profile returns the engine's profile.
+// Profile returns the engine's copy of its profile: do not modify it.
 func (e *Engine) Profile() *profile.Profile { return e.prof }
 
 // Speedup returns the simulated seconds per wall second.
@@ -578,7 +581,7 @@ func (e *Engine) loop() {
 // serveIdle runs a call that came while nothing runs: the idle engine's
 // clock moves to when it was asked.
 func (e *Engine) serveIdle(c call) {
-	e.s.now = max(e.s.now, c.at)
+	e.s.advance(c.at)
 	c.run(e.s, c.at)
 }
 
@@ -599,7 +602,7 @@ func (e *Engine) idle(timer *time.Timer) bool {
 	}
 	wait := e.wallAt(at).Sub(e.clock.Now())
 	if wait <= 0 {
-		s.now = max(s.now, at)
+		s.advance(at)
 		return true
 	}
 	timer.Reset(wait)
@@ -608,7 +611,7 @@ func (e *Engine) idle(timer *time.Timer) bool {
 		timer.Stop()
 		e.serveIdle(c)
 	case <-timer.C:
-		s.now = max(s.now, at)
+		s.advance(at)
 	case <-e.stop:
 		timer.Stop()
 		return false

@@ -518,3 +518,23 @@ func TestPollingIsBounded(t *testing.T) {
 		t.Fatalf("polled %v of a wall second, want about a quarter (at most %v)", polled, limit)
 	}
 }
+
+// The engine keeps its own copy of the profile: changing the caller's
+// afterwards changes no modelled time.
+func TestEngineCopiesItsProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		want := profile.Duration(p.PrefillChunkSeconds(0, 10))
+		p.Prefill.OverheadS *= 100
+		p.MaxRunningRequests = 0
+		if e.Profile() == p {
+			t.Fatal("the engine returns the caller's profile, want its own copy")
+		}
+		last, took := run(t, e, Request{InputIDs: prompt(2, 10), MaxNewTokens: 1})
+		if took != want || last.Truth.TTFT() != want {
+			t.Fatalf("TTFT after the caller changed its profile: got %v (%v), want the original %v", took, last.Truth.TTFT(), want)
+		}
+	})
+}

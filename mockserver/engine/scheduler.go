@@ -179,6 +179,10 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 	return s
 }
 
+// advance moves the modelled clock of an idle scheduler to time at, when
+// a call or a wake-up comes later than it; it never goes back.
+func (s *scheduler) advance(at time.Duration) { s.now = max(s.now, at) }
+
 func (s *scheduler) capacity() int { return s.prof.MaxTotalTokens }
 
 func (s *scheduler) treeStats() radixcache.Stats {
@@ -534,7 +538,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 			if r.abortMsg != "" {
 				fin = Finish{Reason: FinishAbort, Message: r.abortMsg}
 			}
-			s.finish(r, fin, nil)
+			s.finish(r, fin, nil, s.now)
 			continue
 		}
 		s.emit(r, 1)
@@ -612,7 +616,7 @@ func (s *scheduler) emit(r *req, n int) {
 		s.counters.GenerationTokens += int64(added)
 	}
 	if fin != nil {
-		s.finish(r, *fin, r.outputs[start:])
+		s.finish(r, *fin, r.outputs[start:], s.now)
 		return
 	}
 	r.stream.push(Event{
@@ -658,10 +662,10 @@ func (s *scheduler) checkFinished(r *req) *Finish {
 	return nil
 }
 
-// finish ends r: its committed KV goes into the cache (SGLang's
+// finish ends r at time at: its committed KV goes into the cache (SGLang's
 // cache_finished_req: prompt and outputs but the last token), its lock and
 // private KV are released, and the last event carries the truth.
-func (s *scheduler) finish(r *req, fin Finish, last []int32) {
+func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 	if r.done {
 		return
 	}
@@ -672,7 +676,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	if len(r.truth.Prefill) > 0 {
 		// The request was in a batch: the server settles only after it,
 		// and the batch has room again.
-		s.settledAt = max(s.settledAt, s.now+s.prof.FlushBusyAfterFinish())
+		s.settledAt = max(s.settledAt, at+s.prof.FlushBusyAfterFinish())
 		s.batchFull = false
 	}
 	if s.tree != nil && r.admitted() {
@@ -688,9 +692,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	delete(s.active, r.rid)
 
 	r.truth.CompletionTokens = len(r.outputs)
-	r.truth.Finished = s.now
+	r.truth.Finished = at
 	if !r.truth.Scheduled() {
-		r.truth.Admitted = s.now // it leaves the queue now, aborted
+		r.truth.Admitted = at // it leaves the queue now, aborted
 	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
@@ -711,7 +715,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
-		At:               s.now,
+		At:               at,
 		Finish:           &fin,
 		Truth:            truth,
 	}
@@ -738,23 +742,20 @@ func (s *scheduler) requestAbort(r *req, at time.Duration) {
 		s.aborts++
 	}
 	if s.inflight == nil || !r.inFlight(s.inflight) {
-		// Finished now, between boundaries: stamp it with its own time.
-		boundary := s.now
-		s.now = max(s.now, at)
-		s.finishAborted(r)
-		s.now = boundary
+		// Finished now, between boundaries: stamped with its own time.
+		s.finishAborted(r, max(s.now, at))
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 	}
 }
 
-// finishAborted finishes r with its abort: a request still in the waiting
-// queue gets SGLang's waiting-queue answer.
-func (s *scheduler) finishAborted(r *req) {
+// finishAborted finishes r with its abort at time at: a request still in
+// the waiting queue gets SGLang's waiting-queue answer.
+func (s *scheduler) finishAborted(r *req, at time.Duration) {
 	if slices.Contains(s.waiting, r) {
-		s.finish(r, Finish{Reason: FinishAbort, Message: WaitingQueueMessage, InWaitingQueue: true}, nil)
+		s.finish(r, Finish{Reason: FinishAbort, Message: WaitingQueueMessage, InWaitingQueue: true}, nil, at)
 		return
 	}
-	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
+	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil, at)
 }
 
 func (r *req) inFlight(it *iteration) bool {
@@ -786,7 +787,7 @@ func (s *scheduler) reapAborted() {
 	}
 	slices.SortFunc(aborted, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
 	for _, r := range aborted {
-		s.finishAborted(r)
+		s.finishAborted(r, s.now)
 	}
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 }
