@@ -620,7 +620,7 @@ func TestInfoEndpoints(t *testing.T) {
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
-			if len(states) != 1 || info["version"] != api.Version || info["max_total_num_tokens"] != 420000.0 ||
+			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
 				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
 				t.Fatalf("%s: %v", path, info)
 			}

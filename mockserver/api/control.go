@@ -137,7 +137,7 @@ func (s *Server) serverInfo(c *gin.Context) {
 	info["max_total_num_tokens"] = s.args.MaxTotalTokens
 	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
 	info["internal_states"] = []map[string]any{state}
-	info["version"] = Version
+	info["version"] = SGLangVersion
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)
 }

@@ -83,7 +83,7 @@ func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
 	for _, it := range p.items {
 		st, err := s.eng.Submit(it.req)
 		if err != nil {
-			abortAll(streams)
+			abortStreams(streams)
 			return nil, err
 		}
 		streams = append(streams, st)
@@ -127,8 +127,9 @@ func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 	return nil
 }
 
-// abortAll aborts every stream at once: one of them was refused.
-func abortAll(streams []*engine.Stream) {
+// abortStreams aborts the streams of a plan one of whose sequences was
+// refused.
+func abortStreams(streams []*engine.Stream) {
 	for _, st := range streams {
 		st.Abort()
 	}

@@ -30,10 +30,11 @@ func init() {
 	}
 }
 
-// Version is the SGLang API version the mock speaks, reported as "version"
-// by /server_info (clients compare it); sglmock's own version is under "sim".
+// SGLangVersion is the SGLang version the mock speaks, reported as
+// "version" by /server_info and /v1/loads (clients compare it); SimVersion
+// is sglmock's own, under "sim".
 const (
-	Version        = "0.5.23"
+	SGLangVersion  = "0.5.23"
 	SimVersion     = "0.1.0"
 	weightVersion  = "default"
 	defaultMaxBody = 256 << 20 // a 200k-token prompt as input_ids is about 2 MB

@@ -67,7 +67,10 @@ func (s *scheduler) reapAborted() {
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 }
 
-func (s *scheduler) abortAll() {
+// abortActive asks every active request to abort, as /abort_request's
+// abort_all does and as the engine does when it closes; those not in the
+// step in flight finish at once.
+func (s *scheduler) abortActive() {
 	for _, r := range s.active {
 		if r.abortMsg == "" {
 			r.abortMsg = AbortedMessage

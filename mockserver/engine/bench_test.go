@@ -35,7 +35,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 	s := newScheduler(p, false, slog.New(slog.DiscardHandler), 40)
 	var reqs []*req
 	for i := range 256 {
-		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, reuseCap: 100, seq: uint64(i)}
+		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, maxCached: 100, seq: uint64(i)}
 		r.hash = tokenizer.PromptHash(r.tokens)
 		r.stream = newStream(e, r)
 		s.enqueue(r)

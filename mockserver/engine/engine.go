@@ -249,14 +249,14 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
-		internal: r.Internal,
-		seq:      seq,
-		rid:      r.RID,
-		ns:       r.Namespace,
-		tokens:   tokens,
-		hash:     tokenizer.PromptHash(tokens),
-		maxNew:   clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
-		reuseCap: len(tokens),
+		internal:  r.Internal,
+		seq:       seq,
+		rid:       r.RID,
+		ns:        r.Namespace,
+		tokens:    tokens,
+		hash:      tokenizer.PromptHash(tokens),
+		maxNew:    clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
+		maxCached: len(tokens),
 	}
 	for _, st := range r.Stop {
 		if st != "" { // an empty stop string would match before any output
@@ -274,7 +274,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.stopIDs = slices.Clone(r.StopTokenIDs)
 	}
 	if r.ReturnLogprob && r.LogprobStartLen >= 0 {
-		q.reuseCap = r.LogprobStartLen
+		q.maxCached = r.LogprobStartLen
 	}
 	if spec := e.prof.Speculative; spec != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
@@ -491,7 +491,7 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler, _ time.Duration) { s.abortAll() })
+	e.do(func(s *scheduler, _ time.Duration) { s.abortActive() })
 }
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
@@ -635,7 +635,7 @@ func (e *Engine) servePending() bool {
 }
 
 func (e *Engine) shutdown() {
-	e.s.abortAll()
+	e.s.abortActive()
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
 		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))

@@ -15,17 +15,17 @@ import (
 
 // req is a request inside the scheduler.
 type req struct {
-	rid, ns  string
-	tokens   []int32
-	hash     uint64 // tokenizer.PromptHash(tokens): picks the output words
-	maxNew   int
-	stopIDs  []int32 // honoured unless ignore_eos, as in SGLang
-	stop     []string
-	maxStop  int // longest stop string
-	reuseCap int // longest prefix it may take from the cache
-	stream   *Stream
-	internal bool       // kept out of Counters
-	rng      *rand.Rand // speculative acceptance draws, this request's alone
+	rid, ns   string
+	tokens    []int32
+	hash      uint64 // tokenizer.PromptHash(tokens): picks the output words
+	maxNew    int
+	stopIDs   []int32 // honoured unless ignore_eos, as in SGLang
+	stop      []string
+	maxStop   int // longest stop string
+	maxCached int // the most prompt tokens it may take from the cache
+	stream    *Stream
+	internal  bool       // kept out of Counters
+	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64                   // arrival order
 	node     *radixcache.Node[string] // the cache node it holds locked
@@ -58,8 +58,8 @@ func (r *req) seqKV() int {
 // chunk is one request's share of a prefill batch.
 type chunk struct {
 	r        *req
-	prefix   int
-	m        int
+	prefix   int // tokens of its sequence already in KV
+	tokens   int // tokens it computes
 	cost     time.Duration
 	newAdmit bool
 }
@@ -268,7 +268,7 @@ func (s *scheduler) planPrefill() *iteration {
 			expected = r.expectedNew()
 		}
 		b.reserve(m, expected)
-		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m})
+		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m})
 		it.kv += m
 		budget -= b.ceilPage(m)
 		remInput -= b.ceilPage(m)
@@ -314,7 +314,7 @@ func (s *scheduler) planPrefill() *iteration {
 			r.truth.Admitted = s.now
 		}
 		b.reserve(m, expected)
-		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m, newAdmit: true})
+		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m, newAdmit: true})
 		it.kv += m
 		budget -= b.ceilPage(m)
 		remInput -= b.ceilPage(m)
@@ -334,7 +334,7 @@ func (s *scheduler) planPrefill() *iteration {
 	var total float64
 	for i := range it.prefill {
 		c := &it.prefill[i]
-		secs := s.prof.PrefillChunkSeconds(c.prefix, c.m)
+		secs := s.prof.PrefillChunkSeconds(c.prefix, c.tokens)
 		c.cost = profile.Duration(secs)
 		total += secs
 	}
@@ -355,7 +355,7 @@ func (s *scheduler) pendingTokens(it *iteration) int {
 	if r := s.chunked; r != nil {
 		for _, c := range it.prefill {
 			if c.r == r {
-				n += r.remainingFill() - c.m
+				n += r.remainingFill() - c.tokens
 			}
 		}
 	}
@@ -372,17 +372,17 @@ func (s *scheduler) admit(r *req) {
 	// no more than logprob_start_len; the tree floors the key to pages and,
 	// under bigram keys, matches one unit fewer.
 	fill := r.fill()
-	limit := min(len(fill)-1, r.reuseCap)
-	matched, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
+	limit := min(len(fill)-1, r.maxCached)
+	cached, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.kvLen = node, matched
+	r.node, r.kvLen = node, cached
 	if r.truth.Retractions == 0 {
 		// A retracted request's hits are never cached tokens again
 		// (SGLang's retracted_stain).
-		r.cached = matched
-		r.truth.CachedTokens = matched
+		r.cached = cached
+		r.truth.CachedTokens = cached
 		r.truth.ReusedFrom = node.Value()
 	}
 }
@@ -477,9 +477,9 @@ func (s *scheduler) completePrefill(it *iteration) {
 	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
 	for _, c := range it.prefill {
 		r := c.r
-		r.kvLen += c.m
+		r.kvLen += c.tokens
 		r.truth.Prefill = append(r.truth.Prefill, ChunkRecord{
-			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.m, Batch: len(it.prefill),
+			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
 		})
 		s.cacheUnfinished(r)
 		if r.remainingFill() > 0 {
