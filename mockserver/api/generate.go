@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -11,23 +12,23 @@ func (s *Server) generate(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	p, verr, serr := s.parseGenerate(&body)
-	if verr != nil {
-		writeValidationError(c, verr.Error())
+	p, err := s.parseGenerate(&body)
+	if errors.Is(err, errMalformed) {
+		writeRefusal(c, generateEnvelope, err)
 		return
 	}
 	if body.Stream {
-		s.streamGenerate(c, p, serr)
+		s.streamGenerate(c, p, err)
 		return
 	}
-	if serr != nil {
-		writeGenerateError(c, serr.Error())
+	if err != nil {
+		writeRefusal(c, generateEnvelope, err)
 		return
 	}
 	streams, err := s.submit(c.Request.Context(), p)
 	if err != nil {
 		if c.Request.Context().Err() == nil {
-			writeGenerateError(c, err.Error())
+			writeRefusal(c, generateEnvelope, err)
 		}
 		return
 	}
@@ -49,14 +50,14 @@ func (s *Server) generate(c *gin.Context) {
 // streamGenerate serves a streaming /generate. SGLang's generate_request
 // returns its StreamingResponse before the request is even parsed, so the
 // status line and headers go out at once, before prefill; a request refused
-// after that (serr, or a refusal at submit) gets one error event.
-func (s *Server) streamGenerate(c *gin.Context, p plan, serr error) {
+// after that (refused, or a refusal at submit) gets one error event.
+func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 	w := &sse{c: c}
 	if w.open() != nil {
 		return
 	}
-	if serr != nil {
-		streamError(w, serr.Error())
+	if refused != nil {
+		streamError(w, refused.Error())
 		return
 	}
 	streams, err := s.submit(c.Request.Context(), p)

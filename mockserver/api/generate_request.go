@@ -1,9 +1,6 @@
 package api
 
 import (
-	"errors"
-	"fmt"
-
 	json "github.com/goccy/go-json"
 )
 
@@ -53,14 +50,14 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 		var list []T
 		if err := decodeJSON(raw, &list); err == nil {
 			if len(list) != n {
-				return nil, fmt.Errorf("%s: got %d values for a batch of %d", field, len(list), n)
+				return nil, malformed("%s: got %d values for a batch of %d", field, len(list), n)
 			}
 			return list, nil
 		}
 	}
 	var one T
 	if err := decodeJSON(raw, &one); err != nil {
-		return nil, fmt.Errorf("%s: %s", field, describeJSONError(err))
+		return nil, malformed("%s: %s", field, describeJSONError(err))
 	}
 	for i := range out {
 		out[i] = one
@@ -68,28 +65,28 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 	return out, nil
 }
 
-// parseGenerate turns a /generate body into a plan. Type errors are
-// validation errors (first error); semantic ones are /generate errors.
-func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic error) {
+// parseGenerate turns a /generate body into a plan. A body of the wrong
+// shape is malformed (errMalformed); any other error refuses the request.
+func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
 	if hasText == hasIDs || !isNull(b.InputEmbeds) {
 		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
-			return plan{}, nil, errors.New("input_embeds is not supported by sglmock: send text or input_ids.")
+			return plan{}, errInputEmbeds
 		}
-		return plan{}, nil, errors.New("Either text, input_ids or input_embeds should be provided.")
+		return plan{}, errNoInput
 	}
 	var texts []string
 	var ids [][]int32
 	switch {
 	case hasText && isList(b.Text):
 		if err := json.Unmarshal(b.Text, &texts); err != nil {
-			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, malformed("text: must be a string or a list of strings")
 		}
 		p.batch = true
 	case hasText:
 		var one string
 		if err := json.Unmarshal(b.Text, &one); err != nil {
-			return plan{}, fmt.Errorf("text: must be a string or a list of strings"), nil
+			return plan{}, malformed("text: must be a string or a list of strings")
 		}
 		texts = []string{one}
 	default:
@@ -99,64 +96,64 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		} else if err := json.Unmarshal(b.InputIDs, &ids); err == nil {
 			p.batch = true
 		} else {
-			return plan{}, fmt.Errorf("input_ids: must be a list of token ids or a list of such lists"), nil
+			return plan{}, malformed("input_ids: must be a list of token ids or a list of such lists")
 		}
 	}
 	n := max(len(texts), len(ids))
 	if n == 0 {
-		return plan{}, nil, errors.New("The batch is empty.")
+		return plan{}, errEmptyBatch
 	}
 	if err := checkSequences(n, 1); err != nil {
-		return plan{}, nil, err // before any per-prompt list is sized by n
+		return plan{}, err // before any per-prompt list is sized by n
 	}
 	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	if p.batch && !isNull(b.RID) && !isList(b.RID) {
-		return plan{}, nil, errors.New("The rid should be a list for batch processing.")
+		return plan{}, errRIDNotList
 	}
 	rids, err := perItem(b.RID, n, "rid", "")
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	logprob, err := perItem(b.ReturnLogprob, n, "return_logprob", false)
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", integer(-1))
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", integer(0))
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	for _, top := range tops {
 		if err := checkTopLogprobs("top_logprobs_num", int(top)); err != nil {
-			return plan{}, nil, err
+			return plan{}, err
 		}
 	}
 	loras, err := perItem(b.LoraPath, n, "lora_path", "")
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	extraKeys, err := perItem(b.ExtraKey, n, "extra_key", (*string)(nil))
 	if err != nil {
-		return plan{}, err, nil
+		return plan{}, err
 	}
 	copies, err := copiesOf(params[0].N)
 	if err != nil {
-		return plan{}, nil, err
+		return plan{}, err
 	}
 	if err := checkSequences(n, copies); err != nil {
-		return plan{}, nil, err
+		return plan{}, err
 	}
 	for i := range n {
 		if c, err := copiesOf(params[i].N); err != nil {
-			return plan{}, nil, err
+			return plan{}, err
 		} else if c != copies {
-			return plan{}, nil, errors.New("The parallel_sample_num should be the same for all samples in sample params.")
+			return plan{}, errUnequalCopies
 		}
 		it := s.itemFrom(params[i])
 		if texts != nil {
@@ -172,7 +169,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
 		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
 		if err := s.tokenizeForLogprobs(&it); err != nil {
-			return plan{}, nil, err
+			return plan{}, err
 		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
 		for range copies {
@@ -182,7 +179,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, validation, semantic er
 	}
 	p.copies = copies
 	p.batch = p.batch || copies > 1
-	return p, nil, nil
+	return p, nil
 }
 
 // itemFrom maps sampling params onto an engine request.

@@ -24,7 +24,7 @@ func (s *Server) completions(c *gin.Context) {
 	}
 	prompts, err := parsePrompt(body.Prompt)
 	if err != nil {
-		writeValidationError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	// CompletionRequest.max_tokens defaults to 16 and must be positive.
@@ -41,7 +41,7 @@ func (s *Server) completions(c *gin.Context) {
 	var lp logprobParams
 	if body.Logprobs != nil {
 		if err := checkTopLogprobs("logprobs", int(*body.Logprobs)); err != nil {
-			writeOpenAIError(c, err.Error())
+			writeRefusal(c, openAIEnvelope, err)
 			return
 		}
 		lp = logprobParams{on: true, start: -1, top: int(*body.Logprobs), text: true}
@@ -51,7 +51,7 @@ func (s *Server) completions(c *gin.Context) {
 	}
 	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) (int, error) { return maxTokens, nil }, lp)
 	if err != nil {
-		writeOpenAIError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "text_completion"}
@@ -82,7 +82,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		}
 		text, err := renderChat(body.Messages)
 		if err != nil {
-			writeValidationError(c, err.Error())
+			writeRefusal(c, openAIEnvelope, err)
 			return
 		}
 		prompt.Text = text
@@ -106,14 +106,14 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	lp := logprobParams{on: body.Logprobs, start: -1, top: 0, text: true}
 	if body.TopLogprobs != nil {
 		if err := checkTopLogprobs("top_logprobs", int(*body.TopLogprobs)); err != nil {
-			writeOpenAIError(c, err.Error())
+			writeRefusal(c, openAIEnvelope, err)
 			return
 		}
 		lp.top = int(*body.TopLogprobs)
 	}
 	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew, lp)
 	if err != nil {
-		writeOpenAIError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	r := openAIRun{s: s, c: c, common: &body.openAICommon, plan: p, object: "chat.completion", chat: true}
@@ -165,7 +165,7 @@ func (r *openAIRun) run() {
 	if err != nil {
 		// SGLang kick-starts a stream's generator before answering, so a
 		// stream refused before its first output gets the same 400.
-		writeOpenAIError(r.c, err.Error())
+		writeRefusal(r.c, openAIEnvelope, err)
 		return
 	}
 	if r.common.Stream {

@@ -140,7 +140,7 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
+	return nil, malformed("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
 }
 
 // messageText flattens a chat message's content: a string or a list of
@@ -158,7 +158,7 @@ func messageText(raw json.RawMessage) (string, error) {
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("messages: content must be a string or a list of content parts")
+		return "", malformed("messages: content must be a string or a list of content parts")
 	}
 	var b strings.Builder
 	for _, p := range parts {

@@ -254,7 +254,7 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 		settled := last.Truth.Finished + 50*time.Millisecond
 		hist := e.FlushHistory()
 		if len(hist) != 2 || hist[0].Answered != last.Truth.Finished || hist[1].At != last.Truth.Finished+10*time.Millisecond ||
-			hist[1].Answered != settled || hist[1].Outcome != "flushed" {
+			hist[1].Answered != settled || hist[1].Err != nil {
 			t.Fatalf("flush history %+v, want a refusal at %v and a flush asked 10 ms later, answered at %v",
 				hist, last.Truth.Finished, settled)
 		}
@@ -306,13 +306,13 @@ func TestFlushRules(t *testing.T) {
 		if st.CacheTokens != 0 || st.KVUsed != 0 {
 			t.Fatalf("after the flush: %d cached tokens, %d KV used, want 0 and 0", st.CacheTokens, st.KVUsed)
 		}
-		var outcomes []string
+		var outcomes []error
 		for _, f := range e.FlushHistory() {
-			outcomes = append(outcomes, f.Outcome)
+			outcomes = append(outcomes, f.Err)
 		}
-		want := []string{ErrFlushBusy.Error(), ErrFlushTimeout.Error(), ErrFlushInProgress.Error(), ErrFlushInProgress.Error(), "flushed"}
+		want := []error{ErrFlushBusy, ErrFlushTimeout, ErrFlushInProgress, ErrFlushInProgress, nil}
 		if !slices.Equal(outcomes, want) {
-			t.Fatalf("flush history: got %q, want %q", outcomes, want)
+			t.Fatalf("flush history: got %v, want %v", outcomes, want)
 		}
 	})
 }

@@ -12,13 +12,13 @@ type FlushRecord struct {
 	At       time.Duration // when it was asked, simulated
 	Timeout  time.Duration
 	Answered time.Duration // when it was answered, simulated
-	Outcome  string        // "flushed", or the error text
+	Err      error         // nil when it flushed, else why not (ErrFlushBusy, ...)
 	Queued   int           // requests queued when asked
 	Running  int           // requests running when asked
 	// Origin says who asked (the HTTP layer gives the client's address).
 	Origin string
 	// Pending marks the flush still parked, waiting for the server to be
-	// idle or its deadline: it has no Answered or Outcome yet.
+	// idle or its deadline: it has no Answered or Err yet.
 	Pending bool
 	// ClientLeft is set when the caller stopped waiting before the answer,
 	// at ClientLeftAt: as in SGLang, the parked flush still runs.
@@ -121,11 +121,7 @@ func (s *scheduler) flushHistory() []FlushRecord {
 }
 
 func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {
-	rec.Answered = at
-	rec.Outcome = "flushed"
-	if err != nil {
-		rec.Outcome = err.Error()
-	}
+	rec.Answered, rec.Err = at, err
 	if len(s.flushes) == maxFlushRecords {
 		s.flushes = slices.Delete(s.flushes, 0, 1)
 	}

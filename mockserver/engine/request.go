@@ -296,15 +296,21 @@ func (s *Stream) push(ev Event) {
 	}
 }
 
-// Errors from Submit and Flush.
+// Errors from Submit and Flush. The HTTP layer answers each flush outcome
+// with SGLang's text (api's flushMessage).
 var (
-	ErrClosed          = errors.New("engine: closed")
-	ErrFlushBusy       = errors.New("Cache not flushed because there are pending requests.")
-	ErrFlushTimeout    = errors.New("Timed out waiting for idle state.")
-	ErrFlushInProgress = errors.New("Another flush_cache is already in progress.")
+	ErrClosed = errors.New("engine: closed")
+	// ErrFlushBusy: a flush that may not wait found requests queued or
+	// running.
+	ErrFlushBusy = errors.New("engine: flush refused: the server is busy")
 	// ErrFlushSettling is ErrFlushBusy when nothing is queued or running
-	// but the last iteration that finished a request has not settled.
-	ErrFlushSettling = fmt.Errorf("%w (The last batch is still settling: flush_busy_after_finish_s.)", ErrFlushBusy)
+	// but the last iteration that finished a request has not settled
+	// (flush_busy_after_finish_s).
+	ErrFlushSettling = fmt.Errorf("%w: the last batch is settling", ErrFlushBusy)
+	// ErrFlushTimeout: a flush that waited for idle reached its deadline.
+	ErrFlushTimeout = errors.New("engine: flush timed out waiting for idle")
+	// ErrFlushInProgress: another flush is waiting for idle.
+	ErrFlushInProgress = errors.New("engine: another flush is waiting")
 )
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;
