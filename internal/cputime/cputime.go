@@ -6,6 +6,7 @@ package cputime
 
 import (
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -16,4 +17,14 @@ func Process() (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// Of is Process for a benchmark, which it fails on an error.
+func Of(tb testing.TB) time.Duration {
+	tb.Helper()
+	cpu, err := Process()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cpu
 }

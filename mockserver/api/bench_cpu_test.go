@@ -14,15 +14,6 @@ import (
 	"sglmock/mockserver/api"
 )
 
-// processCPU is the CPU time the process has used.
-func processCPU(b *testing.B) time.Duration {
-	cpu, err := cputime.Process()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cpu
-}
-
 // discardStream is a ResponseWriter that flushes and keeps nothing but a
 // byte count, so that a stream's cost is the server's alone.
 type discardStream struct {
@@ -52,9 +43,9 @@ func BenchmarkLongStream(b *testing.B) {
 		req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		w := &discardStream{header: http.Header{}}
-		start := processCPU(b)
+		start := cputime.Of(b)
 		s.Handler().ServeHTTP(w, req)
-		cpu := processCPU(b) - start
+		cpu := cputime.Of(b) - start
 		// Every content chunk carries at least one word.
 		if want := tokens * len(`data: {"choices":[{"text":" x"}]}`); w.bytes < want {
 			b.Fatalf("%d tokens: got %d bytes, want at least %d", tokens, w.bytes, want)

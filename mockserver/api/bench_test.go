@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"sglmock/internal/cputime"
 	"sglmock/mockserver/api"
 	"sglmock/mockserver/engine"
 	"sglmock/mockserver/profile"
@@ -196,12 +197,12 @@ func BenchmarkThroughput64(b *testing.B) {
 				var ratios, cpuRatios, mockRPS, bareRPS, mockCPU, bareCPU []float64
 				for b.Loop() {
 					for range rounds {
-						cpu := processCPU(b)
+						cpu := cputime.Of(b)
 						bare := load(b, client, bareURL+tc.path, body, perRound)
-						bareUs := float64((processCPU(b) - cpu).Microseconds()) / perRound
-						cpu = processCPU(b)
+						bareUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
+						cpu = cputime.Of(b)
 						mock := load(b, client, mockURL+tc.path, body, perRound)
-						mockUs := float64((processCPU(b) - cpu).Microseconds()) / perRound
+						mockUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
 						ratios, cpuRatios = append(ratios, mock/bare), append(cpuRatios, bareUs/mockUs)
 						mockRPS, bareRPS = append(mockRPS, mock), append(bareRPS, bare)
 						mockCPU, bareCPU = append(mockCPU, mockUs), append(bareCPU, bareUs)

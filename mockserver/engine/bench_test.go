@@ -165,7 +165,7 @@ func BenchmarkSpinShare(b *testing.B) {
 		}
 		defer e.Close()
 		e.do(func(*scheduler, time.Duration) { e.spinShare = share })
-		cpu, start := processCPU(b), time.Now()
+		cpu, start := cputime.Of(b), time.Now()
 		st, err := e.Submit(Request{InputIDs: prompt(1, 10), MaxNewTokens: 20000})
 		if err != nil {
 			b.Fatal(err)
@@ -176,7 +176,7 @@ func BenchmarkSpinShare(b *testing.B) {
 		}
 		wall := time.Since(start)
 		modelled := time.Duration(float64(last.Truth.E2E()) / 1000)
-		return float64(processCPU(b)-cpu) / float64(wall), float64(wall-modelled) / 1e6
+		return float64(cputime.Of(b)-cpu) / float64(wall), float64(wall-modelled) / 1e6
 	}
 	var bounded, unbounded, boundedLate, unboundedLate float64
 	for b.Loop() {
@@ -188,13 +188,4 @@ func BenchmarkSpinShare(b *testing.B) {
 	b.ReportMetric(bounded/unbounded, "x-unbounded")
 	b.ReportMetric(boundedLate, "late-ms")
 	b.ReportMetric(unboundedLate, "unbounded-late-ms")
-}
-
-// processCPU is the CPU time the process has used.
-func processCPU(b *testing.B) time.Duration {
-	cpu, err := cputime.Process()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cpu
 }
