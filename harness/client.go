@@ -12,7 +12,6 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -232,25 +231,39 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 		return nil, err
 	}
 	// The clock starts when the request is written: the client's own
-	// encoding and connection set-up are not the server's latency. The
-	// transport's write loop stamps it, on its own goroutine.
-	var mu sync.Mutex
-	written := time.Now()
+	// encoding and connection set-up are not the server's latency.
+	// The transport reports the write on its own goroutine, possibly after
+	// the response began (a server may answer before the body is read), so
+	// the time comes over a channel; without one the clock starts at send.
+	start := time.Now()
+	wrote := make(chan time.Time, 1)
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { mu.Lock(); written = time.Now(); mu.Unlock() },
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			// A retried request is written again: keep the last write, and
+			// never block the transport.
+			select {
+			case <-wrote:
+			default:
+			}
+			select {
+			case wrote <- time.Now():
+			default:
+			}
+		},
 	}))
 	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
+	}
+	select {
+	case start = <-wrote:
+	default:
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		return nil, &HTTPError{Route: "POST " + route, Status: resp.StatusCode, Body: string(b)}
 	}
-	mu.Lock()
-	start := written
-	mu.Unlock()
 	g := &Generation{RID: rid}
 	if stream {
 		err = c.readStream(resp.Body, start, g)

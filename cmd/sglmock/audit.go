@@ -68,7 +68,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		fmt.Fprint(stderr, auditUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, true); err != nil {
 		return nil, err
 	}
 	o.command = fs.Args()

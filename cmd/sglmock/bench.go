@@ -117,11 +117,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], false); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	o.backend = backend
 	if o.apiKey == "" {

@@ -31,7 +31,7 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if exit, done := parseCommandFlags(fs, args, stderr); done {
+	if exit, done := flagExit("calibrate", parseFlags(fs, args, false), stderr); done {
 		return exit
 	}
 	switch {

@@ -28,7 +28,7 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if exit, done := parseCommandFlags(fs, args, stderr); done {
+	if exit, done := flagExit("health", parseFlags(fs, args, false), stderr); done {
 		return exit
 	}
 	switch {

@@ -66,17 +66,43 @@ func usage(w io.Writer) {
 	}
 }
 
-// flagExit turns a flag parsing error into the command's exit: 0 after
-// --help, 2 with the message for anything else; ok is false when there is
-// no error and the command goes on.
+// The one rule for a subcommand's flags: parseFlags parses them, and
+// flagExit turns what went wrong, in parsing or in checking the values,
+// into the command's exit.
+
+// parsedError is an error the flag package has already printed, with the
+// usage.
+type parsedError struct{ err error }
+
+func (e parsedError) Error() string { return e.err.Error() }
+func (e parsedError) Unwrap() error { return e.err }
+
+// parseFlags parses a subcommand's flags; unless positional, it refuses
+// any argument that is not a flag.
+func parseFlags(fs *flag.FlagSet, args []string, positional bool) error {
+	if err := fs.Parse(args); err != nil {
+		return parsedError{err}
+	}
+	if !positional && fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	return nil
+}
+
+// flagExit turns an error from parsing or checking a subcommand's flags
+// into its exit: 0 after --help, 2 for anything else, with the message
+// unless the flag package printed it; ok is false when there is no error
+// and the command goes on.
 func flagExit(cmd string, err error, stderr io.Writer) (code int, ok bool) {
+	var parsed parsedError
 	switch {
 	case err == nil:
 		return 0, false
 	case errors.Is(err, flag.ErrHelp):
 		return 0, true
+	case !errors.As(err, &parsed):
+		fmt.Fprintf(stderr, "sglmock %s: %v\n", cmd, err)
 	}
-	fmt.Fprintf(stderr, "sglmock %s: %v\n", cmd, err)
 	return 2, true
 }
 
@@ -90,21 +116,4 @@ func loadProfile(name string, flags *profile.Flags) (*profile.Profile, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// parseCommandFlags parses a subcommand's flags, which take no positional
-// argument. When the command is to stop here, done is true and exit is its
-// code: 0 after --help, 2 for a bad flag or a stray argument.
-func parseCommandFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, done bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, true
-		}
-		return 2, true
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q (flags start with --)\n", fs.Name(), fs.Arg(0))
-		return 2, true
-	}
-	return 0, false
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,4 +51,29 @@ func describeWant(want string) string {
 		return "nothing"
 	}
 	return fmt.Sprintf("it to contain %q", want)
+}
+
+// Every subcommand with flags follows one rule (parseFlags, flagExit): a
+// bad flag exits 2 with the flag package's message, once; a stray argument
+// or a bad value exits 2 with the command's message; --help exits 0.
+func TestFlagRule(t *testing.T) {
+	for _, cmd := range [][]string{{"serve"}, {"bench", "twopoint"}, {"audit"}, {"calibrate"}, {"health"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append(slices.Clone(cmd), "--nope"), &stdout, &stderr); code != 2 ||
+			strings.Count(stderr.String(), "flag provided but not defined: -nope") != 1 {
+			t.Errorf("%q --nope: got exit %d and stderr %q, want 2 and the flag package's message once", cmd, code, stderr.String())
+		}
+		stderr.Reset()
+		if code := run(append(slices.Clone(cmd), "--help"), &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "Usage") {
+			t.Errorf("%q --help: got exit %d and stderr %q, want 0 and the usage", cmd, code, stderr.String())
+		}
+		if cmd[0] == "audit" {
+			continue // its arguments are the command to run
+		}
+		stderr.Reset()
+		if code := run(append(slices.Clone(cmd), "stray"), &stdout, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), `unexpected argument "stray"`) {
+			t.Errorf("%q stray: got exit %d and stderr %q, want 2 and the stray argument named", cmd, code, stderr.String())
+		}
+	}
 }

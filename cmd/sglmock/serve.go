@@ -80,11 +80,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	switch {
 	case o.port < 0 || o.port > 65535:

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -84,11 +85,13 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 			fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "rid": "r1", "unknown_field": [1]}`, jsonOf(prompt)))
 		took := time.Since(start)
 		toks, at := expectedOutput(ts.Engine().Profile(), prompt, 3)
-		want := fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"r1","finish_reason":{"type":"length","length":3},`+
-			`"prompt_tokens":100,"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":3,"cached_tokens":0,"cached_tokens_details":null,"e2e_latency":%s}}`,
-			jsonOf(tokenizer.Decode(toks)), jsonOf(toks), jsonOf(at[2].Seconds()))
-		if code != 200 || body != want {
-			t.Fatalf("got %d\n%s\nwant 200\n%s", code, body, want)
+		if code != 200 {
+			t.Fatalf("got %d %s, want 200", code, body)
+		}
+		mocktest.Golden(t, "generate/response.json", []byte(body))
+		var got generateResponse
+		if err := json.Unmarshal([]byte(body), &got); err != nil || got.Text != tokenizer.Decode(toks) || !slices.Equal(got.OutputIDs, toks) {
+			t.Fatalf("got %s (%v), want the text and ids of %v", body, err, toks)
 		}
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			t.Fatalf("content type: got %q", ct)
@@ -120,20 +123,12 @@ func TestGenerateStreamBytesAndTiming(t *testing.T) {
 		if s.headers != 0 {
 			t.Fatalf("status line at %v, want it at once, before the %v prefill", s.headers, at[0])
 		}
-		var want []string
-		for k := 1; k <= 3; k++ {
-			fin, e2e := "null", ""
-			if k == 3 {
-				fin = `{"type":"length","length":3}`
-				e2e = `,"e2e_latency":` + jsonOf(at[2].Seconds())
+		mocktest.Golden(t, "generate/stream.txt", []byte(strings.Join(s.events, "\n")+"\n"))
+		for k := range 3 {
+			var ev generateResponse
+			if err := json.Unmarshal([]byte(s.events[k]), &ev); err != nil || !slices.Equal(ev.OutputIDs, toks[:k+1]) {
+				t.Fatalf("event %d: %s (%v), want the ids %v", k+1, s.events[k], err, toks[:k+1])
 			}
-			want = append(want, fmt.Sprintf(`{"text":%s,"output_ids":%s,"meta_info":{"id":"s1","finish_reason":%s,"prompt_tokens":300,`+
-				`"weight_version":"default","num_retractions":0,"reasoning_tokens":0,"completion_tokens":%d,"cached_tokens":0,"cached_tokens_details":null%s}}`,
-				jsonOf(tokenizer.Decode(toks[:k])), jsonOf(toks[:k]), fin, k, e2e))
-		}
-		want = append(want, "[DONE]")
-		if strings.Join(s.events, "\n") != strings.Join(want, "\n") {
-			t.Fatalf("stream events:\n%s\nwant\n%s", strings.Join(s.events, "\n"), strings.Join(want, "\n"))
 		}
 		// The first event comes out of prefill; each later one a round after.
 		for k := range 3 {
@@ -620,7 +615,7 @@ func TestInfoEndpoints(t *testing.T) {
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
-			if len(states) != 1 || info["version"] != api.Version || info["max_total_num_tokens"] != 420000.0 ||
+			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
 				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
 				t.Fatalf("%s: %v", path, info)
 			}

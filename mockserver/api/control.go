@@ -48,20 +48,6 @@ func (s *Server) flushCache(c *gin.Context) {
 	c.Writer.WriteString(body)
 }
 
-// flushReply maps the engine's flush outcome to SGLang's status and body
-// (http_server.py: the scheduler's message, or "Flush cache failed.\n"
-// when it has none, as for a busy server).
-func flushReply(err error) (int, string) {
-	switch {
-	case err == nil:
-		return http.StatusOK, flushedText
-	case errors.Is(err, engine.ErrFlushTimeout), errors.Is(err, engine.ErrFlushInProgress):
-		return http.StatusBadRequest, err.Error()
-	default:
-		return http.StatusBadRequest, "Flush cache failed.\n"
-	}
-}
-
 // health answers 200 at once when serving (the stateGate answers 503 while
 // starting or shutting down), as current SGLang does.
 func (s *Server) health(c *gin.Context) { c.Status(http.StatusOK) }
@@ -137,7 +123,7 @@ func (s *Server) serverInfo(c *gin.Context) {
 	info["max_total_num_tokens"] = s.args.MaxTotalTokens
 	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
 	info["internal_states"] = []map[string]any{state}
-	info["version"] = Version
+	info["version"] = SGLangVersion
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)
 }
@@ -181,7 +167,7 @@ func (s *Server) tokenize(c *gin.Context) {
 	case body.Messages != nil:
 		var err error
 		if text, err = renderChat(body.Messages); err != nil {
-			writeValidationError(c, err.Error())
+			writeRefusal(c, generateEnvelope, err)
 			return
 		}
 	case !isNull(body.Prompt):

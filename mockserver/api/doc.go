@@ -29,6 +29,10 @@
 //     stream_interval counts tokens: an event goes when the output's length
 //     is 1 modulo the interval, and at the finish; an event whose tail could
 //     start a stop string is held back, so streamed text never shrinks.
+//     One stream loop serves both kinds (sse.go): events the engine
+//     delivered together leave in one write, and the output's text is
+//     decoded once, as its tokens come, so an OpenAI stream costs time
+//     linear in its length.
 //     meta_info carries reasoning_tokens (0: no reasoning parser) and
 //     cached_tokens_details ({"device": N, "host": 0}, or null).
 //     A streaming /generate sends its status line and headers at once,
@@ -120,5 +124,15 @@
 //     and batch slot, and keep the server busy.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
-// Only this package imports gin.
+// # Layout
+//
+// server.go holds the server, its routes and the JSON helpers; errors.go
+// every error's way to the wire (writeRefusal, flushMessage). A generation
+// request is parsed into a plan (generate_request.go, openai_request.go;
+// plan.go submits it and collects its outputs), each sequence's output
+// accumulates in an output (render.go), and the answers are rendered by
+// generate_response.go and openai_response.go, stream chunks by chunk.go.
+// sse.go writes events and runs the one stream loop both kinds of stream
+// use; generate.go and openai.go are the handlers. Only this package
+// imports gin.
 package api

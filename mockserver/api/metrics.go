@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -11,8 +12,11 @@ import (
 
 // metrics are SGLang's Prometheus metrics. Counters and gauges are read
 // from the engine at scrape time (engineCollector), so no update can be
-// lost; histograms are observed from each finished request's truth on the
-// engine goroutine.
+// lost. Histograms are observed from each finished request's truth, one
+// inter-token latency per output token: off the engine goroutine, which
+// only queues the truth (finished), by a goroutine of their own; a scrape
+// first observes whatever is queued, so it sees every request finished
+// before it.
 type metrics struct {
 	registry *prometheus.Registry
 	handler  http.Handler
@@ -20,6 +24,16 @@ type metrics struct {
 	itl      prometheus.Observer
 	e2e      prometheus.Observer
 	queue    prometheus.Observer
+
+	mu      sync.Mutex
+	pending []*engine.Truth
+	// observing is held while a batch is taken and observed, so a scrape
+	// waits for one in progress.
+	observing sync.Mutex
+	wake      chan struct{}
+	stop      chan struct{}
+	stopped   chan struct{}
+	closing   sync.Once
 }
 
 // Bucket bounds as SGLang's collector defines them, in seconds.
@@ -39,23 +53,79 @@ func newMetrics(model string) *metrics {
 		reg.MustRegister(h)
 		return h
 	}
-	return &metrics{
+	m := &metrics{
 		registry: reg,
 		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		ttft:     hist("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
 		itl:      hist("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
 		e2e:      hist("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
 		queue:    hist("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", e2eBuckets),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
+	go m.run()
+	return m
+}
+
+// finished is the engine's finish hook: it queues the truth, whatever its
+// length, and wakes the observing goroutine.
+func (m *metrics) finished(t *engine.Truth) {
+	if t.Internal {
+		return
+	}
+	m.mu.Lock()
+	m.pending = append(m.pending, t)
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run observes queued truths until close.
+func (m *metrics) run() {
+	defer close(m.stopped)
+	for {
+		select {
+		case <-m.wake:
+			m.observePending()
+		case <-m.stop:
+			return
+		}
+	}
+}
+
+// observePending observes every queued truth.
+func (m *metrics) observePending() {
+	m.observing.Lock()
+	defer m.observing.Unlock()
+	m.mu.Lock()
+	batch := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for i, t := range batch {
+		m.observe(t)
+		batch[i] = nil
+	}
+}
+
+// close stops the observing goroutine; it is safe to call more than once.
+func (m *metrics) close() {
+	m.closing.Do(func() { close(m.stop) })
+	<-m.stopped
+}
+
+// serve answers a scrape with every request finished before it observed.
+func (m *metrics) serve(w http.ResponseWriter, r *http.Request) {
+	m.observePending()
+	m.handler.ServeHTTP(w, r)
 }
 
 // observe records a finished request. Each output token after the first
 // gets one inter-token latency: its round's gap since the previous output,
 // shared among the tokens the round gave.
 func (m *metrics) observe(t *engine.Truth) {
-	if t.Internal {
-		return
-	}
 	m.e2e.Observe(t.E2E().Seconds())
 	if t.Scheduled() {
 		// SGLang observes the queue time as a request enters its first

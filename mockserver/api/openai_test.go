@@ -188,21 +188,8 @@ func TestStreamHoldsBackAStopStringPrefix(t *testing.T) {
 		trimmed := full[:strings.Index(full, stopStr)]
 
 		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))
-		var got strings.Builder
-		for _, e := range sseEvents(t, body) {
-			if e == "[DONE]" {
-				continue
-			}
-			var ch struct {
-				Choices []struct{ Text string } `json:"choices"`
-			}
-			json.Unmarshal([]byte(e), &ch)
-			for _, c := range ch.Choices {
-				got.WriteString(c.Text)
-			}
-		}
-		if got.String() != trimmed {
-			t.Fatalf("streamed %q, want exactly the trimmed answer %q", got.String(), trimmed)
+		if got := streamText(t, body); got != trimmed {
+			t.Fatalf("streamed %q, want exactly the trimmed answer %q", got, trimmed)
 		}
 
 		_, body, _ = ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 12, "stop": %q}, "stream": true}`, jsonOf(prompt), stopStr))

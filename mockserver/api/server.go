@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +30,11 @@ func init() {
 	}
 }
 
-// Version is the SGLang API version the mock speaks, reported as "version"
-// by /server_info (clients compare it); sglmock's own version is under "sim".
+// SGLangVersion is the SGLang version the mock speaks, reported as
+// "version" by /server_info and /v1/loads (clients compare it); SimVersion
+// is sglmock's own, under "sim".
 const (
-	Version        = "0.5.23"
+	SGLangVersion  = "0.5.23"
 	SimVersion     = "0.1.0"
 	weightVersion  = "default"
 	defaultMaxBody = 256 << 20 // a 200k-token prompt as input_ids is about 2 MB
@@ -144,7 +146,7 @@ func New(cfg Config) (*Server, error) {
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
 		s.metrics = newMetrics(s.args.ServedModelName)
-		onFinish = s.metrics.observe
+		onFinish = s.metrics.finished
 	}
 	eng, err := engine.New(engine.Config{
 		Profile:           cfg.Profile,
@@ -156,6 +158,9 @@ func New(cfg Config) (*Server, error) {
 		OnFinish:          onFinish,
 	})
 	if err != nil {
+		if s.metrics != nil {
+			s.metrics.close()
+		}
 		return nil, err
 	}
 	s.eng = eng
@@ -244,6 +249,9 @@ func (s *Server) BeginShutdown() { s.state.Store(stateShuttingDown) }
 func (s *Server) Close() {
 	s.BeginShutdown()
 	s.eng.Close()
+	if s.metrics != nil {
+		s.metrics.close()
+	}
 }
 
 // routes builds the router. Old and new endpoint names are both served.
@@ -340,7 +348,8 @@ func requireJSON(c *gin.Context) {
 // readBody decodes the JSON body into v. On failure it has written the
 // response (400 or 413) and returns false.
 func (s *Server) readBody(c *gin.Context, v any) bool {
-	var buf bytes.Buffer
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf)
 	// Size the buffer for a small declared body; a large one grows as its
 	// bytes arrive, so a declaration alone reserves no memory.
 	if n := c.Request.ContentLength; n > 0 {
@@ -354,11 +363,25 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 		writeValidationError(c, "Field required: the request body is empty")
 		return false
 	}
+	// Both decoders copy what they keep, so the buffer is free after this.
 	if err := decodeJSON(buf.Bytes(), v); err != nil {
 		writeValidationError(c, describeJSONError(err))
 		return false
 	}
 	return true
+}
+
+// bodyBuffers recycles the buffers request bodies are read into; one that
+// grew past maxPooledBody is dropped, so a large body's memory goes back.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 64 << 10
+
+func putBodyBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBody {
+		b.Reset()
+		bodyBuffers.Put(b)
+	}
 }
 
 // decodeJSON decodes with goccy/go-json, which is fast, and on failure
@@ -389,20 +412,24 @@ func describeJSONError(err error) string {
 	return err.Error()
 }
 
+// jsonContentType is the Content-Type of JSON responses, one slice for all
+// of them: net/http only reads it.
+var jsonContentType = []string{"application/json"}
+
 // writeJSON writes v as one line of JSON without HTML escaping, as orjson
 // and pydantic do.
 func writeJSON(c *gin.Context, status int, v any) {
-	c.Data(status, "application/json", marshal(v))
+	c.Writer.Header()["Content-Type"] = jsonContentType
+	c.Status(status)
+	c.Writer.Write(marshal(v))
 }
 
 func marshal(v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := json.MarshalWithOption(v, json.DisableHTMLEscape())
+	if err != nil {
 		panic(err) // every response type marshals
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return b
 }
 
 // errorResponse is SGLang's ErrorResponse envelope.
@@ -440,5 +467,5 @@ func (s *Server) serveMetrics(c *gin.Context) {
 		writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"})
 		return
 	}
-	s.metrics.handler.ServeHTTP(c.Writer, c.Request)
+	s.metrics.serve(c.Writer, c.Request)
 }

@@ -163,8 +163,12 @@ func (s *Server) simFlushes(c *gin.Context) {
 	hist := s.eng.FlushHistory()
 	out := make([]sim.Flush, len(hist))
 	for i, f := range hist {
+		outcome := "" // a pending flush has none yet
+		if !f.Pending {
+			outcome = flushMessage(f.Err)
+		}
 		out[i] = sim.Flush{At: f.At.Seconds(), Timeout: f.Timeout.Seconds(), Answered: f.Answered.Seconds(),
-			Outcome: f.Outcome, OK: f.Outcome == sim.OutcomeFlushed, Queued: f.Queued, Running: f.Running,
+			Outcome: outcome, OK: !f.Pending && f.Err == nil, Queued: f.Queued, Running: f.Running,
 			Origin: f.Origin, Pending: f.Pending}
 		if f.ClientLeft {
 			left := f.ClientLeftAt.Seconds()

@@ -1,9 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"sync"
 
 	"github.com/gin-gonic/gin"
+
+	"sglmock/mockserver/engine"
 )
 
 // sse writes Server-Sent Events: "data: " + payload + "\n\n". add buffers
@@ -16,6 +20,13 @@ type sse struct {
 	buf     []byte
 }
 
+// The SSE headers' values, shared by every response: net/http only reads
+// them.
+var (
+	sseContentType = []string{"text/event-stream; charset=utf-8"}
+	noCache        = []string{"no-cache"}
+)
+
 // start sets the status and headers; they go out with the first flush.
 func (w *sse) start() {
 	if w.started {
@@ -23,8 +34,7 @@ func (w *sse) start() {
 	}
 	w.started = true
 	h := w.c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
+	h["Content-Type"], h["Cache-Control"] = sseContentType, noCache
 	w.c.Status(http.StatusOK)
 }
 
@@ -33,6 +43,12 @@ func (w *sse) open() error {
 	w.start()
 	return w.flush()
 }
+
+// begin starts an event whose payload the caller appends to the returned
+// buffer and passes to end.
+func (w *sse) begin() []byte { return append(w.buf, "data: "...) }
+
+func (w *sse) end(b []byte) { w.buf = append(b, "\n\n"...) }
 
 func (w *sse) add(payload []byte) {
 	w.buf = append(w.buf, "data: "...)
@@ -63,4 +79,128 @@ func (w *sse) done() error { return w.data([]byte("[DONE]")) }
 func streamError(w *sse, message string) {
 	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
 	w.done()
+}
+
+// tagged is one event from one of several merged streams.
+type tagged struct {
+	i  int
+	ev engine.Event
+}
+
+// eventSource delivers the events of several streams, each tagged with its
+// stream's index, until its context ends.
+type eventSource struct {
+	// next waits for an event; ready returns one only if it is there.
+	next  func() (tagged, error)
+	ready func() (tagged, bool)
+	// stop ends the context and waits for the merging goroutines.
+	stop func()
+}
+
+// events reads the streams' events until ctx ends or stop is called. One
+// stream is read directly; several are merged by one goroutine each.
+func events(ctx context.Context, streams []*engine.Stream) eventSource {
+	ctx, cancel := context.WithCancel(ctx)
+	if len(streams) == 1 {
+		st := streams[0]
+		return eventSource{
+			next: func() (tagged, error) {
+				ev, err := st.Next(ctx)
+				return tagged{0, ev}, err
+			},
+			ready: func() (tagged, bool) {
+				ev, ok := st.TryNext()
+				return tagged{0, ev}, ok
+			},
+			stop: cancel,
+		}
+	}
+	ch := make(chan tagged)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		wg.Go(func() {
+			for {
+				ev, err := st.Next(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case ch <- tagged{i, ev}:
+				case <-ctx.Done():
+					return
+				}
+				if ev.Finish != nil {
+					return
+				}
+			}
+		})
+	}
+	return eventSource{
+		next: func() (tagged, error) {
+			select {
+			case t := <-ch:
+				return t, nil
+			case <-ctx.Done():
+				return tagged{}, ctx.Err()
+			}
+		},
+		ready: func() (tagged, bool) {
+			select {
+			case t := <-ch:
+				return t, true
+			default:
+				return tagged{}, false
+			}
+		},
+		stop: func() {
+			cancel()
+			wg.Wait()
+		},
+	}
+}
+
+// maxCoalesced bounds the bytes of events that leave in one write, so a
+// stream whose events come faster than they are written still goes out
+// piece by piece.
+const maxCoalesced = 64 << 10
+
+// streamOutputs is the stream loop of every streaming endpoint: it reads
+// the streams' events as they come, adds each to its sequence's output, and
+// for each event due to the client (output.due) calls render, which adds
+// the endpoint's SSE events to w. Events the engine delivered together
+// leave in one write; nothing is written while no event is due, and the
+// last events stay buffered for the caller to end the stream with. It
+// returns the outputs, or false when the client left: the engine has been
+// told (SGLang aborts the requests later), and nothing more may be written.
+func streamOutputs(ctx context.Context, w *sse, items []item, streams []*engine.Stream, render func(i int, o *output)) ([]*output, bool) {
+	src := events(ctx, streams)
+	defer src.stop()
+	outs := newOutputs(items, streams)
+	for left := len(streams); left > 0; {
+		t, err := src.next()
+		if err != nil {
+			disconnectAll(streams, true)
+			return nil, false
+		}
+		for ready := true; ready; {
+			o := outs[t.i]
+			o.add(t.ev)
+			if t.ev.Finish != nil {
+				left--
+			}
+			if o.due() {
+				render(t.i, o)
+				o.sent++
+			}
+			if left == 0 || len(w.buf) >= maxCoalesced {
+				break
+			}
+			t, ready = src.ready()
+		}
+		if left > 0 && len(w.buf) > 0 && w.flush() != nil {
+			disconnectAll(streams, true)
+			return nil, false
+		}
+	}
+	return outs, true
 }

@@ -2,9 +2,12 @@ package api_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -12,6 +15,7 @@ import (
 
 	"sglmock/mockserver/api"
 	"sglmock/mockserver/mocktest"
+	"sglmock/mockserver/tokenizer"
 )
 
 // timedStream is a streaming response: when its status line arrived, and
@@ -147,6 +151,131 @@ func TestChatStreamParallelChoices(t *testing.T) {
 		// 2 role chunks), then the two finish chunks and [DONE].
 		if len(s.events) != 9 || len(finishAt) != 2 || finishAt[0] != 6 || finishAt[1] != 7 {
 			t.Fatalf("chat n=2 events:\n%s", strings.Join(s.events, "\n"))
+		}
+	})
+}
+
+// streamText is the text an OpenAI stream's chunks carry, concatenated:
+// completions' text, chat's content deltas.
+func streamText(t *testing.T, body string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range sseEvents(t, body) {
+		if e == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Text  string `json:"text"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(e), &ch); err != nil {
+			t.Fatalf("chunk %q: %v", e, err)
+		}
+		for _, c := range ch.Choices {
+			b.WriteString(c.Text + c.Delta.Content)
+		}
+	}
+	return b.String()
+}
+
+// A stream's deltas add up to the non-streamed answer's text, trimmed as
+// it is at a stop token (unless no_stop_trim) or kept whole, over a long
+// output.
+func TestStreamTextIsTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		prompt := ids(3, 20)
+		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 600)
+		stop := toks[500]
+		end := slices.Index(toks, stop)
+		for _, tc := range []struct {
+			extra string
+			want  string
+		}{
+			{``, tokenizer.Decode(toks)},
+			{fmt.Sprintf(`, "stop_token_ids": [%d]`, stop), tokenizer.Decode(toks[:end])},
+			{fmt.Sprintf(`, "stop_token_ids": [%d], "no_stop_trim": true`, stop), tokenizer.Decode(toks[:end+1])},
+		} {
+			for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+				body := fmt.Sprintf(`{"prompt": %s, "input_ids": %s, "max_tokens": 600%s`, jsonOf(prompt), jsonOf(prompt), tc.extra)
+				_, plain, _ := ts.Do(t, "POST", path, body+"}")
+				var answer struct {
+					Choices []struct {
+						Text    string `json:"text"`
+						Message struct {
+							Content string `json:"content"`
+						} `json:"message"`
+					} `json:"choices"`
+				}
+				if err := json.Unmarshal([]byte(plain), &answer); err != nil || len(answer.Choices) != 1 {
+					t.Fatalf("%s%s: %v %s", path, tc.extra, err, plain)
+				}
+				if got := answer.Choices[0].Text + answer.Choices[0].Message.Content; got != tc.want {
+					t.Fatalf("%s%s: answered %q, want %q", path, tc.extra, got, tc.want)
+				}
+				_, streamed, _ := ts.Do(t, "POST", path, body+`, "stream": true}`)
+				if got := streamText(t, streamed); got != tc.want {
+					t.Fatalf("%s%s: streamed %q, want %q", path, tc.extra, got, tc.want)
+				}
+			}
+		}
+		mocktest.CheckIdle(t, ts.Engine())
+	})
+}
+
+// heldWriter is a ResponseWriter whose first write of bytes waits for
+// release, and that records every write of bytes.
+type heldWriter struct {
+	header  http.Header
+	release chan struct{}
+	writes  []string
+}
+
+func (w *heldWriter) Header() http.Header { return w.header }
+func (w *heldWriter) WriteHeader(int)     {}
+func (w *heldWriter) Flush()              {}
+
+func (w *heldWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(w.writes) == 0 {
+		<-w.release
+	}
+	w.writes = append(w.writes, string(p))
+	return len(p), nil
+}
+
+// Events the engine delivered while the handler was still writing leave
+// together, in one write that ends with [DONE]: here the first event's
+// write blocks while the engine runs the rest of the request.
+func TestStreamCoalescesReadyEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		for _, path := range []string{"/v1/completions", "/generate"} {
+			body := `{"prompt": "count", "text": "count", "max_tokens": 40, "sampling_params": {"max_new_tokens": 40}, "stream": true}`
+			req := httptest.NewRequest("POST", path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			w := &heldWriter{header: http.Header{}, release: make(chan struct{})}
+			done := make(chan struct{})
+			go func() {
+				ts.Handler().ServeHTTP(w, req)
+				close(done)
+			}()
+			time.Sleep(time.Minute) // virtual: the handler waits in its first write while the request runs to its end
+			if st := ts.Engine().Stats(); !st.Idle {
+				t.Fatalf("%s: the engine still runs the request", path)
+			}
+			close(w.release)
+			<-done
+			events := sseEvents(t, strings.Join(w.writes, ""))
+			if len(w.writes) != 2 || len(events) != 41 || !strings.HasSuffix(w.writes[1], "data: [DONE]\n\n") {
+				t.Fatalf("%s: %d writes of %d events, want the first event, then the other 39 and [DONE] in one write", path, len(w.writes), len(events))
+			}
 		}
 	})
 }

@@ -1,7 +1,10 @@
+//go:build unix
+
 package engine
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"sglmock/internal/cputime"
 	"sglmock/mockserver/profile"
 	"sglmock/mockserver/tokenizer"
 	"sglmock/radixcache"
@@ -31,7 +35,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 	s := newScheduler(p, false, slog.New(slog.DiscardHandler), 40)
 	var reqs []*req
 	for i := range 256 {
-		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, reuseCap: 100, seq: uint64(i)}
+		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, maxCached: 100, seq: uint64(i)}
 		r.hash = tokenizer.PromptHash(r.tokens)
 		r.stream = newStream(e, r)
 		s.enqueue(r)
@@ -59,7 +63,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 			}
 			for _, r := range reqs {
 				r.outputs = r.outputs[:1]
-				r.stream.events = r.stream.events[:0]
+				r.stream.events, r.stream.head = r.stream.events[:0], 0
 			}
 		}
 		b.StartTimer()
@@ -124,7 +128,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 // microseconds and the p99 ratio.
 func BenchmarkWakeLateness(b *testing.B) {
 	measure := func(spin time.Duration, n int) (p50, p99 float64) {
-		e := &Engine{speedup: 1, spin: spin, inbox: make(chan call), clock: systemClock{}, stop: make(chan struct{}), wallStart: time.Now()}
+		e := &Engine{speedup: 1, spin: spin, spinShare: maxSpinShare, inbox: make(chan call), clock: systemClock{}, stop: make(chan struct{}), wallStart: time.Now()}
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		late := make([]float64, 0, n)
@@ -146,4 +150,42 @@ func BenchmarkWakeLateness(b *testing.B) {
 	b.ReportMetric(spin50, "spin-p50-µs")
 	b.ReportMetric(spin99, "spin-p99-µs")
 	b.ReportMetric(spin99/max(plain99, 1), "x-plain-p99")
+}
+
+// BenchmarkSpinShare measures the CPU share of an engine at speedup 1000
+// decoding one long request (a 4 ms modelled round is 4 µs of wall time,
+// always within the spin window), with the spin bounded as the server runs
+// it against unbounded polling, in the same run: the share of a core the
+// process used while the request ran, and how late it ended on the wall.
+func BenchmarkSpinShare(b *testing.B) {
+	measure := func(share float64) (cpuShare, lateMs float64) {
+		e, err := New(Config{Profile: loadProfile(b, "default"), Speedup: 1000, SpinWindow: DefaultSpinWindow})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		e.do(func(*scheduler, time.Duration) { e.spinShare = share })
+		cpu, start := cputime.Of(b), time.Now()
+		st, err := e.Submit(Request{InputIDs: prompt(1, 10), MaxNewTokens: 20000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		last, _, err := st.Collect(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		wall := time.Since(start)
+		modelled := time.Duration(float64(last.Truth.E2E()) / 1000)
+		return float64(cputime.Of(b)-cpu) / float64(wall), float64(wall-modelled) / 1e6
+	}
+	var bounded, unbounded, boundedLate, unboundedLate float64
+	for b.Loop() {
+		unbounded, unboundedLate = measure(1)
+		bounded, boundedLate = measure(maxSpinShare)
+	}
+	b.ReportMetric(bounded, "cpu-share")
+	b.ReportMetric(unbounded, "unbounded-cpu-share")
+	b.ReportMetric(bounded/unbounded, "x-unbounded")
+	b.ReportMetric(boundedLate, "late-ms")
+	b.ReportMetric(unboundedLate, "unbounded-late-ms")
 }

@@ -100,7 +100,10 @@
 // client's measurement error, and never moves the ground truth. Costs are
 // rounded to whole nanoseconds once per iteration and added, so under
 // testing/synctest (speedup 1) a request's TTFT is exactly its modelled
-// prefill. In real time, SpinWindow makes wake-ups precise.
+// prefill. In real time, SpinWindow makes wake-ups precise: the loop polls
+// the clock for the last stretch of a wait, but for at most a quarter of
+// the wall time (maxSpinShare), so at a high speedup, where every wait is
+// that short, it sleeps through the rest instead of taking a core.
 //
 // # Reporting
 //

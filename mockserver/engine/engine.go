@@ -27,9 +27,15 @@ import (
 // two cores: the spinning goroutine competes with the handlers.
 const DefaultSpinWindow = time.Millisecond
 
+// maxSpinShare bounds the share of wall time the loop may spend polling:
+// at a high speedup every deadline is within the window, and an unbounded
+// poll would take a core for good. Past the share, the loop sleeps on its
+// timer and wakes a little late.
+const maxSpinShare = 0.25
+
 // Config configures an Engine.
 type Config struct {
-	// Profile is the modelled deployment. The engine does not modify it.
+	// Profile is the modelled deployment. The engine copies it.
 	Profile *profile.Profile
 	// Speedup runs this many simulated seconds per wall second; 0 means 1.
 	Speedup float64
@@ -39,8 +45,9 @@ type Config struct {
 	// SpinWindow is how long before each deadline the loop stops sleeping
 	// and polls the clock, for wake-ups precise to microseconds in real
 	// time (a plain timer wakes about 0.6 ms late here, 60 ms of simulated
-	// time at speedup 100). Leave it 0 under testing/synctest, whose
-	// timers fire exactly and whose clock a poll would never advance.
+	// time at speedup 100), within a quarter of the wall time. Leave it 0
+	// under testing/synctest, whose timers fire exactly and whose clock a
+	// poll would never advance.
 	SpinWindow time.Duration
 	// Clock tells the wall time; nil means the system clock. The engine
 	// reads it to stamp arrivals and calls, and to know when a modelled
@@ -96,6 +103,15 @@ type Engine struct {
 	wallStart time.Time
 	truths    *truthStore
 	arrivals  atomic.Uint64
+	// reached is the latest simulated time the loop has seen the wall
+	// clock pass: waiting for an earlier one needs no clock reading.
+	reached time.Duration
+	// spinShare bounds the loop's polling (maxSpinShare); spinCredit is
+	// the polling it may still do, earned at that share of the wall time
+	// since spinEarned.
+	spinShare  float64
+	spinCredit time.Duration
+	spinEarned time.Time
 
 	ridsMu sync.Mutex
 	rids   map[string]struct{} // active request ids, for the duplicate check
@@ -136,11 +152,15 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.TruthCapacity < 0 || cfg.TruthBytes < 0 {
 		return nil, fmt.Errorf("engine: truth bounds must be >= 0, got %d truths and %d bytes", cfg.TruthCapacity, cfg.TruthBytes)
 	}
+	// The engine keeps its own copy: a caller that changes its profile
+	// afterwards changes nothing here.
+	prof := cfg.Profile.Clone()
 	e := &Engine{
-		prof:      cfg.Profile,
+		prof:      prof,
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
-		s:         newScheduler(cfg.Profile, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
+		spinShare: maxSpinShare,
+		s:         newScheduler(prof, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
 		inbox:     make(chan call),
 		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
@@ -158,6 +178,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.truths.add(t.compact())
 	}
+	e.spinEarned = e.wallStart
 	go e.loop()
 	return e, nil
 }
@@ -171,7 +192,7 @@ func (e *Engine) Close() {
 	<-e.done
 }
 
-// Profile returns the engine's profile.
+// Profile returns the engine's copy of its profile: do not modify it.
 func (e *Engine) Profile() *profile.Profile { return e.prof }
 
 // Speedup returns the simulated seconds per wall second.
@@ -228,14 +249,14 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
-		internal: r.Internal,
-		seq:      seq,
-		rid:      r.RID,
-		ns:       r.Namespace,
-		tokens:   tokens,
-		hash:     tokenizer.PromptHash(tokens),
-		maxNew:   clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
-		reuseCap: len(tokens),
+		internal:  r.Internal,
+		seq:       seq,
+		rid:       r.RID,
+		ns:        r.Namespace,
+		tokens:    tokens,
+		hash:      tokenizer.PromptHash(tokens),
+		maxNew:    clipMaxNew(e.prof, len(tokens), r.MaxNewTokens),
+		maxCached: len(tokens),
 	}
 	for _, st := range r.Stop {
 		if st != "" { // an empty stop string would match before any output
@@ -253,7 +274,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.stopIDs = slices.Clone(r.StopTokenIDs)
 	}
 	if r.ReturnLogprob && r.LogprobStartLen >= 0 {
-		q.reuseCap = r.LogprobStartLen
+		q.maxCached = r.LogprobStartLen
 	}
 	if spec := e.prof.Speculative; spec != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
@@ -470,7 +491,7 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler, _ time.Duration) { s.abortAll() })
+	e.do(func(s *scheduler, _ time.Duration) { s.abortActive() })
 }
 
 // Flush empties the prefix cache when the engine is idle. With timeout > 0
@@ -560,7 +581,7 @@ func (e *Engine) loop() {
 // serveIdle runs a call that came while nothing runs: the idle engine's
 // clock moves to when it was asked.
 func (e *Engine) serveIdle(c call) {
-	e.s.now = max(e.s.now, c.at)
+	e.s.advance(c.at)
 	c.run(e.s, c.at)
 }
 
@@ -581,7 +602,7 @@ func (e *Engine) idle(timer *time.Timer) bool {
 	}
 	wait := e.wallAt(at).Sub(e.clock.Now())
 	if wait <= 0 {
-		s.now = max(s.now, at)
+		s.advance(at)
 		return true
 	}
 	timer.Reset(wait)
@@ -590,7 +611,7 @@ func (e *Engine) idle(timer *time.Timer) bool {
 		timer.Stop()
 		e.serveIdle(c)
 	case <-timer.C:
-		s.now = max(s.now, at)
+		s.advance(at)
 	case <-e.stop:
 		timer.Stop()
 		return false
@@ -602,19 +623,19 @@ func (e *Engine) idle(timer *time.Timer) bool {
 // returns false if the engine is closing.
 func (e *Engine) servePending() bool {
 	for {
+		// One case and a default: a receive that finds no sender takes no
+		// lock, which an engine that never waits does every iteration.
 		select {
 		case c := <-e.inbox:
 			c.run(e.s, c.at)
-		case <-e.stop:
-			return false
 		default:
-			return true
+			return !e.closing.Load()
 		}
 	}
 }
 
 func (e *Engine) shutdown() {
-	e.s.abortAll()
+	e.s.abortActive()
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil
 		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))
@@ -622,18 +643,32 @@ func (e *Engine) shutdown() {
 }
 
 // waitUntil serves calls until the wall clock reaches simulated time sim.
-// It sleeps on a timer to SpinWindow before the deadline, then polls. An
-// engine that runs behind the wall clock (a host too slow for the speedup)
-// does not wait, but still serves the calls already waiting, once per
-// iteration. It returns false if the engine is closing.
+// It sleeps on a timer to SpinWindow before the deadline, then polls, as
+// long as its polling stays within maxSpinShare of the wall time; past
+// that it sleeps to the deadline. An engine that runs behind the wall
+// clock (a host too slow for the speedup) does not wait, but still serves
+// the calls already waiting, once per iteration. It returns false if the
+// engine is closing.
 func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
+	if sim <= e.reached {
+		return e.servePending() // the wall clock is past it already
+	}
 	deadline := e.wallAt(sim)
+	polling := false
 	for {
-		remaining := deadline.Sub(e.clock.Now())
+		now := e.clock.Now()
+		remaining := deadline.Sub(now)
 		if remaining <= 0 {
+			e.reached = sim
 			return e.servePending()
 		}
-		if sleep := remaining - e.spin; sleep > 0 {
+		sleep := remaining - e.spin
+		if sleep <= 0 && !polling {
+			if polling = e.mayPoll(now, remaining); !polling {
+				sleep = remaining
+			}
+		}
+		if sleep > 0 {
 			timer.Reset(sleep)
 			select {
 			case c := <-e.inbox:
@@ -651,4 +686,19 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 		}
 		runtime.Gosched()
 	}
+}
+
+// mayPoll reports whether the loop may poll the clock for the remaining
+// wait, and if so charges it to the spin credit. The credit grows at
+// spinShare of the wall time, up to ten windows, so polling takes at most
+// that share of a core however short the waits.
+func (e *Engine) mayPoll(now time.Time, remaining time.Duration) bool {
+	earned := time.Duration(float64(now.Sub(e.spinEarned)) * e.spinShare)
+	e.spinCredit = min(e.spinCredit+earned, 10*e.spin)
+	e.spinEarned = now
+	if e.spinCredit < remaining {
+		return false
+	}
+	e.spinCredit -= remaining
+	return true
 }

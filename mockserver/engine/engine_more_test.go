@@ -484,3 +484,57 @@ func TestZeroCostEngineServesItsInbox(t *testing.T) {
 		checkDrained(t, e)
 	})
 }
+
+// The loop polls for a wait only while its polling stays within
+// maxSpinShare of the wall time (plus a credit of ten windows): at a
+// speedup where every wait is within the window, it polls for a quarter
+// of them and sleeps through the rest.
+func TestPollingIsBounded(t *testing.T) {
+	start := time.Unix(1000, 0)
+	e := &Engine{spin: time.Millisecond, spinShare: maxSpinShare, spinEarned: start}
+	if e.mayPoll(start, time.Microsecond) {
+		t.Fatal("polled with no credit earned")
+	}
+	if !e.mayPoll(start.Add(4*time.Millisecond), time.Millisecond) || e.spinCredit != 0 {
+		t.Fatalf("after 4 ms: got no poll or credit %v, want a 1 ms poll and no credit left", e.spinCredit)
+	}
+	if e.mayPoll(start.Add(5*time.Millisecond), 300*time.Microsecond) {
+		t.Fatal("polled 300 µs on 250 µs of credit")
+	}
+	e.mayPoll(start.Add(time.Hour), time.Hour)
+	if e.spinCredit != 10*time.Millisecond {
+		t.Fatalf("credit after an hour: got %v, want the cap of ten windows", e.spinCredit)
+	}
+	// Waits of 40 µs back to back for a wall second: polled at most a
+	// quarter of it, plus the cap.
+	e = &Engine{spin: time.Millisecond, spinShare: maxSpinShare, spinEarned: start}
+	var polled time.Duration
+	for now := start; now.Before(start.Add(time.Second)); now = now.Add(40 * time.Microsecond) {
+		if e.mayPoll(now, 40*time.Microsecond) {
+			polled += 40 * time.Microsecond
+		}
+	}
+	if limit := time.Second/4 + 10*time.Millisecond; polled > limit || polled < time.Second/4-time.Millisecond {
+		t.Fatalf("polled %v of a wall second, want about a quarter (at most %v)", polled, limit)
+	}
+}
+
+// The engine keeps its own copy of the profile: changing the caller's
+// afterwards changes no modelled time.
+func TestEngineCopiesItsProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		want := profile.Duration(p.PrefillChunkSeconds(0, 10))
+		p.Prefill.OverheadS *= 100
+		p.MaxRunningRequests = 0
+		if e.Profile() == p {
+			t.Fatal("the engine returns the caller's profile, want its own copy")
+		}
+		last, took := run(t, e, Request{InputIDs: prompt(2, 10), MaxNewTokens: 1})
+		if took != want || last.Truth.TTFT() != want {
+			t.Fatalf("TTFT after the caller changed its profile: got %v (%v), want the original %v", took, last.Truth.TTFT(), want)
+		}
+	})
+}

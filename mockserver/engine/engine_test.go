@@ -17,7 +17,7 @@ import (
 	"sglmock/mockserver/tokenizer"
 )
 
-func loadProfile(t *testing.T, name string) *profile.Profile {
+func loadProfile(t testing.TB, name string) *profile.Profile {
 	t.Helper()
 	p, err := profile.Load(name)
 	if err != nil {
@@ -254,7 +254,7 @@ func TestFlushRightAfterAResponse(t *testing.T) {
 		settled := last.Truth.Finished + 50*time.Millisecond
 		hist := e.FlushHistory()
 		if len(hist) != 2 || hist[0].Answered != last.Truth.Finished || hist[1].At != last.Truth.Finished+10*time.Millisecond ||
-			hist[1].Answered != settled || hist[1].Outcome != "flushed" {
+			hist[1].Answered != settled || hist[1].Err != nil {
 			t.Fatalf("flush history %+v, want a refusal at %v and a flush asked 10 ms later, answered at %v",
 				hist, last.Truth.Finished, settled)
 		}
@@ -306,13 +306,13 @@ func TestFlushRules(t *testing.T) {
 		if st.CacheTokens != 0 || st.KVUsed != 0 {
 			t.Fatalf("after the flush: %d cached tokens, %d KV used, want 0 and 0", st.CacheTokens, st.KVUsed)
 		}
-		var outcomes []string
+		var outcomes []error
 		for _, f := range e.FlushHistory() {
-			outcomes = append(outcomes, f.Outcome)
+			outcomes = append(outcomes, f.Err)
 		}
-		want := []string{ErrFlushBusy.Error(), ErrFlushTimeout.Error(), ErrFlushInProgress.Error(), ErrFlushInProgress.Error(), "flushed"}
+		want := []error{ErrFlushBusy, ErrFlushTimeout, ErrFlushInProgress, ErrFlushInProgress, nil}
 		if !slices.Equal(outcomes, want) {
-			t.Fatalf("flush history: got %q, want %q", outcomes, want)
+			t.Fatalf("flush history: got %v, want %v", outcomes, want)
 		}
 	})
 }
@@ -442,6 +442,9 @@ func TestStopConditions(t *testing.T) {
 		wantTokens := len(tokenizer.Encode(nil, text[:strings.Index(text, stop)+len(stop)]))
 		if byStr.Finish.Reason != FinishStop || *byStr.Finish.MatchedString != stop || byStr.CompletionTokens != wantTokens {
 			t.Fatalf("stop string %q: got %+v after %d tokens, want %d", stop, byStr.Finish, byStr.CompletionTokens, wantTokens)
+		}
+		if got, want := byStr.Finish.MatchedAt, strings.Index(text, stop); got != want {
+			t.Fatalf("stop string %q matched at byte %d of the output, want %d", stop, got, want)
 		}
 		// An empty stop string matches nothing.
 		empty, _ := run(t, e, Request{RID: "empty", InputIDs: ids, MaxNewTokens: 5, Stop: []string{""}})
@@ -788,5 +791,33 @@ func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
 		}
 		checkDrained(t, e)
+	})
+}
+
+// TryNext hands out the events already queued, in order, without waiting,
+// and reports false when none is.
+func TestStreamTryNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		st := submit(t, e, Request{InputIDs: prompt(4, 10), MaxNewTokens: 3})
+		if ev, ok := st.TryNext(); ok {
+			t.Fatalf("before prefill: got %+v, want no event", ev)
+		}
+		time.Sleep(time.Second) // virtual: the request runs to its end
+		var got []int
+		for {
+			ev, ok := st.TryNext()
+			if !ok {
+				break
+			}
+			got = append(got, ev.CompletionTokens)
+		}
+		if !slices.Equal(got, []int{1, 2, 3}) {
+			t.Fatalf("queued events: got completion tokens %v, want [1 2 3]", got)
+		}
+		if _, err := st.Next(context.Background()); err != io.EOF {
+			t.Fatalf("after the last event: got %v, want io.EOF", err)
+		}
 	})
 }

@@ -56,18 +56,18 @@ type prefillLog struct {
 // retraction. running is the decoding batch before this one joins it.
 func (s *scheduler) recordPrefill(it *iteration, running int) prefillLog {
 	l := prefillLog{running: running, queued: len(s.waiting), pending: it.pending, usage: s.tokenUsage()}
-	effectiveNew, effectiveHit := 0, 0
+	effectiveNew, effectiveCached := 0, 0
 	for _, c := range it.prefill {
-		hit := 0
+		cached := 0
 		if c.newAdmit {
 			l.newSeq++
-			hit = c.prefix // the prefix it matched when admitted
+			cached = c.prefix // what it took from the cache when admitted
 		}
-		l.newTokens += c.m
-		l.cachedTokens += hit
+		l.newTokens += c.tokens
+		l.cachedTokens += cached
 		if c.r.truth.Retractions == 0 {
-			effectiveNew += c.m
-			effectiveHit += hit
+			effectiveNew += c.tokens
+			effectiveCached += cached
 		}
 	}
 	rep := &s.report
@@ -79,8 +79,8 @@ func (s *scheduler) recordPrefill(it *iteration, running int) prefillLog {
 	rep.lastPrefillLog = s.now
 	l.inputThroughput = rep.lastInputThroughput
 	rep.cacheHitRate = 0
-	if total := effectiveNew + effectiveHit; total > 0 {
-		rep.cacheHitRate = float64(effectiveHit) / float64(total)
+	if total := effectiveNew + effectiveCached; total > 0 {
+		rep.cacheHitRate = float64(effectiveCached) / float64(total)
 	}
 	return l
 }

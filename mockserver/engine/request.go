@@ -53,6 +53,9 @@ type Finish struct {
 	// MatchedToken or MatchedString is what stopped a FinishStop request.
 	MatchedToken  *int32
 	MatchedString *string
+	// MatchedAt is the byte offset in the output's text at which
+	// MatchedString begins: where SGLang's detokenizer trims the text.
+	MatchedAt int
 	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
 	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
@@ -165,7 +168,8 @@ func (t *Truth) QueueTime() time.Duration { return t.Admitted - t.Arrival }
 func (t *Truth) Scheduled() bool { return len(t.Prefill) > 0 }
 
 // Stream delivers one request's events. Its mailbox is unbounded so a slow
-// reader never stalls the engine.
+// reader never stalls the engine; a reader that keeps up reuses the same
+// few slots.
 type Stream struct {
 	rid          string
 	promptTokens int
@@ -173,17 +177,16 @@ type Stream struct {
 	req          *req
 
 	mu       sync.Mutex
-	events   []Event
-	ended    bool // the last event has been queued
-	onlyLast bool // Collect waits: wake the reader for the last event only
+	events   []Event // queued from head on
+	head     int
+	ended    bool  // the last event has been queued
+	final    Event // the last event, once ended
+	onlyLast bool  // Collect waits: only the last event is kept and wakes the reader
 	notify   chan struct{}
 }
 
 func newStream(e *Engine, r *req) *Stream {
-	return &Stream{
-		rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1),
-		events: make([]Event, 0, min(r.maxNew+1, 32)),
-	}
+	return &Stream{rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1)}
 }
 
 // RID is the request's id.
@@ -192,19 +195,29 @@ func (s *Stream) RID() string { return s.rid }
 // PromptTokens is the number of prompt tokens after tokenization.
 func (s *Stream) PromptTokens() int { return s.promptTokens }
 
+// pop takes the next queued event; s.mu is held.
+func (s *Stream) pop() (Event, bool) {
+	if s.head == len(s.events) {
+		return Event{}, false
+	}
+	ev := s.events[s.head]
+	s.events[s.head] = Event{}
+	if s.head++; s.head == len(s.events) {
+		s.events, s.head = s.events[:0], 0
+	}
+	return ev, true
+}
+
 // Next returns the next event, io.EOF after the last one, or ctx's error.
 func (s *Stream) Next(ctx context.Context) (Event, error) {
 	for {
 		s.mu.Lock()
-		if len(s.events) > 0 {
-			ev := s.events[0]
-			s.events[0] = Event{}
-			s.events = s.events[1:]
-			s.mu.Unlock()
-			return ev, nil
-		}
+		ev, ok := s.pop()
 		ended := s.ended
 		s.mu.Unlock()
+		if ok {
+			return ev, nil
+		}
 		if ended {
 			return Event{}, io.EOF
 		}
@@ -214,6 +227,14 @@ func (s *Stream) Next(ctx context.Context) (Event, error) {
 			return Event{}, ctx.Err()
 		}
 	}
+}
+
+// TryNext returns the next event if one is queued, without waiting; ok is
+// false when none is (after the last event, always).
+func (s *Stream) TryNext() (ev Event, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pop()
 }
 
 // Abort asks the engine to abort the request: it leaves the queue, or its KV
@@ -230,56 +251,66 @@ func (s *Stream) Disconnect(streaming bool) {
 	s.engine.do(func(sc *scheduler, at time.Duration) { sc.disconnect(s.req, at, streaming) })
 }
 
-// Collect waits for the last event and returns every event not yet read,
-// waking once rather than per event. It returns ctx's error if ctx ends
-// first.
-func (s *Stream) Collect(ctx context.Context) ([]Event, error) {
+// Collect waits for the request's end and returns its last event and its
+// whole output, every token in order, waking once rather than per event;
+// the events before the last are not kept. It returns ctx's error if ctx
+// ends first. The output is the engine's: do not modify it.
+func (s *Stream) Collect(ctx context.Context) (last Event, output []int32, err error) {
 	s.mu.Lock()
 	s.onlyLast = true
 	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		if s.ended {
-			evs := s.events
-			s.events = nil
+			last = s.final
+			s.events, s.head = nil, 0
 			s.mu.Unlock()
-			return evs, nil
+			// The engine appends to outputs no more once the request ended,
+			// which the lock has ordered before this read.
+			out := s.req.outputs
+			return last, out[:len(out):len(out)], nil
 		}
 		s.mu.Unlock()
 		select {
 		case <-s.notify:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return Event{}, nil, ctx.Err()
 		}
 	}
 }
 
 func (s *Stream) push(ev Event) {
 	s.mu.Lock()
-	s.events = append(s.events, ev)
-	if ev.Finish != nil {
-		s.ended = true
-	}
-	quiet := s.onlyLast && !s.ended
-	s.mu.Unlock()
-	if quiet {
+	if s.onlyLast && ev.Finish == nil {
+		s.mu.Unlock()
 		return
 	}
+	s.events = append(s.events, ev)
+	if ev.Finish != nil {
+		s.ended, s.final = true, ev
+	}
+	s.mu.Unlock()
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
 }
 
-// Errors from Submit and Flush.
+// Errors from Submit and Flush. The HTTP layer answers each flush outcome
+// with SGLang's text (api's flushMessage).
 var (
-	ErrClosed          = errors.New("engine: closed")
-	ErrFlushBusy       = errors.New("Cache not flushed because there are pending requests.")
-	ErrFlushTimeout    = errors.New("Timed out waiting for idle state.")
-	ErrFlushInProgress = errors.New("Another flush_cache is already in progress.")
+	ErrClosed = errors.New("engine: closed")
+	// ErrFlushBusy: a flush that may not wait found requests queued or
+	// running.
+	ErrFlushBusy = errors.New("engine: flush refused: the server is busy")
 	// ErrFlushSettling is ErrFlushBusy when nothing is queued or running
-	// but the last iteration that finished a request has not settled.
-	ErrFlushSettling = fmt.Errorf("%w (The last batch is still settling: flush_busy_after_finish_s.)", ErrFlushBusy)
+	// but the last iteration that finished a request has not settled
+	// (flush_busy_after_finish_s).
+	ErrFlushSettling = fmt.Errorf("%w: the last batch is settling", ErrFlushBusy)
+	// ErrFlushTimeout: a flush that waited for idle reached its deadline.
+	ErrFlushTimeout = errors.New("engine: flush timed out waiting for idle")
+	// ErrFlushInProgress: another flush is waiting for idle.
+	ErrFlushInProgress = errors.New("engine: another flush is waiting")
 )
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;

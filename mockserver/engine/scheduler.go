@@ -1,11 +1,8 @@
 package engine
 
 import (
-	"cmp"
-	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -18,17 +15,17 @@ import (
 
 // req is a request inside the scheduler.
 type req struct {
-	rid, ns  string
-	tokens   []int32
-	hash     uint64 // tokenizer.PromptHash(tokens): picks the output words
-	maxNew   int
-	stopIDs  []int32 // honoured unless ignore_eos, as in SGLang
-	stop     []string
-	maxStop  int // longest stop string
-	reuseCap int // longest prefix it may take from the cache
-	stream   *Stream
-	internal bool       // kept out of Counters
-	rng      *rand.Rand // speculative acceptance draws, this request's alone
+	rid, ns   string
+	tokens    []int32
+	hash      uint64 // tokenizer.PromptHash(tokens): picks the output words
+	maxNew    int
+	stopIDs   []int32 // honoured unless ignore_eos, as in SGLang
+	stop      []string
+	maxStop   int // longest stop string
+	maxCached int // the most prompt tokens it may take from the cache
+	stream    *Stream
+	internal  bool       // kept out of Counters
+	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64                   // arrival order
 	node     *radixcache.Node[string] // the cache node it holds locked
@@ -61,8 +58,8 @@ func (r *req) seqKV() int {
 // chunk is one request's share of a prefill batch.
 type chunk struct {
 	r        *req
-	prefix   int
-	m        int
+	prefix   int // tokens of its sequence already in KV
+	tokens   int // tokens it computes
 	cost     time.Duration
 	newAdmit bool
 }
@@ -84,31 +81,6 @@ type iteration struct {
 }
 
 func (it *iteration) end() time.Duration { return it.start + it.dur }
-
-// FlushRecord is one /flush_cache call and its outcome.
-type FlushRecord struct {
-	At       time.Duration // when it was asked, simulated
-	Timeout  time.Duration
-	Answered time.Duration // when it was answered, simulated
-	Outcome  string        // "flushed", or the error text
-	Queued   int           // requests queued when asked
-	Running  int           // requests running when asked
-	// Origin says who asked (the HTTP layer gives the client's address).
-	Origin string
-	// Pending marks the flush still parked, waiting for the server to be
-	// idle or its deadline: it has no Answered or Outcome yet.
-	Pending bool
-	// ClientLeft is set when the caller stopped waiting before the answer,
-	// at ClientLeftAt: as in SGLang, the parked flush still runs.
-	ClientLeft   bool
-	ClientLeftAt time.Duration
-}
-
-type pendingFlush struct {
-	record   FlushRecord
-	deadline time.Duration
-	reply    chan error
-}
 
 // scheduler is SGLang's scheduler on a modelled clock. It is not safe for
 // concurrent use: the engine loop owns it.
@@ -134,23 +106,11 @@ type scheduler struct {
 	batchFull   bool // no prefill until a request finishes or is retracted
 	onFinish    func(*Truth)
 	counters    Counters
-	chunkBuf    []chunk // reused: one iteration is in flight at a time
-	gainBuf     []gain
-	seqBuf      []int32 // builds prompt+output for the finish insert
-	report      reporter
+	// Reused: one iteration is planned or in flight at a time.
+	prefillIt, decodeIt iteration
+	seqBuf              []int32 // builds prompt+output for the finish insert
+	report              reporter
 }
-
-// Counters are cumulative since the engine started; a flush does not reset
-// them (they feed Prometheus counters, which only grow).
-type Counters struct {
-	Requests         int64 // finished, aborts included
-	Aborted          int64
-	PromptTokens     int64
-	CachedTokens     int64
-	GenerationTokens int64
-}
-
-const maxFlushRecords = 1000
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
 // profile's seed: one draw per iteration, in order.
@@ -178,6 +138,10 @@ func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logIn
 	}
 	return s
 }
+
+// advance moves the modelled clock of an idle scheduler to time at, when
+// a call or a wake-up comes later than it; it never goes back.
+func (s *scheduler) advance(at time.Duration) { s.now = max(s.now, at) }
 
 func (s *scheduler) capacity() int { return s.prof.MaxTotalTokens }
 
@@ -287,8 +251,8 @@ func (s *scheduler) planPrefill() *iteration {
 	budget, chunking := s.prof.ChunkBudget()
 	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
-	it := &iteration{start: s.now, prefill: s.chunkBuf[:0]}
-	defer func() { s.chunkBuf = it.prefill[:0] }()
+	it := &s.prefillIt
+	*it = iteration{start: s.now, prefill: it.prefill[:0]}
 	b := s.newPrefillBudget()
 	if r := s.chunked; r != nil {
 		// The chunked request must progress: its chunk is bounded by what
@@ -304,7 +268,7 @@ func (s *scheduler) planPrefill() *iteration {
 			expected = r.expectedNew()
 		}
 		b.reserve(m, expected)
-		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m})
+		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m})
 		it.kv += m
 		budget -= b.ceilPage(m)
 		remInput -= b.ceilPage(m)
@@ -350,7 +314,7 @@ func (s *scheduler) planPrefill() *iteration {
 			r.truth.Admitted = s.now
 		}
 		b.reserve(m, expected)
-		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, m: m, newAdmit: true})
+		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m, newAdmit: true})
 		it.kv += m
 		budget -= b.ceilPage(m)
 		remInput -= b.ceilPage(m)
@@ -370,7 +334,7 @@ func (s *scheduler) planPrefill() *iteration {
 	var total float64
 	for i := range it.prefill {
 		c := &it.prefill[i]
-		secs := s.prof.PrefillChunkSeconds(c.prefix, c.m)
+		secs := s.prof.PrefillChunkSeconds(c.prefix, c.tokens)
 		c.cost = profile.Duration(secs)
 		total += secs
 	}
@@ -391,7 +355,7 @@ func (s *scheduler) pendingTokens(it *iteration) int {
 	if r := s.chunked; r != nil {
 		for _, c := range it.prefill {
 			if c.r == r {
-				n += r.remainingFill() - c.m
+				n += r.remainingFill() - c.tokens
 			}
 		}
 	}
@@ -408,17 +372,17 @@ func (s *scheduler) admit(r *req) {
 	// no more than logprob_start_len; the tree floors the key to pages and,
 	// under bigram keys, matches one unit fewer.
 	fill := r.fill()
-	limit := min(len(fill)-1, r.reuseCap)
-	matched, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
+	limit := min(len(fill)-1, r.maxCached)
+	cached, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.kvLen = node, matched
+	r.node, r.kvLen = node, cached
 	if r.truth.Retractions == 0 {
 		// A retracted request's hits are never cached tokens again
 		// (SGLang's retracted_stain).
-		r.cached = matched
-		r.truth.CachedTokens = matched
+		r.cached = cached
+		r.truth.CachedTokens = cached
 		r.truth.ReusedFrom = node.Value()
 	}
 }
@@ -457,8 +421,8 @@ func (s *scheduler) planDecode() *iteration {
 		s.retractDecode()
 		s.batchFull = false
 	}
-	it := &iteration{start: s.now, decode: s.gainBuf[:0]}
-	defer func() { s.gainBuf = it.decode[:0] }()
+	it := &s.decodeIt
+	*it = iteration{start: s.now, decode: it.decode[:0]}
 	ctx := 0
 	for _, r := range s.running {
 		n := min(s.drawAccept(r), r.maxNew-len(r.outputs))
@@ -513,9 +477,9 @@ func (s *scheduler) completePrefill(it *iteration) {
 	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
 	for _, c := range it.prefill {
 		r := c.r
-		r.kvLen += c.m
+		r.kvLen += c.tokens
 		r.truth.Prefill = append(r.truth.Prefill, ChunkRecord{
-			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.m, Batch: len(it.prefill),
+			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
 		})
 		s.cacheUnfinished(r)
 		if r.remainingFill() > 0 {
@@ -534,7 +498,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 			if r.abortMsg != "" {
 				fin = Finish{Reason: FinishAbort, Message: r.abortMsg}
 			}
-			s.finish(r, fin, nil)
+			s.finish(r, fin, nil, s.now)
 			continue
 		}
 		s.emit(r, 1)
@@ -612,7 +576,7 @@ func (s *scheduler) emit(r *req, n int) {
 		s.counters.GenerationTokens += int64(added)
 	}
 	if fin != nil {
-		s.finish(r, *fin, r.outputs[start:])
+		s.finish(r, *fin, r.outputs[start:], s.now)
 		return
 	}
 	r.stream.push(Event{
@@ -645,20 +609,23 @@ func (s *scheduler) checkFinished(r *req) *Finish {
 	if len(r.stop) > 0 {
 		before := len(r.text)
 		r.text = tokenizer.AppendDecode(r.text, last)
-		tail := string(r.text[max(0, before-r.maxStop+1):])
+		// A stop string that ends in this token starts in the tail; none
+		// ended earlier, so its first occurrence in the text is here.
+		from := max(0, before-r.maxStop+1)
+		tail := string(r.text[from:])
 		for _, st := range r.stop {
-			if strings.Contains(tail, st) {
-				return &Finish{Reason: FinishStop, MatchedString: &st}
+			if i := strings.Index(tail, st); i >= 0 {
+				return &Finish{Reason: FinishStop, MatchedString: &st, MatchedAt: from + i}
 			}
 		}
 	}
 	return nil
 }
 
-// finish ends r: its committed KV goes into the cache (SGLang's
+// finish ends r at time at: its committed KV goes into the cache (SGLang's
 // cache_finished_req: prompt and outputs but the last token), its lock and
 // private KV are released, and the last event carries the truth.
-func (s *scheduler) finish(r *req, fin Finish, last []int32) {
+func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 	if r.done {
 		return
 	}
@@ -669,7 +636,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	if len(r.truth.Prefill) > 0 {
 		// The request was in a batch: the server settles only after it,
 		// and the batch has room again.
-		s.settledAt = max(s.settledAt, s.now+s.prof.FlushBusyAfterFinish())
+		s.settledAt = max(s.settledAt, at+s.prof.FlushBusyAfterFinish())
 		s.batchFull = false
 	}
 	if s.tree != nil && r.admitted() {
@@ -685,9 +652,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 	delete(s.active, r.rid)
 
 	r.truth.CompletionTokens = len(r.outputs)
-	r.truth.Finished = s.now
+	r.truth.Finished = at
 	if !r.truth.Scheduled() {
-		r.truth.Admitted = s.now // it leaves the queue now, aborted
+		r.truth.Admitted = at // it leaves the queue now, aborted
 	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
@@ -699,190 +666,30 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32) {
 			s.counters.Aborted++
 		}
 	}
-	truth := r.truth
+	// The request is done: nothing changes its truth from here on, so the
+	// last event shares it.
+	truth := &r.truth
 	ev := Event{
 		Tokens:           last,
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
-		At:               s.now,
+		At:               at,
 		Finish:           &fin,
-		Truth:            &truth,
+		Truth:            truth,
 	}
 	if s.prof.Speculative != nil && r.spec.VerifyCt > 0 {
 		spec := r.spec
 		ev.Spec = &spec
 	}
 	if s.onFinish != nil {
-		s.onFinish(&truth)
+		s.onFinish(truth)
 	}
 	r.stream.push(ev)
 }
 
 func (r *req) admitted() bool { return r.node != nil }
-
-// requestAbort aborts r now if it only waits, else when the step in flight
-// ends; at is when it was asked.
-func (s *scheduler) requestAbort(r *req, at time.Duration) {
-	if r.done || s.active[r.rid] != r {
-		return
-	}
-	if r.abortMsg == "" {
-		r.abortMsg = AbortedMessage
-		s.aborts++
-	}
-	if s.inflight == nil || !r.inFlight(s.inflight) {
-		// Finished now, between boundaries: stamp it with its own time.
-		boundary := s.now
-		s.now = max(s.now, at)
-		s.finishAborted(r)
-		s.now = boundary
-		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
-	}
-}
-
-// finishAborted finishes r with its abort: a request still in the waiting
-// queue gets SGLang's waiting-queue answer.
-func (s *scheduler) finishAborted(r *req) {
-	if slices.Contains(s.waiting, r) {
-		s.finish(r, Finish{Reason: FinishAbort, Message: WaitingQueueMessage, InWaitingQueue: true}, nil)
-		return
-	}
-	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil)
-}
-
-func (r *req) inFlight(it *iteration) bool {
-	for _, c := range it.prefill {
-		if c.r == r {
-			return true
-		}
-	}
-	for _, g := range it.decode {
-		if g.r == r {
-			return true
-		}
-	}
-	return false
-}
-
-// reapAborted finishes every request with an abort pending, in arrival
-// order so that their cache inserts, and so eviction order, are
-// deterministic.
-func (s *scheduler) reapAborted() {
-	if s.aborts == 0 {
-		return
-	}
-	var aborted []*req
-	for _, r := range s.active {
-		if r.abortMsg != "" {
-			aborted = append(aborted, r)
-		}
-	}
-	slices.SortFunc(aborted, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
-	for _, r := range aborted {
-		s.finishAborted(r)
-	}
-	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
-}
-
-func (s *scheduler) abortAll() {
-	for _, r := range s.active {
-		if r.abortMsg == "" {
-			r.abortMsg = AbortedMessage
-			s.aborts++
-		}
-	}
-	if s.inflight == nil {
-		s.reapAborted()
-	}
-}
-
-// requestFlush answers a /flush_cache in SGLang's order (its
-// SchedulerFlushWrapper): a parked flush refuses every new one; a flush that
-// may not wait flushes if the server is idle and fails if not; otherwise an
-// idle server flushes at once and a busy one parks the flush until it is
-// idle or its deadline passes.
-func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, reply chan error) {
-	now := max(s.now, at)
-	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running), Origin: origin}
-	if s.chunked != nil {
-		rec.Running++
-	}
-	switch {
-	case s.flush != nil:
-		s.answerFlush(rec, ErrFlushInProgress, reply, now)
-	case s.flushIdle(now):
-		s.doFlush()
-		s.answerFlush(rec, nil, reply, now)
-	case timeout <= 0 && s.idle():
-		s.answerFlush(rec, ErrFlushSettling, reply, now)
-	case timeout <= 0:
-		s.answerFlush(rec, ErrFlushBusy, reply, now)
-		s.log.Warn(fmt.Sprintf("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d", rec.Queued, rec.Running))
-	default:
-		// The deadline saturates: a timeout of ages waits for idle.
-		deadline := now + min(timeout, math.MaxInt64-now)
-		s.flush = &pendingFlush{record: rec, deadline: deadline, reply: reply}
-	}
-}
-
-// flushClientLeft records that the caller waiting on the parked flush
-// whose answer goes to reply stopped waiting at time at. The flush stays
-// parked, as SGLang's scheduler keeps it, and runs once the server is idle.
-func (s *scheduler) flushClientLeft(reply chan error, at time.Duration) {
-	if f := s.flush; f != nil && f.reply == reply && !f.record.ClientLeft {
-		f.record.ClientLeft, f.record.ClientLeftAt = true, max(s.now, at)
-		s.log.Warn(fmt.Sprintf("The client of a deferred flush_cache (%s, asked at %.3f s) left at %.3f s; "+
-			"the flush stays pending and runs when the server is idle.", f.record.Origin, f.record.At.Seconds(), f.record.ClientLeftAt.Seconds()))
-	}
-}
-
-// flushIdle is SGLang's is_fully_idle as a flush sees it at time now:
-// nothing queued, running or in flight, and the last iteration that
-// finished a request has settled (flush_busy_after_finish_s).
-func (s *scheduler) flushIdle(now time.Duration) bool {
-	return s.idle() && now >= s.settledAt
-}
-
-// serviceFlush runs at every iteration boundary, and when an idle engine
-// wakes for a parked flush.
-func (s *scheduler) serviceFlush() {
-	f := s.flush
-	if f == nil {
-		return
-	}
-	switch {
-	case s.flushIdle(s.now):
-		s.flush = nil
-		s.doFlush()
-		s.log.Info(fmt.Sprintf("Deferred flush_cache (%s, asked at %.3f s%s) ran at %.3f s.",
-			f.record.Origin, f.record.At.Seconds(), clientNote(f.record), s.now.Seconds()))
-		s.answerFlush(f.record, nil, f.reply, s.now)
-	case s.now >= f.deadline:
-		s.flush = nil
-		s.log.Warn("Deferred flush_cache timed out while waiting for idle state.")
-		s.answerFlush(f.record, ErrFlushTimeout, f.reply, s.now)
-	}
-}
-
-func clientNote(r FlushRecord) string {
-	if !r.ClientLeft {
-		return ""
-	}
-	return fmt.Sprintf(", its client gone since %.3f s", r.ClientLeftAt.Seconds())
-}
-
-// flushHistory is the answered flushes, oldest first, then the parked one.
-func (s *scheduler) flushHistory() []FlushRecord {
-	out := slices.Clone(s.flushes)
-	if f := s.flush; f != nil {
-		rec := f.record
-		rec.Pending = true
-		out = append(out, rec)
-	}
-	return out
-}
 
 // wake is when an engine with nothing to run must look again: a parked
 // flush succeeds when the server settles, or times out at its deadline; an
@@ -899,103 +706,6 @@ func (s *scheduler) wake() (time.Duration, bool) {
 		}
 	}
 	return at, due
-}
-
-func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at time.Duration) {
-	rec.Answered = at
-	rec.Outcome = "flushed"
-	if err != nil {
-		rec.Outcome = err.Error()
-	}
-	if len(s.flushes) == maxFlushRecords {
-		s.flushes = slices.Delete(s.flushes, 0, 1)
-	}
-	s.flushes = append(s.flushes, rec)
-	reply <- err
-}
-
-// doFlush resets the cache and what SGLang's flush resets (reset_metrics):
-// the decode-batch count and the speculative totals. Lifetime counters, the
-// last throughput and the cache hit rate stay.
-func (s *scheduler) doFlush() {
-	if s.tree != nil {
-		s.tree.Reset()
-	}
-	s.report.resetOnFlush()
-	s.log.Info("Cache flushed successfully!")
-}
-
-// Stats is a snapshot of the engine's state.
-type Stats struct {
-	Counters
-	Now     time.Duration // simulated time since start
-	Running int           // decoding or prefilling
-	Queued  int
-	// Prefilling counts the request being prefilled in chunks (one of
-	// Running, outside SGLang's running batch); ChunkedPending is its
-	// prompt tokens not yet prefilled.
-	Prefilling, ChunkedPending int
-	// QueuedTokens sums the queued requests' tokens (SGLang's seqlen).
-	QueuedTokens int
-	// KV pool, in tokens. KVUsed is SGLang's num_used_tokens: the pool less
-	// the free slots (KVFree) and the evictable cache (CacheEvictable),
-	// so a cache that no request holds is not used.
-	KVUsed, KVFree, KVCapacity int
-	// Radix cache, in tokens.
-	CacheTokens, CacheEvictable, CacheProtected int
-	// LastGenThroughput is the decode tokens/s over the last decode-log
-	// interval (SGLang's last_gen_throughput; a flush keeps it).
-	LastGenThroughput float64
-	// LastCacheHitRate is cached/(cached+new) of the last prefill batch,
-	// requests prefilled again after a retraction left out; a decode log
-	// zeroes it, as SGLang's cache_hit_rate gauge.
-	LastCacheHitRate float64
-	// SpecRounds and AvgSpecAcceptLength are the speculative totals SGLang
-	// folds in at each decode log since start or the last flush, as
-	// /server_info reports them; AvgSpecAcceptLength means nothing while
-	// SpecRounds is 0.
-	SpecRounds          int64
-	AvgSpecAcceptLength float64
-	// SpecAcceptLength and SpecAcceptRate are the last decode-log
-	// interval's (SGLang's spec_accept_length and spec_accept_rate gauges).
-	SpecAcceptLength, SpecAcceptRate float64
-	Idle                             bool
-}
-
-func (s *scheduler) stats() Stats {
-	ts := s.treeStats()
-	running := len(s.running)
-	prefilling, chunkedPending := 0, 0
-	if s.chunked != nil {
-		running++
-		prefilling, chunkedPending = 1, s.chunked.remainingFill()
-	}
-	queuedTokens := 0
-	for _, r := range s.waiting {
-		queuedTokens += len(r.tokens) + len(r.outputs)
-	}
-	return Stats{
-		Prefilling:          prefilling,
-		ChunkedPending:      chunkedPending,
-		QueuedTokens:        queuedTokens,
-		Counters:            s.counters,
-		Now:                 s.now,
-		Running:             running,
-		Queued:              len(s.waiting),
-		KVUsed:              s.used(),
-		KVFree:              s.free(),
-		KVCapacity:          s.capacity(),
-		CacheTokens:         ts.Tokens,
-		CacheEvictable:      ts.Evictable,
-		CacheProtected:      ts.Protected,
-		LastGenThroughput:   s.report.genThroughput,
-		LastCacheHitRate:    s.report.cacheHitRate,
-		SpecRounds:          s.report.specTotalRounds,
-		AvgSpecAcceptLength: s.report.avgSpecAcceptLength(),
-		SpecAcceptLength:    s.report.specAcceptLength,
-		SpecAcceptRate:      s.report.specAcceptRate,
-		Idle:                s.idle(),
-	}
 }
 
 // requestRNG seeds a request's acceptance draws from the profile seed and a

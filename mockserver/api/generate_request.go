@@ -1,0 +1,199 @@
+package api
+
+import (
+	json "github.com/goccy/go-json"
+)
+
+// samplingParams are the sampling_params a mock honours; the rest are
+// accepted and ignored (the mock's output does not depend on sampling).
+type samplingParams struct {
+	MaxNewTokens   *integer     `json:"max_new_tokens"`
+	Temperature    *float64     `json:"temperature"`
+	Stop           stringOrList `json:"stop"`
+	StopTokenIDs   []int32      `json:"stop_token_ids"`
+	IgnoreEOS      bool         `json:"ignore_eos"`
+	N              *integer     `json:"n"`
+	StreamInterval *integer     `json:"stream_interval"`
+	NoStopTrim     bool         `json:"no_stop_trim"`
+}
+
+// generateBody is GenerateReqInput; unknown keys are ignored.
+type generateBody struct {
+	Text            json.RawMessage `json:"text"`
+	InputIDs        json.RawMessage `json:"input_ids"`
+	InputEmbeds     json.RawMessage `json:"input_embeds"`
+	SamplingParams  json.RawMessage `json:"sampling_params"`
+	RID             json.RawMessage `json:"rid"`
+	Stream          bool            `json:"stream"`
+	ReturnLogprob   json.RawMessage `json:"return_logprob"`
+	LogprobStartLen json.RawMessage `json:"logprob_start_len"`
+	TopLogprobsNum  json.RawMessage `json:"top_logprobs_num"`
+	// ReturnTextInLogprobs puts each token's text in the logprob tuples.
+	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
+	LoraPath             json.RawMessage `json:"lora_path"`
+	// ExtraKey partitions the prefix cache. GenerateReqInput has no
+	// cache_salt: a /generate body's cache_salt is an unknown key, ignored.
+	ExtraKey json.RawMessage `json:"extra_key"`
+}
+
+// perItem decodes a field that is either one value for every item or a
+// list with one value per item.
+func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error) {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = def
+	}
+	if isNull(raw) {
+		return out, nil
+	}
+	if isList(raw) {
+		var list []T
+		if err := decodeJSON(raw, &list); err == nil {
+			if len(list) != n {
+				return nil, malformed("%s: got %d values for a batch of %d", field, len(list), n)
+			}
+			return list, nil
+		}
+	}
+	var one T
+	if err := decodeJSON(raw, &one); err != nil {
+		return nil, malformed("%s: %s", field, describeJSONError(err))
+	}
+	for i := range out {
+		out[i] = one
+	}
+	return out, nil
+}
+
+// parseGenerate turns a /generate body into a plan. A body of the wrong
+// shape is malformed (errMalformed); any other error refuses the request.
+func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
+	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
+	if hasText == hasIDs || !isNull(b.InputEmbeds) {
+		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
+			return plan{}, errInputEmbeds
+		}
+		return plan{}, errNoInput
+	}
+	var texts []string
+	var ids [][]int32
+	switch {
+	case hasText && isList(b.Text):
+		if err := json.Unmarshal(b.Text, &texts); err != nil {
+			return plan{}, malformed("text: must be a string or a list of strings")
+		}
+		p.batch = true
+	case hasText:
+		var one string
+		if err := json.Unmarshal(b.Text, &one); err != nil {
+			return plan{}, malformed("text: must be a string or a list of strings")
+		}
+		texts = []string{one}
+	default:
+		var one []int32
+		if err := json.Unmarshal(b.InputIDs, &one); err == nil {
+			ids = [][]int32{one}
+		} else if err := json.Unmarshal(b.InputIDs, &ids); err == nil {
+			p.batch = true
+		} else {
+			return plan{}, malformed("input_ids: must be a list of token ids or a list of such lists")
+		}
+	}
+	n := max(len(texts), len(ids))
+	if n == 0 {
+		return plan{}, errEmptyBatch
+	}
+	if err := checkSequences(n, 1); err != nil {
+		return plan{}, err // before any per-prompt list is sized by n
+	}
+	params, err := perItem(b.SamplingParams, n, "sampling_params", samplingParams{})
+	if err != nil {
+		return plan{}, err
+	}
+	if p.batch && !isNull(b.RID) && !isList(b.RID) {
+		return plan{}, errRIDNotList
+	}
+	rids, err := perItem(b.RID, n, "rid", "")
+	if err != nil {
+		return plan{}, err
+	}
+	logprob, err := perItem(b.ReturnLogprob, n, "return_logprob", false)
+	if err != nil {
+		return plan{}, err
+	}
+	starts, err := perItem(b.LogprobStartLen, n, "logprob_start_len", integer(-1))
+	if err != nil {
+		return plan{}, err
+	}
+	tops, err := perItem(b.TopLogprobsNum, n, "top_logprobs_num", integer(0))
+	if err != nil {
+		return plan{}, err
+	}
+	for _, top := range tops {
+		if err := checkTopLogprobs("top_logprobs_num", int(top)); err != nil {
+			return plan{}, err
+		}
+	}
+	loras, err := perItem(b.LoraPath, n, "lora_path", "")
+	if err != nil {
+		return plan{}, err
+	}
+	extraKeys, err := perItem(b.ExtraKey, n, "extra_key", (*string)(nil))
+	if err != nil {
+		return plan{}, err
+	}
+	copies, err := copiesOf(params[0].N)
+	if err != nil {
+		return plan{}, err
+	}
+	if err := checkSequences(n, copies); err != nil {
+		return plan{}, err
+	}
+	for i := range n {
+		if c, err := copiesOf(params[i].N); err != nil {
+			return plan{}, err
+		} else if c != copies {
+			return plan{}, errUnequalCopies
+		}
+		it := s.itemFrom(params[i])
+		if texts != nil {
+			it.req.Text = texts[i]
+		} else {
+			it.req.InputIDs = ids[i]
+		}
+		// Parallel samples get fresh rids (SGLang regenerates them), so a
+		// client's rid names a sequence only when n is 1.
+		if copies == 1 {
+			it.req.RID = rids[i]
+		}
+		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
+		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
+		if err := s.tokenizeForLogprobs(&it); err != nil {
+			return plan{}, err
+		}
+		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
+		for range copies {
+			it.index = len(p.items)
+			p.items = append(p.items, it)
+		}
+	}
+	p.copies = copies
+	p.batch = p.batch || copies > 1
+	return p, nil
+}
+
+// itemFrom maps sampling params onto an engine request.
+func (s *Server) itemFrom(p samplingParams) item {
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+	it.req.MaxNewTokens = 128
+	if p.MaxNewTokens != nil {
+		it.req.MaxNewTokens = int(*p.MaxNewTokens)
+	}
+	it.req.Stop = p.Stop
+	it.req.StopTokenIDs = p.StopTokenIDs
+	it.req.IgnoreEOS = p.IgnoreEOS
+	if p.StreamInterval != nil && *p.StreamInterval > 0 {
+		it.streamInterval = int(*p.StreamInterval)
+	}
+	return it
+}

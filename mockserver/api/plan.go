@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"sglmock/mockserver/engine"
+)
+
+// item is one sequence to generate, with what the HTTP layer needs to
+// render it.
+type item struct {
+	req            engine.Request
+	index          int
+	noStopTrim     bool
+	streamInterval int
+	logprobs       logprobParams
+}
+
+// cacheNamespace is the radix cache namespace SGLang's Req builds
+// (schedule_batch.py, Req.__init__): the request's extra_key with the LoRA
+// adapter appended, plainly concatenated. A present extra_key, even "", is a
+// namespace of its own, since SGLang's radix key tests extra_key against
+// None; the engine's "" means none, so every present key gets a leading
+// marker byte.
+func cacheNamespace(extraKey *string, lora string) string {
+	if extraKey == nil && lora == "" {
+		return ""
+	}
+	return "\x01" + deref(extraKey) + lora
+}
+
+// plan is a parsed generation request: its sequences, prompt-major, with
+// copies (SGLang's n, parallel_sample_num) sequences per prompt.
+type plan struct {
+	items  []item
+	copies int
+	// batch: the answer is a list, and stream events carry an index.
+	batch bool
+}
+
+// maxN bounds n (parallel samples per prompt), as OpenAI does, and
+// maxSequences the sequences of one request (prompts x n), so that one
+// request cannot ask for unbounded work: each sequence is an engine
+// request. SGLang bounds neither; the mock's bound is generous.
+const (
+	maxN         = 128
+	maxSequences = 2048
+)
+
+// checkSequences bounds the sequences of a batch of prompts with n copies
+// each.
+func checkSequences(prompts, copies int) error {
+	if prompts > maxSequences || prompts*copies > maxSequences {
+		return fmt.Errorf("A request may ask for at most %d sequences (prompts x n), got %d prompts x %d.",
+			maxSequences, prompts, copies)
+	}
+	return nil
+}
+
+func copiesOf(n *integer) (int, error) {
+	switch {
+	case n == nil:
+		return 1, nil
+	case *n < 1:
+		return 0, fmt.Errorf("n must be at least 1, got %d.", *n)
+	case *n > maxN:
+		return 0, fmt.Errorf("n must be at most %d, got %d.", maxN, *n)
+	}
+	return int(*n), nil
+}
+
+// submit submits a plan's sequences; on the first refusal it aborts those
+// it already submitted and returns the refusal. With n > 1 it first caches
+// the prompts, as SGLang's parallel sampling does.
+func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
+	if p.copies > 1 {
+		if err := s.cachePrompts(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	streams := make([]*engine.Stream, 0, len(p.items))
+	for _, it := range p.items {
+		st, err := s.eng.Submit(it.req)
+		if err != nil {
+			abortStreams(streams)
+			return nil, err
+		}
+		streams = append(streams, st)
+	}
+	return streams, nil
+}
+
+// cachePrompts is the prelude of SGLang's parallel sampling
+// (tokenizer_manager.py, _handle_batch_request): every prompt is tokenized
+// and checked before anything runs; then, prompt after prompt, a copy with
+// max_new_tokens 0 and a fresh rid prefills it into the cache and is
+// waited for. It is a request like any other (counted in the metrics,
+// listed under /sim/requests), so each of the n copies submitted next finds
+// the whole prompt cached. The copies share one tokenization.
+func (s *Server) cachePrompts(ctx context.Context, p plan) error {
+	for i := 0; i < len(p.items); i += p.copies {
+		group := p.items[i : i+p.copies]
+		tokens, err := s.eng.Tokenize(group[0].req)
+		if err != nil {
+			return err
+		}
+		for c := range group {
+			group[c].req.InputIDs, group[c].req.Text = tokens, ""
+		}
+		if err := s.eng.Check(group[0].req); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(p.items); i += p.copies {
+		prefill := p.items[i].req
+		prefill.RID, prefill.MaxNewTokens = "", 0
+		st, err := s.eng.Submit(prefill)
+		if err != nil {
+			return err
+		}
+		if _, _, err := st.Collect(ctx); err != nil {
+			st.Abort()
+			return err
+		}
+	}
+	return nil
+}
+
+// abortStreams aborts the streams of a plan one of whose sequences was
+// refused.
+func abortStreams(streams []*engine.Stream) {
+	for _, st := range streams {
+		st.Abort()
+	}
+}
+
+// disconnectAll tells the engine the client of every stream left; SGLang
+// aborts them only later (see engine.Stream.Disconnect).
+func disconnectAll(streams []*engine.Stream, streaming bool) {
+	for _, st := range streams {
+		st.Disconnect(streaming)
+	}
+}
+
+// collect reads every stream to its end. If ctx ends first (the client
+// disconnected), it tells the engine and reports false.
+func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
+	outs := newOutputs(items, streams)
+	for i, st := range streams {
+		last, tokens, err := st.Collect(ctx)
+		if err != nil {
+			disconnectAll(streams, false)
+			return nil, false
+		}
+		last.Tokens = tokens
+		outs[i].add(last)
+	}
+	return outs, true
+}
