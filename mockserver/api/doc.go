@@ -18,7 +18,8 @@
 // (a request's ground truth) and /sim/flushes (flush history), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
-// "sim".
+// "sim", and kv_events_config, the --kv-events-config JSON as given (null
+// without KV events), as SGLang's server args do.
 //
 // # Behaviour, as SGLang's
 //

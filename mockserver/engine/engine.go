@@ -64,6 +64,10 @@ type Config struct {
 	// record, on the engine goroutine, before the last event is
 	// delivered. It must be fast and must not call the engine.
 	OnFinish func(*Truth)
+	// CacheEvents, if set, is told of every change to the radix cache's
+	// pages and asked to publish them where SGLang does (SGLang's
+	// --kv-events-config; see CacheEvents).
+	CacheEvents CacheEvents
 }
 
 // Clock tells the wall time.
@@ -157,6 +161,9 @@ func New(cfg Config) (*Engine, error) {
 			cfg.OnFinish(t)
 		}
 		e.truths.add(t.compact())
+	}
+	if cfg.CacheEvents != nil {
+		e.s.observeCache(cfg.CacheEvents, e.wallAt)
 	}
 	go e.loop()
 	return e, nil
@@ -541,6 +548,7 @@ func (e *Engine) loop() {
 		it := s.plan()
 		s.inflight = it
 		if it == nil {
+			s.publishCacheEvents()
 			if !e.idle(timer) {
 				e.shutdown()
 				return

@@ -138,6 +138,7 @@ type scheduler struct {
 	gainBuf     []gain
 	seqBuf      []int32 // builds prompt+output for the finish insert
 	report      reporter
+	events      *cacheEvents // nil without Config.CacheEvents
 }
 
 // Counters are cumulative since the engine started; a flush does not reset
@@ -510,7 +511,10 @@ func (s *scheduler) complete(it *iteration) {
 
 func (s *scheduler) completePrefill(it *iteration) {
 	running := len(s.running)
-	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
+	defer func() {
+		s.logPrefill(s.recordPrefill(it, running))
+		s.publishCacheEvents()
+	}()
 	for _, c := range it.prefill {
 		r := c.r
 		r.kvLen += c.m
@@ -582,6 +586,7 @@ func (s *scheduler) completeDecode(it *iteration) {
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 	if l, due := s.recordDecode(it); due {
 		s.logDecode(l)
+		s.publishCacheEvents()
 	}
 }
 
