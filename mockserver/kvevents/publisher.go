@@ -140,15 +140,15 @@ func (p *Publisher) Publish(at time.Time) {
 
 func (p *Publisher) run() {
 	defer close(p.done)
-	var buf bytes.Buffer
+	var buf []byte
 	for q := range p.queue {
-		buf.Reset()
-		if err := q.batch.Encode(&buf); err != nil {
+		var err error
+		if buf, err = q.batch.Append(buf[:0]); err != nil {
 			p.log.Error("KV events: " + err.Error())
 			p.sendErrs.Add(1)
 			continue
 		}
-		payload := bytes.Clone(buf.Bytes())
+		payload := bytes.Clone(buf)
 		if err := p.out.Send(p.topic, q.seq, payload); err != nil {
 			p.sendErrs.Add(1)
 			p.log.Warn("KV events: " + err.Error())

@@ -16,7 +16,7 @@ import (
 // wait for. They never sleep: they wait for what the sockets report.
 
 // freePort returns a loopback TCP port nothing listens on.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,7 +27,7 @@ func freePort(t *testing.T) int {
 }
 
 // waitFor polls cond, yielding, until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
