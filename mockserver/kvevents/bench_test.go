@@ -125,4 +125,3 @@ func BenchmarkPublisherAtC64(b *testing.B) {
 	b.ReportMetric(float64(events)/with.Seconds(), "events/s")
 	b.ReportMetric(with.Seconds()/alone.Seconds(), "x-engine")
 }
-
