@@ -309,6 +309,9 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/sim/requests", s.simRequests)
 	r.GET("/sim/requests/:rid", s.simRequest)
 	r.GET("/sim/flushes", s.simFlushes)
+	r.GET("/sim/stats", s.simStats)
+	r.POST("/v1/completions/render", requireJSON, s.renderCompletions)
+	r.POST("/v1/chat/completions/render", requireJSON, s.renderChat)
 	return r
 }
 
