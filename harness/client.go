@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -232,14 +233,19 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 	}
 	// The clock starts when the request is written: the client's own
 	// encoding and connection set-up are not the server's latency.
+	// The transport's write goroutine sets it, hence the lock.
+	var startMu sync.Mutex
 	start := time.Now()
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { start = time.Now() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { startMu.Lock(); start = time.Now(); startMu.Unlock() },
 	}))
 	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}
+	startMu.Lock()
+	sent := start
+	startMu.Unlock()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -247,13 +253,13 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 	}
 	g := &Generation{RID: rid}
 	if stream {
-		err = c.readStream(resp.Body, start, g)
-		g.Wall = time.Since(start)
+		err = c.readStream(resp.Body, sent, g)
+		g.Wall = time.Since(sent)
 	} else {
 		var b []byte
 		b, err = io.ReadAll(resp.Body)
 		// The clock stops at the last byte, before the answer is decoded.
-		g.Wall = time.Since(start)
+		g.Wall = time.Since(sent)
 		if err == nil {
 			err = c.parseFinal(b, g)
 		} else {
