@@ -42,22 +42,32 @@ func kvMessages(t *testing.T, s *kvevents.Subscriber, topic string) <-chan kveve
 	return out
 }
 
-// handshake flushes the cache until a message arrives: the subscription
-// has then reached the replica, and every later message comes through.
-// The flushes are retried because a subscription's first messages can be
-// lost, as with any ZMQ PUB socket.
-func handshake(t *testing.T, base string, msgs <-chan kvevents.Batch) {
+// handshake flushes the cache until an AllBlocksCleared arrives, and
+// returns the events after it in its batch: the subscription has then
+// reached the replica, every later message comes through, and a replay
+// that starts there starts from an empty cache. The flushes are retried
+// because a subscription's first messages can be lost, as with any ZMQ
+// PUB socket.
+func handshake(t *testing.T, base string, msgs <-chan kvevents.Batch) []kvevents.Event {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		post(t, base+"/flush_cache", "")
-		select {
-		case <-msgs:
-			return
-		case <-time.After(50 * time.Millisecond):
+		for drained := false; !drained; {
+			select {
+			case b := <-msgs:
+				for i := len(b.Events) - 1; i >= 0; i-- {
+					if b.Events[i].Kind == kvevents.AllBlocksCleared {
+						return b.Events[i+1:]
+					}
+				}
+			case <-time.After(50 * time.Millisecond):
+				drained = true
+			}
 		}
 	}
-	t.Fatal("no KV event reached the subscriber")
+	t.Fatal("no AllBlocksCleared reached the subscriber")
+	return nil
 }
 
 func post(t *testing.T, url, body string) string {
@@ -93,7 +103,7 @@ func TestServeKVEvents(t *testing.T) {
 	cfg := fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d", "buffer_steps": 100}`, port)
 	base, stop, _, done, logs := startServe(t, "--speedup", "100", "--served-model-name", "org/kv", "--kv-events-config", cfg)
 	msgs := kvMessages(t, sub, "kv@"+strings.TrimPrefix(base, "http://")+"@org/kv")
-	handshake(t, base, msgs)
+	rest := handshake(t, base, msgs)
 
 	post(t, base+"/generate", `{"input_ids": [1100, 1101, 1102, 1103, 1104], "sampling_params": {"max_new_tokens": 1}}`)
 	post(t, base+"/flush_cache", "")
@@ -101,9 +111,8 @@ func TestServeKVEvents(t *testing.T) {
 	// prompt's (the handshake's flushes cleared the warmup's).
 	var set radixcache.PageSet
 	var held []radixcache.PageRecord
-	for held == nil {
-		b := <-msgs
-		for _, e := range b.Events {
+	for pending := rest; ; pending = (<-msgs).Events {
+		for _, e := range pending {
 			switch e.Kind {
 			case kvevents.BlockStored:
 				if err := set.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens}}); err != nil {
@@ -119,6 +128,9 @@ func TestServeKVEvents(t *testing.T) {
 				}
 				set.Cleared()
 			}
+		}
+		if held != nil {
+			break
 		}
 	}
 	// Page size 1: one page per token, chained from the root. The prompt

@@ -185,7 +185,12 @@ func TestZMQHighWaterMarkDrops(t *testing.T) {
 	waitFor(t, "the subscription", func() bool { return slices.Contains(p.Subscriptions(), topic) })
 	// Large batches fill the kernel's socket buffers: the subscriber reads
 	// nothing until every batch is published.
-	big := make([]int32, 1<<16)
+	// 100 batches of 640 KiB (5 bytes a token) overflow the socket
+	// buffers (here up to 32 MiB received plus 4 MiB sent).
+	big := make([]int32, 1<<17)
+	for i := range big {
+		big[i] = 1 << 30
+	}
 	const n = 100
 	for range n {
 		p.Stored(0, false, []radixcache.Page{{Hash: 1, Tokens: big}})
