@@ -8,6 +8,8 @@
 //   - engine: SGLang's scheduler on a modelled clock — batching, chunked
 //     prefill, the KV pool and radix cache (radixcache), flush, speculative
 //     rounds — with per-request ground truth.
+//   - kvevents: the radix cache's KV events over ZMQ, as SGLang's
+//     --kv-events-config publishes them.
 //   - api: SGLang's HTTP endpoints over the engine (the only user of gin).
 //
 // The engine owns a radixcache.Tree as SGLang's scheduler owns its radix

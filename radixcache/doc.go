@@ -62,6 +62,19 @@
 // request may match: len-1 tokens, floored to a page multiple (len-2 units
 // under bigram keys).
 //
+// # Events
+//
+// Observe makes the tree tell an Observer of every page it stores (a new
+// node's pages, after the page they hang from), removes (an evicted
+// leaf's pages) and clears (Reset, and the empty start), as SGLang's radix
+// cache records its KV events. An observed tree keeps each page's digest,
+// SGLang's: SHA-256 chained over the previous page's digest and the page's
+// token ids as 4-byte little-endian integers (both tokens of each bigram
+// in a bigram tree), the first 64 bits of which are the page's block hash
+// (Digest.Hash). The digest depends on the tokens only, not on the
+// namespace. Pages lists an observed tree's pages, and PageSet replays
+// the events as a subscriber does, so the two can be compared.
+//
 // # Handles
 //
 // A *Node returned by Match or Insert stays valid across later splits (a split

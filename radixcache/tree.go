@@ -32,7 +32,8 @@ type Node[V any] struct {
 	seq      uint64 // creation order; breaks recency ties
 	epoch    uint64 // the tree's epoch at creation; Reset makes older nodes stale
 	tree     *Tree[V]
-	value    V // given by the Insert that added these tokens; last, so the fields above keep their offsets whatever V
+	digests  []Digest // one per page, only in an observed tree
+	value    V        // given by the Insert that added these tokens; last, so the fields above keep their offsets whatever V
 }
 
 // PrefixLen is the number of tokens from the root to the end of n: the
@@ -67,6 +68,9 @@ type Tree[V any] struct {
 	nodes     int
 	leaves    leafHeap[V]
 	scratch   []byte // builds root-level child keys without allocating
+	obs       Observer
+	pageBuf   []Page // reused by the observer calls
+	hashBuf   []byte // reused by digest
 }
 
 // New returns an empty tree that matches and inserts in pages of pageSize
@@ -122,6 +126,9 @@ func (t *Tree[V]) Reset() {
 	t.root = &Node[V]{lockRef: 1, heapIdx: -1, epoch: t.epoch, tree: t}
 	t.evictable, t.protected, t.nodes = 0, 0, 0
 	t.leaves = nil
+	if t.obs != nil {
+		t.obs.Cleared()
+	}
 }
 
 // Stats returns the current counts.
@@ -176,6 +183,7 @@ func (t *Tree[V]) Match(ns string, key []int32) (int, *Node[V]) {
 // cached keep theirs. In a bigram tree a key of n tokens caches n-1
 // bigrams.
 func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *Node[V]) {
+	full := key
 	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
@@ -195,6 +203,9 @@ func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *No
 	t.nodes++
 	t.updateLeafStatus(node)
 	t.updateLeafStatus(leaf)
+	if t.obs != nil {
+		t.stored(leaf, full, existed)
+	}
 	return existed, leaf
 }
 
@@ -272,6 +283,9 @@ func (t *Tree[V]) Evict(n int) int {
 		x.evicted = true
 		x.parent = nil
 		t.updateLeafStatus(parent)
+		if t.obs != nil {
+			t.removed(x)
+		}
 	}
 	return freed
 }
@@ -340,6 +354,10 @@ func (t *Tree[V]) split(child *Node[V], p int) *Node[V] {
 	upper.value = child.value
 	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
 	child.key = slices.Clone(child.key[p:])
+	if child.digests != nil {
+		k := p / t.pageSize
+		upper.digests, child.digests = child.digests[:k:k], child.digests[k:]
+	}
 	child.parent = upper
 	upper.children = map[string]*Node[V]{string(t.childKey(upper, child.ns, child.key)): child}
 	t.nodes++

@@ -8,6 +8,7 @@
 //	GET /sim/requests         []RequestSummary: finished requests, in arrival order
 //	GET /sim/requests/{rid}   Truth: one finished request's modelled timeline
 //	GET /sim/flushes          []Flush: every /flush_cache call and its outcome
+//	GET /sim/stats            Stats: the load, the prefix cache and its hit rate now
 //
 // The mock keeps a bounded number of ground truths, within a bounded
 // memory (serve's --sim-truth-bytes), the oldest going first, so an old

@@ -4,6 +4,8 @@
 // packages.
 //
 //	serve     the mock server (mockserver/api over the simulated engine)
+//	fleet     N serve replicas on loopback for a cache-aware router (package
+//	          fleet): the llm-d endpoints file, a router config, status
 //	bench     twopoint and stream measurements of any server (harness)
 //	audit     a benchmark command run against a fresh loopback mock, then
 //	          the mock's records: which requests hit the cache, which

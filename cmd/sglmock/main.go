@@ -24,6 +24,7 @@ func commands() []command {
 		{"bench", "measure a server: twopoint (naive|flush|nonce|flush+nonce) or stream, with verdicts", runBench},
 		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},
 		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
+		{"fleet", "run N replicas on loopback for a cache-aware router (llm-d): endpoints file, router config, status", runFleet},
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
 		{"health", "ask a server's /health: exit 0 when it serves (the container's health check)", runHealth},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},

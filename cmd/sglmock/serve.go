@@ -19,6 +19,7 @@ import (
 
 	"sglmock/mockserver/api"
 	"sglmock/mockserver/engine"
+	"sglmock/mockserver/kvevents"
 	"sglmock/mockserver/profile"
 )
 
@@ -34,6 +35,8 @@ type serveOptions struct {
 	streamInterval                                                  int
 	maxBodyBytes, simTruthBytes                                     int64
 	apiKeyFile                                                      string
+	kvEventsConfig                                                  string // as given, for /server_info
+	kvEvents                                                        *kvevents.Config
 	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
@@ -45,8 +48,23 @@ var logLevels = []string{"debug", "info", "warning", "error", "critical"}
 // parseServeFlags parses the flags and applies them over the profile:
 // a flag that is set wins over the profile's value.
 func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
+	fs, o, profileFlags := serveFlags(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sglmock serve [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Serves SGLang's HTTP API over a simulated engine. Flags are SGLang's launch_server flags;")
+		fmt.Fprintln(stderr, "those that describe the model override the profile.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	return o.parse(fs, profileFlags, args, stderr)
+}
+
+// serveFlags defines serve's flags, printing to out: serve's own and
+// fleet's, whose every replica takes them.
+func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs := flag.NewFlagSet("sglmock serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(out)
 	o := &serveOptions{}
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&o.port, "port", 30000, "port to listen on")
@@ -71,15 +89,15 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
+	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
+		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
+		"without a topic, kv@HOST:PORT@MODEL")
 	profileFlags := profile.RegisterFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sglmock serve [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Serves SGLang's HTTP API over a simulated engine. Flags are SGLang's launch_server flags;")
-		fmt.Fprintln(stderr, "those that describe the model override the profile.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
+	return fs, o, profileFlags
+}
+
+// parse parses args into o and checks every value.
+func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args []string, stderr io.Writer) (*serveOptions, error) {
 	if err := parseFlags(fs, args, false); err != nil {
 		return nil, err
 	}
@@ -110,6 +128,16 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		if d.v <= 0 {
 			return nil, fmt.Errorf("--%s %v: must be > 0", d.flag, d.v)
 		}
+	}
+	if o.kvEventsConfig != "" {
+		cfg, ignored, err := kvevents.ParseConfig(o.kvEventsConfig)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range ignored {
+			fmt.Fprintf(stderr, "sglmock serve: --kv-events-config: unknown key %q ignored (SGLang ignores it too)\n", k)
+		}
+		o.kvEvents = &cfg
 	}
 	key, err := apiKey(o.apiKey, o.apiKeyFile, os.Getenv("SGLANG_API_KEY"))
 	if err != nil {
@@ -183,11 +211,24 @@ func interrupts() (stop, kill context.Context) {
 // at once.
 func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel}
+	pub, err := startKVEvents(o, args, ln.Addr().(*net.TCPAddr).Port, logger)
+	if err != nil {
+		return err
+	}
+	if pub != nil {
+		defer pub.Close() // after the engine, which the deferred srv.Close stops
+		args.KVEventsConfig = &o.kvEventsConfig
+	}
 	srv, err := api.New(api.Config{
-		Profile: o.profile,
-		Args: api.ServerArgs{
-			Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel,
-		},
+		Profile:           o.profile,
+		Args:              args,
+		CacheEvents:       cacheEvents(pub),
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,
@@ -206,15 +247,11 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		return err
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
-	if err != nil {
-		return err
-	}
 	hs := srv.HTTPServer()
 	defer hs.Close() // closes the listener too, whatever happens below
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	args := srv.Args()
+	args = srv.Args()
 	logger.Info(fmt.Sprintf("sglmock %s serving %s (profile %s, speedup %g) on http://%s; listen backlog %s",
 		api.SimVersion, args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
 	if o.skipWarmup {

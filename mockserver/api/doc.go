@@ -13,12 +13,21 @@
 // /v1/completions, /v1/chat/completions. Old and new endpoint names both
 // work, so clients of every SGLang era do.
 //
+// vLLM's render endpoints, which SGLang does not have:
+// /v1/completions/render and /v1/chat/completions/render answer the token
+// ids the server would prefill for a request (BOS and chat template
+// included) in vLLM's GenerateRequest shape, without generating, so a
+// router that tokenizes through them (the llm-d router's token-producer)
+// hashes the blocks the replica's KV events announce.
+//
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
 // model evaluator; its counts are bounded by the context length), /sim/requests (finished requests), /sim/requests/{rid}
-// (a request's ground truth) and /sim/flushes (flush history), with the
+// (a request's ground truth), /sim/flushes (flush history) and /sim/stats
+// (load, cache size and lifetime hit rate), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
-// "sim".
+// "sim", and kv_events_config, the --kv-events-config JSON as given (null
+// without KV events), as SGLang's server args do.
 //
 // # Behaviour, as SGLang's
 //

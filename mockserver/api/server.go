@@ -72,6 +72,7 @@ type ServerArgs struct {
 	SkipTokenizerInit         bool    `json:"skip_tokenizer_init"`
 	TPSize                    int     `json:"tp_size"`
 	DPSize                    int     `json:"dp_size"`
+	KVEventsConfig            *string `json:"kv_events_config"` // --kv-events-config as given, or null
 }
 
 // Config configures a Server.
@@ -105,6 +106,10 @@ type Config struct {
 	// between requests (HTTPServer applies them); BodyTimeout bounds each
 	// wait for more of a request's body. 0 means no limit.
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
+	// CacheEvents, if set, receives the radix cache's KV events
+	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
+	// shows of its configuration.
+	CacheEvents engine.CacheEvents
 }
 
 const (
@@ -156,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 		TruthBytes:        cfg.SimTruthBytes,
 		Logger:            cfg.Logger,
 		OnFinish:          onFinish,
+		CacheEvents:       cfg.CacheEvents,
 	})
 	if err != nil {
 		if s.metrics != nil {
@@ -171,13 +177,23 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// ServedModelName is the model name a server launched with these args
+// reports: --served-model-name, else --model-path, else the profile's.
+func ServedModelName(a ServerArgs, p *profile.Profile) string {
+	switch {
+	case a.ServedModelName != "":
+		return a.ServedModelName
+	case a.ModelPath != "":
+		return a.ModelPath
+	}
+	return p.ServedModelName
+}
+
 func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	p := s.cfg.Profile
+	a.ServedModelName = ServedModelName(a, p)
 	if a.ModelPath == "" {
 		a.ModelPath = p.ServedModelName
-	}
-	if a.ServedModelName == "" {
-		a.ServedModelName = a.ModelPath
 	}
 	if a.TokenizerPath == "" {
 		a.TokenizerPath = a.ModelPath
@@ -301,6 +317,9 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/sim/requests", s.simRequests)
 	r.GET("/sim/requests/:rid", s.simRequest)
 	r.GET("/sim/flushes", s.simFlushes)
+	r.GET("/sim/stats", s.simStats)
+	r.POST("/v1/completions/render", requireJSON, s.renderCompletions)
+	r.POST("/v1/chat/completions/render", requireJSON, s.renderChat)
 	return r
 }
 

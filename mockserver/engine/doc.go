@@ -116,6 +116,15 @@
 // flush resets the decode-batch count and the speculative totals, not the
 // throughput or the hit rate.
 //
+// # KV events
+//
+// With Config.CacheEvents the radix cache reports every page it stores,
+// evicts or clears (radixcache.Observer), and the engine asks for the
+// gathered events to be published where SGLang's scheduler publishes them:
+// after each prefill batch, at each decode-log interval and when it goes
+// idle, stamped with the wall time of that modelled moment. CachePages
+// lists the pages with their block hashes.
+//
 // # Ground truth
 //
 // Every request records its timeline — arrival, admission, each prefill

@@ -71,6 +71,10 @@ type Config struct {
 	// record, on the engine goroutine, before the last event is
 	// delivered. It must be fast and must not call the engine.
 	OnFinish func(*Truth)
+	// CacheEvents, if set, is told of every change to the radix cache's
+	// pages and asked to publish them where SGLang does (SGLang's
+	// --kv-events-config; see CacheEvents).
+	CacheEvents CacheEvents
 }
 
 // Clock tells the wall time.
@@ -179,6 +183,9 @@ func New(cfg Config) (*Engine, error) {
 		e.truths.add(t.compact())
 	}
 	e.spinEarned = e.wallStart
+	if cfg.CacheEvents != nil {
+		e.s.observeCache(cfg.CacheEvents, e.wallAt)
+	}
 	go e.loop()
 	return e, nil
 }
@@ -562,6 +569,7 @@ func (e *Engine) loop() {
 		it := s.plan()
 		s.inflight = it
 		if it == nil {
+			s.publishCacheEvents()
 			if !e.idle(timer) {
 				e.shutdown()
 				return

@@ -110,6 +110,7 @@ type scheduler struct {
 	prefillIt, decodeIt iteration
 	seqBuf              []int32 // builds prompt+output for the finish insert
 	report              reporter
+	events              *cacheEvents // nil without Config.CacheEvents
 }
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
@@ -474,7 +475,10 @@ func (s *scheduler) complete(it *iteration) {
 
 func (s *scheduler) completePrefill(it *iteration) {
 	running := len(s.running)
-	defer func() { s.logPrefill(s.recordPrefill(it, running)) }()
+	defer func() {
+		s.logPrefill(s.recordPrefill(it, running))
+		s.publishCacheEvents()
+	}()
 	for _, c := range it.prefill {
 		r := c.r
 		r.kvLen += c.tokens
@@ -546,6 +550,7 @@ func (s *scheduler) completeDecode(it *iteration) {
 	s.running = slices.DeleteFunc(s.running, func(r *req) bool { return r.done })
 	if l, due := s.recordDecode(it); due {
 		s.logDecode(l)
+		s.publishCacheEvents()
 	}
 }
 

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"sglmock/fleet"
+	"sglmock/mockserver/kvevents"
+)
+
+func TestSplitFleetFlags(t *testing.T) {
+	fo, rest, err := splitFleetFlags([]string{"--replicas", "4", "--speedup", "10", "--layout=ports", "--dir", "d", "--port", "0"})
+	if err != nil || fo.replicas != 4 || fo.layout != "ports" || fo.dir != "d" || strings.Join(rest, " ") != "--speedup 10 --port 0" {
+		t.Errorf("got %+v %q %v", fo, rest, err)
+	}
+	if _, _, err := splitFleetFlags([]string{"--replicas", "x"}); err == nil {
+		t.Error("--replicas x: no error")
+	}
+	if _, _, err := splitFleetFlags([]string{"--dir"}); err == nil {
+		t.Error("--dir without a value: no error")
+	}
+}
+
+// TestFleet runs three replicas on 127.0.0.1..3 on loopback, their KV
+// events connecting to a subscriber that binds, as the router does: the
+// files for the router, a request on one replica that only it caches, its
+// events under its own topic, status, /sim/ on each, and a clean stop.
+func TestFleet(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	sub, err := kvevents.Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", kvPort), "kv@", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	dir := t.TempDir()
+	o, err := parseServeFlags([]string{"--port", "0", "--speedup", "100", "--skip-server-warmup", "--served-model-name", "org/m",
+		"--kv-events-config", fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d"}`, kvPort)}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kill, killNow := context.WithCancel(context.Background())
+	defer killNow()
+	readyCh := make(chan []fleet.Replica, 1)
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	logs := &syncBuffer{}
+	go func() {
+		done <- runFleetServers(stop, kill, fleetOptions{replicas: 3, layout: fleet.LayoutAddresses, dir: dir}, o, &out, logs,
+			func(r []fleet.Replica) { readyCh <- r })
+	}()
+	var replicas []fleet.Replica
+	select {
+	case replicas = <-readyCh:
+	case err := <-done:
+		t.Fatalf("the fleet ended early: %v\n%s", err, logs.String())
+	}
+	for i, r := range replicas {
+		if want := fmt.Sprintf("127.0.0.%d", i+1); r.Host != want || r.Topic != fmt.Sprintf("kv@%s:%d@org/m", want, r.Port) {
+			t.Errorf("replica %d: %s, topic %s; want host %s", i, r.Addr(), r.Topic, want)
+		}
+	}
+
+	// The endpoints file, as the router's file discovery reads it.
+	b, err := os.ReadFile(filepath.Join(dir, "endpoints.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ef struct {
+		Endpoints []struct {
+			Name, Namespace, Address, Port string
+			Labels                         map[string]string
+		}
+	}
+	if err := yaml.Unmarshal(b, &ef); err != nil || len(ef.Endpoints) != 3 {
+		t.Fatalf("endpoints.yaml: %v\n%s", err, b)
+	}
+	for i, e := range ef.Endpoints {
+		if e.Address != replicas[i].Host || e.Port != fmt.Sprint(replicas[i].Port) || e.Labels["llm-d.ai/engine-type"] != "sglang" {
+			t.Errorf("endpoint %d: %+v", i, e)
+		}
+	}
+	epp, err := os.ReadFile(filepath.Join(dir, "epp.yaml"))
+	if err != nil || !bytes.Contains(epp, []byte("path: "+filepath.Join(dir, "endpoints.yaml"))) ||
+		!bytes.Contains(epp, []byte(fmt.Sprintf("zmqEndpoint: tcp://*:%d", kvPort))) || !bytes.Contains(epp, []byte("blockSize: 1")) {
+		t.Errorf("epp.yaml (%v):\n%s", err, epp)
+	}
+	if !strings.Contains(out.String(), "sglmock-2  http://127.0.0.3:") {
+		t.Errorf("table:\n%s", out.String())
+	}
+
+	// A prompt on replica 1 is cached there only, and announced under its
+	// topic.
+	r1 := "http://" + replicas[1].Addr()
+	msgs := kvMessages(t, sub, replicas[1].Topic)
+	handshake(t, r1, msgs)
+	for range 2 {
+		post(t, r1+"/generate", `{"input_ids": [1100, 1101, 1102, 1103], "sampling_params": {"max_new_tokens": 1}}`)
+	}
+	for seen := false; !seen; {
+		for _, e := range (<-msgs).Events {
+			seen = seen || (e.Kind == kvevents.BlockStored && e.Tokens[0] == 1100)
+		}
+	}
+	var status bytes.Buffer
+	if code := runFleetStatus([]string{"--dir", dir}, &status, io.Discard); code != 0 {
+		t.Fatalf("fleet status: exit %d\n%s", code, status.String())
+	}
+	// Replica 1 served both requests; the second reused 3 of 4 prompt
+	// tokens: 3 of 8, 37.5 %. The others served none.
+	lines := strings.Split(strings.TrimSpace(status.String()), "\n")
+	row := func(i int) string { return strings.Join(strings.Fields(lines[i])[2:], " ") }
+	if len(lines) != 4 || row(1) != "0 0 0/262144 0 0 0.0%" || row(2) != "0 0 0/262144 4 2 37.5%" || row(3) != "0 0 0/262144 0 0 0.0%" {
+		t.Errorf("status:\n%s", status.String())
+	}
+	for _, r := range replicas {
+		resp, err := http.Get("http://" + r.Addr() + "/sim/profile")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /sim/profile: %v %v", r.Name, err, resp)
+		} else {
+			resp.Body.Close()
+		}
+	}
+
+	cancel() // Ctrl-C
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "Shutdown complete."); n != 3 {
+		t.Errorf("%d replicas shut down, want 3:\n%s", n, logs.String())
+	}
+	if code := runFleetStatus([]string{"--dir", dir}, io.Discard, io.Discard); code != 1 {
+		t.Errorf("status of a stopped fleet: exit %d, want 1", code)
+	}
+}

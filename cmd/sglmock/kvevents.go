@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+
+	"sglmock/mockserver/api"
+	"sglmock/mockserver/engine"
+	"sglmock/mockserver/kvevents"
+)
+
+// startKVEvents starts the KV event publisher --kv-events-config asks for,
+// or returns nil. The default topic names the replica as the llm-d router
+// does, kv@HOST:PORT@MODEL, with the port the server listens on.
+func startKVEvents(o *serveOptions, args api.ServerArgs, port int, logger *slog.Logger) (*kvevents.Publisher, error) {
+	if o.kvEvents == nil {
+		return nil, nil
+	}
+	cfg := *o.kvEvents
+	topic := cfg.TopicOr(kvevents.DefaultTopic(o.host, port, api.ServedModelName(args, o.profile)))
+	if cfg.Topic == nil {
+		if ip := net.ParseIP(o.host); ip != nil && ip.IsUnspecified() {
+			logger.Warn(fmt.Sprintf("KV events: the default topic %q names the wildcard address %s, which no router knows the replica by; "+
+				`give "topic" in --kv-events-config`, topic, o.host))
+		}
+	}
+	pub, err := kvevents.Start(cfg, topic, logger)
+	if err != nil {
+		return nil, err
+	}
+	mode := "connects to"
+	if cfg.Binds() {
+		mode = "binds"
+	}
+	replay := ""
+	if cfg.ReplayEndpoint != nil {
+		replay = ", replay on " + *cfg.ReplayEndpoint
+	}
+	logger.Info(fmt.Sprintf("KV events (%s publisher): %s %s, topic %q%s", cfg.Publisher, mode, cfg.Endpoint, topic, replay))
+	return pub, nil
+}
+
+// cacheEvents is pub as the engine's CacheEvents, or nil: a nil
+// *Publisher in the interface would not be nil.
+func cacheEvents(pub *kvevents.Publisher) engine.CacheEvents {
+	if pub == nil {
+		return nil
+	}
+	return pub
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sglmock/mockserver/kvevents"
+	"sglmock/radixcache"
+)
+
+// kvMessages receives a subscriber's messages for topic on a channel,
+// decoded. Other topics are skipped: a publisher of another test process
+// may find the subscriber's port.
+func kvMessages(t *testing.T, s *kvevents.Subscriber, topic string) <-chan kvevents.Batch {
+	t.Helper()
+	out := make(chan kvevents.Batch, 1024)
+	go func() {
+		defer close(out)
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return
+			}
+			if m.Topic != topic {
+				continue
+			}
+			b, err := kvevents.Decode(m.Payload)
+			if err != nil {
+				t.Errorf("seq %d: %v", m.Seq, err)
+				return
+			}
+			out <- b
+		}
+	}()
+	return out
+}
+
+// handshake flushes the cache until an AllBlocksCleared arrives, and
+// returns the events after it in its batch: the subscription has then
+// reached the replica, every later message comes through, and a replay
+// that starts there starts from an empty cache. The flushes are retried
+// because a subscription's first messages can be lost, as with any ZMQ
+// PUB socket.
+func handshake(t *testing.T, base string, msgs <-chan kvevents.Batch) []kvevents.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		post(t, base+"/flush_cache", "")
+		for drained := false; !drained; {
+			select {
+			case b := <-msgs:
+				for i := len(b.Events) - 1; i >= 0; i-- {
+					if b.Events[i].Kind == kvevents.AllBlocksCleared {
+						return b.Events[i+1:]
+					}
+				}
+			case <-time.After(50 * time.Millisecond):
+				drained = true
+			}
+		}
+	}
+	t.Fatal("no AllBlocksCleared reached the subscriber")
+	return nil
+}
+
+func post(t *testing.T, url, body string) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// TestServeKVEvents runs serve with --kv-events-config connecting to a
+// subscriber that binds (the router's side): the topic names the
+// replica's address and model, a prompt's pages arrive chained with its
+// token ids, a flush clears them, and /server_info shows the config.
+func TestServeKVEvents(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	sub, err := kvevents.Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", port), "kv@", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	cfg := fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d", "buffer_steps": 100}`, port)
+	base, stop, _, done, logs := startServe(t, "--speedup", "100", "--served-model-name", "org/kv", "--kv-events-config", cfg)
+	msgs := kvMessages(t, sub, "kv@"+strings.TrimPrefix(base, "http://")+"@org/kv")
+	rest := handshake(t, base, msgs)
+
+	post(t, base+"/generate", `{"input_ids": [1100, 1101, 1102, 1103, 1104], "sampling_params": {"max_new_tokens": 1}}`)
+	post(t, base+"/flush_cache", "")
+	// Replay until the flush after the prompt: the pages then held are the
+	// prompt's (the handshake's flushes cleared the warmup's).
+	var set radixcache.PageSet
+	var held []radixcache.PageRecord
+	for pending := rest; ; pending = (<-msgs).Events {
+		for _, e := range pending {
+			switch e.Kind {
+			case kvevents.BlockStored:
+				if err := set.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens}}); err != nil {
+					t.Fatal(err)
+				}
+			case kvevents.BlockRemoved:
+				if err := set.Removed(e.Hash); err != nil {
+					t.Fatal(err)
+				}
+			case kvevents.AllBlocksCleared:
+				if recs := set.Records(); slices.ContainsFunc(recs, func(r radixcache.PageRecord) bool { return r.Tokens[0] == 1100 }) {
+					held = recs
+				}
+				set.Cleared()
+			}
+		}
+		if held != nil {
+			break
+		}
+	}
+	// Page size 1: one page per token, chained from the root. The prompt
+	// and the first output token are cached but the last token.
+	byParent := map[int64]radixcache.PageRecord{}
+	var root radixcache.PageRecord
+	for _, r := range held {
+		if r.HasParent {
+			byParent[r.Parent] = r
+		} else {
+			root = r
+		}
+	}
+	var chain []int32
+	for r, ok := root, len(held) > 0; ok; r, ok = byParent[r.Hash] {
+		chain = append(chain, r.Tokens...)
+	}
+	if want := []int32{1100, 1101, 1102, 1103, 1104}; !slices.Equal(chain, want) || len(held) != len(want) {
+		t.Errorf("pages held before the flush: %d, chained from the root %v; want the prompt's %v", len(held), chain, want)
+	}
+
+	resp, err := http.Get(base + "/server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		KVEventsConfig *string `json:"kv_events_config"`
+	}
+	json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if info.KVEventsConfig == nil || *info.KVEventsConfig != cfg {
+		t.Errorf("/server_info kv_events_config: got %v, want %q", info.KVEventsConfig, cfg)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`KV events (zmq publisher): connects to tcp://127.0.0.1:%d, topic "kv@127.0.0.1:`, port)
+	if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), `@org/kv"`) {
+		t.Errorf("log lacks %q...@org/kv:\n%s", want, logs.String())
+	}
+}
+
+func TestServeKVEventsFlags(t *testing.T) {
+	for _, tt := range []struct{ args, wantErr string }{
+		{`{"publisher": "kafka"}`, "Unknown event publisher 'kafka'"},
+		{`{"endpoint": "tcp://*"}`, "endpoint"},
+		{`nope`, "not a JSON object"},
+	} {
+		if _, err := parseServeFlags([]string{"--kv-events-config", tt.args}, io.Discard); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("--kv-events-config %s: got %v, want an error containing %q", tt.args, err, tt.wantErr)
+		}
+	}
+	var stderr strings.Builder
+	o, err := parseServeFlags([]string{"--kv-events-config", `{"publisher": "zmq", "lora": 1}`}, &stderr)
+	if err != nil || o.kvEvents == nil || o.kvEvents.Publisher != "zmq" || !strings.Contains(stderr.String(), `unknown key "lora" ignored`) {
+		t.Errorf("an unknown key: options %+v, error %v, stderr %q", o, err, stderr.String())
+	}
+}

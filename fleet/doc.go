@@ -1,0 +1,39 @@
+// Package fleet lays out N sglmock replicas on one machine for a
+// cache-aware router, and reads them back: what `sglmock fleet` runs.
+//
+// # Layout
+//
+// Each replica is a whole server (its own engine, radix cache and KV event
+// publisher) on its own address. With LayoutAddresses replica i listens on
+// 127.0.0.(i+1) at the base port, as N hosts would, which the llm-d router
+// needs when it names replicas by IP (Linux routes all of 127.0.0.0/8 to
+// loopback); with LayoutPorts every replica shares 127.0.0.1 and replica i
+// takes the base port + i.
+//
+// # KV events
+//
+// By default every replica connects its PUB socket to one endpoint the
+// router binds (RouterKVEndpoint, tcp://127.0.0.1:5557), each under its own
+// topic kv@<address>:<port>@<model>: the router tells replicas apart by
+// topic, as the llm-d router's precise prefix-cache scorer does in its
+// centralized mode. A config that binds instead ("*" in the endpoint) gets
+// its port offset by the replica's index, as SGLang offsets data-parallel
+// ranks, and so does a replay endpoint.
+//
+// # Files for the router
+//
+// EndpointsYAML is the llm-d router's file-discovery format (endpoints with
+// a name, an IPv4 address, a port as a string and labels, among them
+// llm-d.ai/engine-type: sglang, which selects the sglang: metric names).
+// RouterConfig is an EndpointPickerConfig for the router: the
+// file-discovery plugin watching that file, the token-producer rendering
+// prompts through a replica's vLLM-style render endpoint, the precise
+// prefix-cache scorer subscribed to the KV events (engine type sglang, the
+// block size the replicas' page size), and the queue and KV-utilization
+// load scorers.
+//
+// # Status
+//
+// Status asks each replica's /sim/stats for its load, cache size and hit
+// rate.
+package fleet

@@ -1,0 +1,25 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"sglmock/sim"
+)
+
+// simStats serves GET /sim/stats: the load and the cache, what `sglmock
+// fleet status` prints for each replica.
+func (s *Server) simStats(c *gin.Context) {
+	st := s.eng.Stats()
+	out := sim.Stats{
+		Now: st.Now.Seconds(), Running: st.Running, Queued: st.Queued,
+		KVUsed: st.KVUsed, KVCapacity: st.KVCapacity,
+		CacheTokens: st.CacheTokens, CacheEvictable: st.CacheEvictable,
+		Requests: st.Requests, PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens,
+	}
+	if st.PromptTokens > 0 {
+		out.HitRate = float64(st.CachedTokens) / float64(st.PromptTokens)
+	}
+	writeJSON(c, http.StatusOK, out)
+}

@@ -1,0 +1,159 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Config is SGLang's KVEventsConfig, the JSON of --kv-events-config, with
+// its keys and defaults.
+type Config struct {
+	// Publisher is "zmq" or "null" (events are computed, then dropped).
+	Publisher string `json:"publisher"`
+	// Endpoint is the PUB socket's address. With a "*" or "::" in it, or an
+	// ipc:// or inproc:// address, the replica binds it and subscribers
+	// connect; otherwise the replica connects to a subscriber that binds
+	// (SGLang's heuristic).
+	Endpoint string `json:"endpoint"`
+	// ReplayEndpoint, if set, is a ROUTER socket the replica binds, which
+	// resends the buffered batches from a sequence number on.
+	ReplayEndpoint *string `json:"replay_endpoint"`
+	// BufferSteps is how many of the last batches the replay socket can
+	// resend.
+	BufferSteps int `json:"buffer_steps"`
+	// HWM is the PUB socket's high-water mark: messages queued beyond it
+	// are dropped (0: no limit).
+	HWM int `json:"hwm"`
+	// MaxQueueSize bounds the batches waiting for the publisher.
+	MaxQueueSize int `json:"max_queue_size"`
+	// Topic is the first frame of every message. SGLang's default is the
+	// empty topic; without a "topic" key the mock uses DefaultTopic, the
+	// llm-d router's kv@<host>:<port>@<model>, and an explicit "" is
+	// SGLang's empty topic.
+	Topic *string `json:"topic"`
+}
+
+// Defaults are SGLang's KVEventsConfig defaults.
+const (
+	DefaultEndpoint     = "tcp://*:5557"
+	DefaultBufferSteps  = 10_000
+	DefaultHWM          = 100_000
+	DefaultMaxQueueSize = 100_000
+)
+
+// MaxBufferSteps and MaxQueueSizeLimit bound what the mock lets a config
+// allocate; SGLang has no bound.
+const (
+	MaxBufferSteps    = 10_000_000
+	MaxQueueSizeLimit = 10_000_000
+)
+
+var knownKeys = []string{"publisher", "endpoint", "replay_endpoint", "buffer_steps", "hwm", "max_queue_size", "topic"}
+
+// ParseConfig reads --kv-events-config's JSON. Keys SGLang's pydantic
+// model does not know are ignored, as SGLang ignores them, and returned
+// so the caller can warn. A missing key takes SGLang's default.
+func ParseConfig(s string) (cfg Config, ignored []string, err error) {
+	cfg = Config{Publisher: "null", Endpoint: DefaultEndpoint, BufferSteps: DefaultBufferSteps, HWM: DefaultHWM, MaxQueueSize: DefaultMaxQueueSize}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return Config{}, nil, fmt.Errorf("--kv-events-config: not a JSON object: %w", err)
+	}
+	for k := range raw {
+		if !slices.Contains(knownKeys, k) {
+			ignored = append(ignored, k)
+		}
+	}
+	slices.Sort(ignored)
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, nil, fmt.Errorf("--kv-events-config: %w", err)
+	}
+	for _, k := range []string{"publisher", "endpoint", "buffer_steps", "hwm", "max_queue_size"} {
+		if v, ok := raw[k]; ok && string(v) == "null" {
+			return Config{}, nil, fmt.Errorf("--kv-events-config: %q must not be null", k)
+		}
+	}
+	return cfg, ignored, cfg.Validate()
+}
+
+// Validate checks the values SGLang would refuse at start, and the bounds
+// the mock adds.
+func (c Config) Validate() error {
+	switch c.Publisher {
+	case "zmq", "null":
+	default:
+		return fmt.Errorf("--kv-events-config: Unknown event publisher '%s' (SGLang's publishers are \"zmq\" and \"null\")", c.Publisher)
+	}
+	if err := checkEndpoint("endpoint", c.Endpoint); err != nil {
+		return err
+	}
+	if c.ReplayEndpoint != nil {
+		if err := checkEndpoint("replay_endpoint", *c.ReplayEndpoint); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.BufferSteps < 0 || c.BufferSteps > MaxBufferSteps:
+		return fmt.Errorf("--kv-events-config: buffer_steps must be in 0..%d, got %d", MaxBufferSteps, c.BufferSteps)
+	case c.HWM < 0:
+		return fmt.Errorf("--kv-events-config: hwm must be >= 0 (0: no limit), got %d", c.HWM)
+	case c.MaxQueueSize < 1 || c.MaxQueueSize > MaxQueueSizeLimit:
+		return fmt.Errorf("--kv-events-config: max_queue_size must be in 1..%d (the mock keeps the queue bounded), got %d", MaxQueueSizeLimit, c.MaxQueueSize)
+	}
+	return nil
+}
+
+// checkEndpoint accepts the ZMQ addresses the publisher can open:
+// tcp://host:port (host "*" binds every address), ipc://path and
+// inproc://name.
+func checkEndpoint(key, ep string) error {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	if !ok || addr == "" {
+		return fmt.Errorf("--kv-events-config: %s %q: want tcp://HOST:PORT, ipc://PATH or inproc://NAME", key, ep)
+	}
+	switch scheme {
+	case "ipc", "inproc":
+		return nil
+	case "tcp":
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("--kv-events-config: %s %q: %v", key, ep, err)
+		}
+		if n, err := strconv.Atoi(port); port != "*" && (err != nil || n < 0 || n > 65535) {
+			return fmt.Errorf("--kv-events-config: %s %q: port %q is not in 0..65535", key, ep, port)
+		}
+		return nil
+	}
+	return fmt.Errorf("--kv-events-config: %s %q: unknown transport %q (tcp, ipc or inproc)", key, ep, scheme)
+}
+
+// Binds reports whether the replica binds the PUB endpoint (and
+// subscribers connect to it) rather than connecting to a subscriber that
+// binds: SGLang's rule, a "*" or "::" in the address or an ipc:// or
+// inproc:// address.
+func (c Config) Binds() bool {
+	ep := c.Endpoint
+	return strings.Contains(ep, "*") || strings.Contains(ep, "::") ||
+		strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
+}
+
+// DefaultTopic is the topic the llm-d router reads a replica's identity
+// and model from: kv@<host>:<port>@<served model name>, host and port
+// being the replica's HTTP address as the router's endpoints name it.
+func DefaultTopic(host string, port int, model string) string {
+	return "kv@" + host + ":" + strconv.Itoa(port) + "@" + model
+}
+
+// TopicOr returns the configured topic, or def when the config has none.
+func (c Config) TopicOr(def string) string {
+	if c.Topic != nil {
+		return *c.Topic
+	}
+	return def
+}

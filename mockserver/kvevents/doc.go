@@ -1,0 +1,50 @@
+// Package kvevents publishes the radix cache's KV events as SGLang does
+// with --kv-events-config: a ZMQ PUB socket (pure Go, go-zeromq/zmq4)
+// sends msgpack batches that a cache-aware router, such as the llm-d
+// router's precise prefix-cache scorer, replays to know which blocks each
+// replica holds.
+//
+// # The wire, as SGLang's
+//
+// Each message is three frames: the topic, the batch's sequence number as
+// 8 bytes big-endian (0, 1, 2, ... per publisher), and the msgpack payload
+// [ts, [event...], dp_rank] (KVEventBatch, encoded as msgspec encodes
+// array_like structs; see Batch.Encode). There is one event per page:
+//
+//	["BlockStored", [hash], parent_hash | nil, [token...], block_size, nil, "GPU"]
+//	["BlockRemoved", [hash], "GPU"]
+//	["AllBlocksCleared"]
+//
+// A page's hash is SGLang's: SHA-256 over the previous page's digest on
+// the path (none for a page at the root) and the page's token ids as 4-byte
+// little-endian integers, its first 64 bits read as a signed int64
+// (radixcache.Digest). Hashes depend on the tokens alone, not on the cache
+// namespace: two replicas holding the same prefix announce the same
+// hashes. Under bigram keys (EAGLE-family speculative decoding) a page's
+// tokens are its bigrams, sent as [first, second] pairs, as SGLang sends
+// its tuples. The radix tree announces a page after the page it hangs
+// from, and removes pages exactly as it evicts leaves, children first.
+// AllBlocksCleared comes when the tree starts empty and after every
+// successful flush.
+//
+// # When batches go out
+//
+// The engine gathers events as its cache changes and publishes them at
+// SGLang's points: each prefill batch, each decode-log interval, and when
+// the scheduler goes idle (engine.CacheEvents). The publisher's goroutine
+// encodes and sends; the engine never waits for it: a full queue drops the
+// batch, where SGLang's scheduler would block (see Publisher).
+//
+// # Sockets
+//
+// Config is SGLang's KVEventsConfig with its JSON keys and defaults. With
+// "*" or "::" in the endpoint (or an ipc:// or inproc:// one) the replica
+// binds and the router connects to it; otherwise the replica connects to a
+// router that binds, retrying until the router is up and reconnecting when
+// it comes back. The high-water mark bounds the PUB socket's queue
+// (messages past it are dropped, as ZMQ drops them). An optional replay
+// ROUTER socket resends the last buffer_steps messages from a requested
+// sequence number, then the end marker -1. The topic defaults to
+// kv@<host>:<port>@<served model name>, the llm-d router's convention
+// (SGLang's own default is the empty topic).
+package kvevents
