@@ -7,8 +7,10 @@
 // sent as leg a (max_new_tokens a) and leg b (max_new_tokens b), taking
 // t_a and t_b seconds end to end. Leg a is cold. Leg b is cold too, unless
 // b_cached says the server served its prompt from the prefix cache (the
-// seed's naive run): then it computed only the prompt's last page. The CSV
-// that `sglmock bench --csv` writes has these columns:
+// seed's naive run): then it computed only what it did not reuse, which an
+// optional cached_b column gives in tokens (else the prompt's reusable
+// prefix, all but its last page). The CSV that `sglmock bench --csv` writes
+// has these columns, and cached_b among the others:
 //
 //	ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
 //

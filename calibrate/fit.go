@@ -113,13 +113,16 @@ type fitter struct {
 	base *profile.Profile
 }
 
-// cachedLen is what leg b reused when b_cached: the prompt's reusable
-// prefix under the base profile's page size, one token less when SGLang
-// keys the cache on bigrams (EAGLE-family speculative decoding).
+// cachedLen is what leg b reused when b_cached: what the row says it
+// reused, else the prompt's reusable prefix under the base profile's page
+// size, one token less when SGLang keys the cache on bigrams (EAGLE-family
+// speculative decoding).
 func (f *fitter) cachedLen(r Row) int {
 	switch {
 	case !r.BCached:
 		return 0
+	case r.CachedB != nil:
+		return *r.CachedB
 	case f.base.BigramKeys():
 		return radixcache.ReusablePrefixLen(r.PromptTokens-1, f.base.PageSize)
 	}

@@ -94,3 +94,62 @@ func TestRoundTripBenchCalibrateBench(t *testing.T) {
 		}
 	})
 }
+
+// Bench's CSV of any method feeds calibrate: a naive sweep's cached leg b
+// and, on a Llama server, the BOS every cold leg b shares (cached_b 1, not
+// a cached prompt).
+func TestBenchCSVOfEveryMethodReadsBack(t *testing.T) {
+	for _, tt := range []struct {
+		profile string
+		method  harness.Method
+		bCached bool
+	}{
+		{"default", harness.Naive, true},
+		{"llama-8b-eagle3-h100", harness.Naive, true},
+		{"llama-8b-eagle3-h100", harness.FlushNonce, false},
+	} {
+		t.Run(tt.profile+"/"+string(tt.method), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mocktest.Profile(t, tt.profile)
+				m := mocktest.Start(t, api.Config{Profile: p})
+				n := 0
+				tp := &harness.TwoPoint{
+					Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
+					Points: []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}},
+					A:      1, B: 33, Methods: []harness.Method{tt.method}, NoncePosition: harness.NonceStart, Repeat: 1,
+					Options: harness.Options{
+						Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
+						NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
+					},
+				}
+				rep, err := tp.Run(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var csv bytes.Buffer
+				rep.WriteCSV(&csv)
+				rows, err := calibrate.ReadCSV(&csv, "bench.csv")
+				if err != nil {
+					t.Fatalf("bench's CSV does not read back: %v", err)
+				}
+				for _, r := range rows {
+					if r.BCached != tt.bCached {
+						t.Fatalf("ctx %d: got b_cached %v (cached_b %v), want %v", r.CtxReq, r.BCached, *r.CachedB, tt.bCached)
+					}
+				}
+				fit, err := calibrate.Fit(rows, p, "fitted")
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The rows are the mock's own timings of this very profile;
+				// under speculative decoding each leg b took its own draws,
+				// which no expectation reproduces row by row.
+				if p.Speculative == nil && fit.MaxError > 0.05 {
+					var b bytes.Buffer
+					fit.WriteReport(&b)
+					t.Fatalf("largest residual %.2f %%, want within 5 %%:\n%s", 100*fit.MaxError, b.String())
+				}
+			})
+		})
+	}
+}

@@ -25,6 +25,9 @@ type Row struct {
 	A, B         int     // max_new_tokens of the legs
 	// BCached says leg b's prompt came from the prefix cache.
 	BCached bool
+	// CachedB is how many prompt tokens leg b reused, when the CSV says
+	// (bench's cached_b column); nil means the prompt's reusable prefix.
+	CachedB *int
 	// Line is the row's line in its file, for messages; 0 when not read
 	// from a file.
 	Line int
@@ -83,6 +86,13 @@ func ReadCSV(r io.Reader, name string) ([]Row, error) {
 				return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 			}
 		}
+		if i, ok := col["cached_b"]; ok && i < len(rec) && strings.TrimSpace(rec[i]) != "" {
+			n, err := strconv.Atoi(strings.TrimSpace(rec[i]))
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%s:%d: cached_b = %q: want a whole number of tokens", name, line, rec[i])
+			}
+			row.CachedB = &n
+		}
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -138,6 +148,8 @@ func check(rows []Row, contextLength int) error {
 			return fmt.Errorf("%s: t_a = %v: times must be positive seconds", at, r.TA)
 		case !(r.TB > 0) || math.IsInf(r.TB, 0):
 			return fmt.Errorf("%s: t_b = %v: times must be positive seconds", at, r.TB)
+		case r.BCached && r.CachedB != nil && *r.CachedB >= r.PromptTokens:
+			return fmt.Errorf("%s: cached_b = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedB, r.PromptTokens-1)
 		case !r.BCached && r.TB <= r.TA:
 			return fmt.Errorf("%s: t_b = %v <= t_a = %v on a row whose leg b is cold (b_cached false): "+
 				"leg b generates more tokens, so it cannot be faster unless its prompt came from the cache; "+

@@ -16,9 +16,10 @@
 // router binds (RouterKVEndpoint, tcp://127.0.0.1:5557), each under its own
 // topic kv@<address>:<port>@<model>: the router tells replicas apart by
 // topic, as the llm-d router's precise prefix-cache scorer does in its
-// centralized mode. A config that binds instead ("*" in the endpoint) gets
-// its port offset by the replica's index, as SGLang offsets data-parallel
-// ranks, and so does a replay endpoint.
+// centralized mode. A config whose endpoint binds ("*" in it) is refused:
+// the router would have to connect to every replica. A replay endpoint,
+// which each replica binds, gets its port offset by the replica's index,
+// as SGLang offsets data-parallel ranks.
 //
 // # Files for the router
 //

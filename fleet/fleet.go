@@ -70,6 +70,12 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 	if kv != nil {
 		base = *kv
 	}
+	if base.Binds() {
+		// The router's configuration takes events on one endpoint it binds;
+		// replicas that bind would need it to connect to each of them.
+		return nil, fmt.Errorf("--kv-events-config endpoint %s binds: in a fleet the router binds one endpoint and every replica "+
+			"connects to it; leave out --kv-events-config (tcp://127.0.0.1:5557) or give the endpoint the router binds, tcp://HOST:PORT", base.Endpoint)
+	}
 	out := make([]Replica, n)
 	for i := range out {
 		r := Replica{Name: fmt.Sprintf("sglmock-%d", i), Host: host, Port: basePort + i}
@@ -80,13 +86,6 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 			r.Host, r.Port = fmt.Sprintf("127.0.0.%d", i+1), basePort
 		}
 		r.KVEvents = base
-		if base.Binds() {
-			ep, err := offsetPort(base.Endpoint, i)
-			if err != nil {
-				return nil, err
-			}
-			r.KVEvents.Endpoint = ep
-		}
 		if base.ReplayEndpoint != nil {
 			ep, err := offsetPort(*base.ReplayEndpoint, i)
 			if err != nil {

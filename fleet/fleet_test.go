@@ -24,9 +24,10 @@ func TestPlan(t *testing.T) {
 		t.Errorf("addresses:\n got %s\nwant %s", strings.Join(got, "|"), want)
 	}
 
-	// A binding config: every replica's ports offset by its index.
+	// A connecting config with a replay socket, which each replica binds:
+	// replay ports offset by the replica's index.
 	replay := "tcp://*:6000"
-	kv := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://*:5557", ReplayEndpoint: &replay, MaxQueueSize: 10}
+	kv := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://10.0.0.9:5557", ReplayEndpoint: &replay, MaxQueueSize: 10}
 	rs, err = Plan(3, LayoutPorts, "127.0.0.1", 30000, "m", &kv)
 	if err != nil {
 		t.Fatal(err)
@@ -35,8 +36,14 @@ func TestPlan(t *testing.T) {
 	for _, r := range rs {
 		got = append(got, r.Addr()+" "+r.KVEvents.Endpoint+" "+*r.KVEvents.ReplayEndpoint)
 	}
-	if want := "127.0.0.1:30000 tcp://*:5557 tcp://*:6000|127.0.0.1:30001 tcp://*:5558 tcp://*:6001|127.0.0.1:30002 tcp://*:5559 tcp://*:6002"; strings.Join(got, "|") != want {
-		t.Errorf("ports, binding:\n got %s\nwant %s", strings.Join(got, "|"), want)
+	if want := "127.0.0.1:30000 tcp://10.0.0.9:5557 tcp://*:6000|127.0.0.1:30001 tcp://10.0.0.9:5557 tcp://*:6001|127.0.0.1:30002 tcp://10.0.0.9:5557 tcp://*:6002"; strings.Join(got, "|") != want {
+		t.Errorf("ports, replay:\n got %s\nwant %s", strings.Join(got, "|"), want)
+	}
+	// Replicas that bind would leave the router one endpoint per replica
+	// to connect to: refused.
+	binds := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://*:5557", MaxQueueSize: 10}
+	if _, err := Plan(3, LayoutAddresses, "127.0.0.1", 30000, "m", &binds); err == nil || !strings.Contains(err.Error(), "tcp://*:5557 binds") {
+		t.Errorf("a binding endpoint: got %v, want it refused", err)
 	}
 
 	for _, tt := range []struct {

@@ -54,6 +54,11 @@ func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Read before the floor is measured, which adds requests of its own.
+	stats, err := c.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
 	s, err := startSession(ctx, c, Options{})
 	if err != nil {
 		return nil, err
@@ -89,6 +94,11 @@ func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 	}
 	if refused > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d of %d flushes were refused", refused, len(flushes)))
+	}
+	if n := int64(len(reqs)); n < stats.Requests {
+		// The server keeps a bounded history: what it let go is unaudited.
+		rep.Verdict.add(Suspect, fmt.Sprintf("the server kept the records of only the last %d of %d requests "+
+			"(raise serve's --sim-truth-bytes; at most 10000 are kept)", n, stats.Requests))
 	}
 	return rep, nil
 }

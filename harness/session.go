@@ -117,6 +117,9 @@ const MaxTokens = 10_000_000
 const maxRepeat = 10_000
 
 // validateCommon checks what both methods take.
+// maxFlushTimeout bounds a flush's ?timeout=: a year of the server's time.
+const maxFlushTimeout = 365 * 24 * 3600
+
 func validateCommon(points []Point, opt Options) error {
 	if len(points) == 0 {
 		return errors.New("no context to measure")
@@ -126,8 +129,8 @@ func validateCommon(points []Point, opt Options) error {
 			return fmt.Errorf("context %d: a prompt needs 16..%d tokens", p.Tokens, MaxTokens)
 		}
 	}
-	if f := opt.Flush; f.Retries < 0 || f.RetryWait < 0 || f.Timeout < 0 {
-		return errors.New("flush retries, retry wait and timeout must be >= 0")
+	if f := opt.Flush; f.Retries < 0 || f.RetryWait < 0 || !(f.Timeout >= 0 && f.Timeout <= maxFlushTimeout) {
+		return fmt.Errorf("flush retries and retry wait must be >= 0 and the timeout a number in 0..%g", float64(maxFlushTimeout))
 	}
 	return nil
 }
@@ -170,6 +173,10 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 // seconds converts a wall duration to the server's seconds.
 func (s *session) seconds(d time.Duration) float64 { return d.Seconds() * s.server.Speedup }
 
+// floorRepeats is how many times the floor probe repeats its nonce: 64
+// nonces are 512 token ids, or some 800 tokens of text.
+const floorRepeats = 64
+
 // measureFloor sends two prompts that are nothing but two unrelated
 // nonces and records the cached tokens of the second: what every prompt
 // shares on this server whatever it says (a BOS token, a template's head).
@@ -182,7 +189,12 @@ func (s *session) measureFloor(ctx context.Context) error {
 	ids := []string{s.opt.NewID(), s.opt.NewID()}
 	var gens []*Generation
 	for i, id := range []string{ids[0], ids[1], ids[0]} {
-		p := Prompt{Text: nonceText(id), IDs: nonceIDs(id)}
+		// The nonce repeated to a few hundred tokens: longer than any
+		// page, so the repeat reuses whole pages on any page size.
+		p := Prompt{Text: strings.Repeat(nonceText(id)+" ", floorRepeats)}
+		for range floorRepeats {
+			p.IDs = append(p.IDs, nonceIDs(id)...)
+		}
 		g, err := s.c.Generate(ctx, p, 1, fmt.Sprintf("floor-%d-%s", i+1, id), false)
 		if err != nil {
 			return fmt.Errorf("measuring the shared prefix floor: %w", err)

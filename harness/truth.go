@@ -57,6 +57,15 @@ func (c *Client) Requests(ctx context.Context) ([]sim.RequestSummary, error) {
 	return rs, err
 }
 
+// Stats fetches the server's load, cache and lifetime counts.
+func (c *Client) Stats(ctx context.Context) (*sim.Stats, error) {
+	var st sim.Stats
+	if _, err := c.get(ctx, "/sim/stats", &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
 // Flushes lists every /flush_cache call the server saw and its outcome.
 func (c *Client) Flushes(ctx context.Context) ([]sim.Flush, error) {
 	var fs []sim.Flush

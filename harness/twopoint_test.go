@@ -508,3 +508,33 @@ func TestFlushOnlyBetweenLegs(t *testing.T) {
 		}
 	})
 }
+
+// A flush timeout that is not a number of seconds is refused before anything
+// is sent (NaN passes a plain < 0 check).
+func TestFlushTimeoutMustBeANumber(t *testing.T) {
+	for _, timeout := range []float64{math.NaN(), math.Inf(1), -1} {
+		tp := &harness.TwoPoint{Points: []harness.Point{{CtxReq: 512, Tokens: 512}}, A: 1, B: 17, Repeat: 1,
+			Methods: []harness.Method{harness.FlushNonce}, NoncePosition: harness.NonceStart,
+			Options: harness.Options{Flush: harness.FlushPolicy{Timeout: timeout}}}
+		if err := tp.Validate(); err == nil || !strings.Contains(err.Error(), "timeout a number") {
+			t.Errorf("timeout %v: got %v, want it refused", timeout, err)
+		}
+	}
+}
+
+// On a server with large pages whose OpenAI routes report null for 0
+// cached tokens, the floor probe still learns that the server reports
+// them: its repeat reuses whole pages.
+func TestSharedFloorWithLargePages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.PageSize = 64
+		m := mocktest.Start(t, api.Config{Profile: p, EnableCacheReport: true})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.NonceMethod)
+		tp.Client.Backend = harness.OpenAI
+		rep := run(t, tp)
+		if rep.Server.SharedFloor != 0 || rep.Rows[0].Verdict.String() != "ok" || rep.Rows[0].CachedB == nil {
+			t.Fatalf("got floor %d, verdict %q; want floor 0 (the server reports cached tokens) and ok", rep.Server.SharedFloor, rep.Rows[0].Verdict)
+		}
+	})
+}

@@ -56,7 +56,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	fs.SetOutput(stderr)
 	o := &auditOptions{}
 	profileName := fs.String("profile", "default", "cost profile: a built-in name (see 'sglmock profiles') or a YAML file")
-	fs.Float64Var(&o.speedup, "speedup", 1, "simulated seconds per wall second")
+	floatFlag(fs, &o.speedup, "speedup", 1, "`S` simulated seconds per wall second")
 	fs.IntVar(&o.allowShared, "allow-shared-prefix", 0, "tolerate a reused prefix of up to N tokens (a shared system prompt)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to this file (for CI)")
 	fs.BoolVar(&o.cfg.DisableRadixCache, "disable-radix-cache", false, "disable prefix caching: cached_tokens is always 0")

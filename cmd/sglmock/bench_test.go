@@ -93,7 +93,7 @@ func TestBenchAgainstMock(t *testing.T) {
 			t.Fatalf("flush+nonce: exit %d, want 0\n%s", code, stderr.String())
 		}
 		recs := readCSV(t, filepath.Join(dir, "sweep.csv"))
-		if len(recs) != 3 || strings.Join(recs[0][:7], ",") != "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached" || recs[2][8] != "flush+nonce" {
+		if len(recs) != 3 || strings.Join(recs[0][:7], ",") != "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached" || recs[2][9] != "flush+nonce" {
 			t.Fatalf("the CSV: %q", recs)
 		}
 		o.method, o.maxNewTokens = "stream", 32

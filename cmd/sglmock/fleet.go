@@ -75,11 +75,12 @@ router. With --layout addresses (the default) replica i listens on 127.0.0.(i+1)
 at --port; with --layout ports on --host at --port + i. Metrics are on (the
 router scrapes sglang: series). KV events: without --kv-events-config every
 replica connects to tcp://127.0.0.1:5557, which the router binds, under its own
-topic kv@ADDRESS:PORT@MODEL; an endpoint that binds gets its port offset by the
-replica's index. --dir (default sglmock-fleet) receives endpoints.yaml, the
-router's file-discovery endpoints, and epp.yaml, a router configuration that
-watches it and scores by prefix cache (KV events) and load. Ctrl-C stops them
-all. "sglmock fleet status" prints each replica's load, cache size and hit rate.
+topic kv@ADDRESS:PORT@MODEL; --kv-events-config may name another endpoint the
+router binds (one that binds itself is refused). --dir (default sglmock-fleet)
+receives endpoints.yaml, the router's file-discovery endpoints, and epp.yaml, a
+router configuration that watches it and scores by prefix cache (KV events) and
+load. Ctrl-C stops them all. "sglmock fleet status" prints each replica's load,
+cache size and hit rate.
 `
 
 func runFleet(args []string, stdout, stderr io.Writer) int {

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 
 	"sglmock/mockserver/profile"
 )
@@ -77,6 +79,32 @@ type parsedError struct{ err error }
 
 func (e parsedError) Error() string { return e.err.Error() }
 func (e parsedError) Unwrap() error { return e.err }
+
+// finiteFloat is a float64 flag that refuses NaN and the infinities, which
+// strconv.ParseFloat accepts and a range check such as x <= 0 lets through.
+type finiteFloat struct{ p *float64 }
+
+func (f finiteFloat) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f finiteFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return errors.New("want a finite number")
+	}
+	*f.p = v
+	return nil
+}
+
+// floatFlag defines a finite float64 flag.
+func floatFlag(fs *flag.FlagSet, p *float64, name string, value float64, usage string) {
+	*p = value
+	fs.Var(finiteFloat{p}, name, usage)
+}
 
 // parseFlags parses a subcommand's flags; unless positional, it refuses
 // any argument that is not a flag.

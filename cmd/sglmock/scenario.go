@@ -83,7 +83,7 @@ type scenarioOptions struct {
 func scenarioFlags(stderr io.Writer) *scenarioOptions {
 	o := &scenarioOptions{fs: flag.NewFlagSet("sglmock scenario run", flag.ContinueOnError)}
 	o.fs.SetOutput(stderr)
-	o.fs.Float64Var(&o.speedup, "speedup", 0, "simulated seconds per wall second (default: the scenario's own)")
+	floatFlag(o.fs, &o.speedup, "speedup", 0, "`S` simulated seconds per wall second (default: the scenario's own)")
 	return o
 }
 

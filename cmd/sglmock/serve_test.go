@@ -56,6 +56,8 @@ func TestServeFlags(t *testing.T) {
 		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag -port`, nil},
 		{"port range", []string{"--port", "70000"}, "--port 70000", nil},
 		{"speedup", []string{"--speedup", "0"}, "--speedup 0", nil},
+		{"speedup NaN", []string{"--speedup", "NaN"}, `invalid value "NaN" for flag -speedup: want a finite number`, nil},
+		{"grace +Inf", []string{"--shutdown-grace", "+Inf"}, `invalid value "+Inf" for flag -shutdown-grace: want a finite number`, nil},
 		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`, nil},
 		{"stray argument", []string{"serve"}, `unexpected argument "serve"`, nil},
 		{"unknown profile", []string{"--profile", "nosuch"}, `--profile: no built-in profile "nosuch"`, nil},

@@ -179,9 +179,19 @@ func (s *Server) tokenize(c *gin.Context) {
 		writeValidationError(c, "prompt or messages: Field required")
 		return
 	}
+	// Counted first, without allocating: one request may not make the
+	// server hold a tokenization of unbounded size.
+	if n := tokenizer.Count(text); n > maxTokenizeTokens {
+		writeValidationError(c, fmt.Sprintf("The text is %d tokens; /tokenize takes at most %d.", n, maxTokenizeTokens))
+		return
+	}
 	ids := tokenizer.EncodePrompt(nil, text, s.cfg.Profile.AddBOSToken)
 	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
 }
+
+// maxTokenizeTokens bounds /tokenize and /detokenize: five times the
+// longest context of any deployment modelled, a few MB of JSON.
+const maxTokenizeTokens = 1 << 20
 
 func (s *Server) detokenize(c *gin.Context) {
 	var body struct {
@@ -192,6 +202,10 @@ func (s *Server) detokenize(c *gin.Context) {
 	}
 	if body.Tokens == nil {
 		writeValidationError(c, "tokens: Field required")
+		return
+	}
+	if len(body.Tokens) > maxTokenizeTokens {
+		writeValidationError(c, fmt.Sprintf("tokens: %d ids; /detokenize takes at most %d.", len(body.Tokens), maxTokenizeTokens))
 		return
 	}
 	writeJSON(c, http.StatusOK, gin.H{"text": tokenizer.Decode(body.Tokens)})

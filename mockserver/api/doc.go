@@ -50,8 +50,11 @@
 //     generators, send nothing (not even the status line) before the first
 //     output; a chat choice's role delta goes out with its first content,
 //     and the empty deltas carrying finish_reason follow the last output.
-//     An abort that carries a status code ends an OpenAI stream with
-//     data: {"error": {...}} (Python's json.dumps spacing). Chat deltas
+//     An aborted request ends its stream with finish_reason "abort": every
+//     abort the mock makes is SGLang's kind without an HTTP status (a
+//     user's, a disconnect's, shutdown's), which SGLang's OpenAI layer
+//     also ends with a finish chunk, not a data: {"error": ...} event; the
+//     mock has no mid-stream error. Chat deltas
 //     carry "reasoning_content": null; completions chunks carry "usage":
 //     null, and their final usage chunk drops a null prompt_tokens_details
 //     (exclude_none), while chat's keeps it.

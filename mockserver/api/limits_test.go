@@ -220,3 +220,25 @@ func TestRequestBounds(t *testing.T) {
 		mocktest.CheckIdle(t, ts.Engine())
 	})
 }
+
+// /tokenize and /detokenize answer at most maxTokenizeTokens (1<<20)
+// tokens: a large body is refused, counted without being tokenized.
+func TestTokenizeBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		text := strings.Repeat("a ", 1<<20+1)
+		code, body, _ := ts.Do(t, "POST", "/tokenize", fmt.Sprintf(`{"prompt": %q}`, text))
+		want := fmt.Sprintf("The text is %d tokens; /tokenize takes at most 1048576.", tokenizer.Count(text))
+		if code != 400 || !strings.Contains(body, want) {
+			t.Fatalf("got %d %.200s, want 400 naming the bound", code, body)
+		}
+		ids := strings.Repeat("7,", 1<<20) + "7"
+		code, body, _ = ts.Do(t, "POST", "/detokenize", `{"tokens": [`+ids+`]}`)
+		if code != 400 || !strings.Contains(body, "tokens: 1048577 ids; /detokenize takes at most 1048576.") {
+			t.Fatalf("got %d %.200s, want 400 naming the bound", code, body)
+		}
+		if code, _, _ := ts.Do(t, "POST", "/tokenize", `{"prompt": "a small text"}`); code != 200 {
+			t.Fatalf("a small text: got %d, want 200", code)
+		}
+	})
+}

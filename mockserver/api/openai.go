@@ -205,8 +205,9 @@ func (r *openAIRun) run() {
 // stream serves a streaming request as SGLang's generators do. Nothing,
 // not even the status line, goes out before the first output event (run
 // only starts it once the request was accepted); a chat choice's role chunk
-// goes out with its first content. An abort that carries a status code ends
-// the stream with an error event. The chat finish chunks and the usage
+// goes out with its first content. An abort ends the choice with
+// finish_reason "abort" (no mock abort carries an HTTP status, so there is
+// no error event). The chat finish chunks and the usage
 // chunk follow the last output, carrying the id of the last event's
 // request, as SGLang's loop variable leaves it.
 func (r *openAIRun) stream(streams []*engine.Stream) {

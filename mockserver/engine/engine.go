@@ -132,7 +132,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Speedup == 0 {
 		cfg.Speedup = 1
 	}
-	if cfg.Speedup < 0 || cfg.Speedup > 1e9 {
+	if !(cfg.Speedup > 0 && cfg.Speedup <= 1e9) { // NaN too
 		return nil, fmt.Errorf("engine: speedup must be in (0, 1e9], got %v", cfg.Speedup)
 	}
 	if cfg.SpinWindow < 0 {

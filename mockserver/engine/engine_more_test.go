@@ -199,6 +199,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no profile":       {},
 		"invalid profile":  {Profile: &bad},
 		"negative speedup": {Profile: p, Speedup: -1},
+		"NaN speedup":      {Profile: p, Speedup: math.NaN()},
+		"infinite speedup": {Profile: p, Speedup: math.Inf(1)},
 		"negative spin":    {Profile: p, SpinWindow: -time.Millisecond},
 	} {
 		if e, err := New(cfg); err == nil {
