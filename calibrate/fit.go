@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"sglmock/mockserver/profile"
-	"sglmock/radixcache"
 )
 
 // Tolerance is the largest relative residual the formulas may leave on any
@@ -114,19 +113,15 @@ type fitter struct {
 }
 
 // cachedLen is what leg b reused when b_cached: what the row says it
-// reused, else the prompt's reusable prefix under the base profile's page
-// size, one token less when SGLang keys the cache on bigrams (EAGLE-family
-// speculative decoding).
+// reused, else the prompt's reusable prefix under the base profile.
 func (f *fitter) cachedLen(r Row) int {
 	switch {
 	case !r.BCached:
 		return 0
 	case r.CachedB != nil:
 		return *r.CachedB
-	case f.base.BigramKeys():
-		return radixcache.ReusablePrefixLen(r.PromptTokens-1, f.base.PageSize)
 	}
-	return radixcache.ReusablePrefixLen(r.PromptTokens, f.base.PageSize)
+	return f.base.ReusablePrefixLen(r.PromptTokens)
 }
 
 // prefillFeatures are the multipliers of overhead_s, per_token_s and

@@ -42,7 +42,8 @@ func (x *lcg) next() uint64 {
 
 // fillerText returns n deterministic filler words in sentences of twelve.
 // seed picks the sequence and its first word (the seed modulo the word
-// list), so prompts of different sizes share no prefix.
+// list), so prompts of different seeds share at most their first word (when
+// the seeds are equal modulo the list's length) and rarely more.
 func fillerText(seed uint64, n int) string {
 	var sb strings.Builder
 	x := lcg(seed*2654435761 + 1)

@@ -15,7 +15,9 @@
 // The engine owns a radixcache.Tree as SGLang's scheduler owns its radix
 // cache: prompts reuse cached prefixes by SGLang's rules, each prefill costs
 // what the profile says for the tokens actually computed, and /flush_cache
-// only succeeds when nothing is queued or running. Every modelled duration is
+// only succeeds when nothing is queued or running and the last finishing
+// batch has settled (the profile's flush_busy_after_finish_s). Every
+// modelled duration is
 // a pure function of token counts and batch state, so under testing/synctest
 // the server's timings are exact.
 package mockserver

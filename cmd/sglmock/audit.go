@@ -62,7 +62,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	fs.BoolVar(&o.cfg.DisableRadixCache, "disable-radix-cache", false, "disable prefix caching: cached_tokens is always 0")
 	fs.BoolVar(&o.cfg.EnableCacheReport, "enable-cache-report", false, "report usage.prompt_tokens_details.cached_tokens in OpenAI responses")
 	fs.BoolVar(&o.cfg.EnableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
-	fs.IntVar(&o.cfg.StreamInterval, "stream-interval", 1, "send a stream event every N decode steps")
+	fs.IntVar(&o.cfg.StreamInterval, "stream-interval", 1, "send a stream event every N output tokens")
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, auditUsage)

@@ -109,10 +109,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		fs.IntVar(&o.maxNewTokens, "max-new-tokens", 256, "max_new_tokens of the streaming request")
 		fs.BoolVar(&o.noFlush, "no-flush", false, "do not flush before each request (its nonce alone keeps it cold)")
 	}
-	profileName := fs.String("profile", "", "with --dry-run: the profile whose cost model predicts the times")
+	// The profile flags describe the deployment --dry-run predicts; stream
+	// has no dry run, so it takes none.
+	profileName := new(string)
 	own := map[string]bool{}
+	var profileFlags *profile.Flags
+	if o.method == "twopoint" {
+		fs.StringVar(profileName, "profile", "", "with --dry-run: the profile whose cost model predicts the times")
+	}
 	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
-	profileFlags := profile.RegisterFlags(fs)
+	if o.method == "twopoint" {
+		profileFlags = profile.RegisterFlags(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
@@ -263,9 +271,7 @@ func (pp profilePredictor) Seconds(prompt, cached, completion int) float64 {
 	return e.TTFT.Seconds() + e.DecodeSeconds
 }
 
-func (pp profilePredictor) CachedOnRepeat(prompt int) int {
-	return (prompt - 1) / pp.p.PageSize * pp.p.PageSize
-}
+func (pp profilePredictor) CachedOnRepeat(prompt int) int { return pp.p.ReusablePrefixLen(prompt) }
 
 func dryRun(o *benchOptions, stdout, stderr io.Writer) int {
 	tp := &harness.TwoPoint{Points: o.points, A: o.a, B: o.b, Methods: o.methods, Repeat: o.repeat,

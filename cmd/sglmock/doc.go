@@ -14,6 +14,8 @@
 //	scenario  the benchmarking traps and their fixes (scenarios), each
 //	          played against a fresh loopback mock with PASS or FAIL
 //	profiles  the built-in cost profiles
+//	calibrate a profile fitted to measured two-point rows (calibrate)
+//	health    asks a server's /health: the container image's health check
 //
 // demo, scenario and audit start the mock in this process on a free loopback port,
 // with no warmup request, so the prefix cache starts empty. Run "sglmock

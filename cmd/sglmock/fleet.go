@@ -248,11 +248,8 @@ func runFleetStatus(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "sglmock-fleet", "the fleet's directory (its endpoints.yaml)")
 	file := fs.String("endpoints", "", "an endpoints file (default: DIR/endpoints.yaml)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := flagExit("fleet status", parseFlags(fs, args, false), stderr); done {
+		return code
 	}
 	path := *file
 	if path == "" {

@@ -57,7 +57,8 @@ func describeWant(want string) string {
 // bad flag exits 2 with the flag package's message, once; a stray argument
 // or a bad value exits 2 with the command's message; --help exits 0.
 func TestFlagRule(t *testing.T) {
-	for _, cmd := range [][]string{{"serve"}, {"bench", "twopoint"}, {"audit"}, {"calibrate"}, {"health"}} {
+	for _, cmd := range [][]string{{"serve"}, {"bench", "twopoint"}, {"bench", "stream"}, {"audit"}, {"calibrate"}, {"health"},
+		{"scenario", "run"}, {"fleet", "status"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append(slices.Clone(cmd), "--nope"), &stdout, &stderr); code != 2 ||
 			strings.Count(stderr.String(), "flag provided but not defined: -nope") != 1 {
@@ -67,8 +68,8 @@ func TestFlagRule(t *testing.T) {
 		if code := run(append(slices.Clone(cmd), "--help"), &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "Usage") {
 			t.Errorf("%q --help: got exit %d and stderr %q, want 0 and the usage", cmd, code, stderr.String())
 		}
-		if cmd[0] == "audit" {
-			continue // its arguments are the command to run
+		if cmd[0] == "audit" || cmd[0] == "scenario" {
+			continue // its arguments are the command to run, or the scenario
 		}
 		stderr.Reset()
 		if code := run(append(slices.Clone(cmd), "stray"), &stdout, &stderr); code != 2 ||

@@ -98,7 +98,7 @@ func runOneScenario(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		target, args = args[0], args[1:]
 	}
-	if code, done := flagExit("scenario run", o.fs.Parse(args), stderr); done {
+	if code, done := flagExit("scenario run", parseFlags(o.fs, args, true), stderr); done {
 		return code
 	}
 	rest := o.fs.Args()

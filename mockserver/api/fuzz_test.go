@@ -14,9 +14,10 @@ import (
 	"sglmock/mockserver/profile"
 )
 
-// FuzzGenerateBody sends arbitrary bodies to /generate and the OpenAI
-// endpoints, and arbitrary queries to /sim/expect and rids to
-// /sim/requests/. Whatever the input, the answer is 200, 400, 404 or 413
+// FuzzGenerateBody sends arbitrary bodies to /generate, the OpenAI
+// endpoints and their render twins, /tokenize, /detokenize and
+// /abort_request, and arbitrary queries to /sim/expect, /flush_cache and
+// /v1/loads and rids to /sim/requests/. Whatever the input, the answer is 200, 400, 404 or 413
 // (never a 500 or a panic), and afterwards the engine holds no request,
 // lock or KV beyond its unlocked cache; synctest fails on any goroutine
 // left behind.
@@ -55,12 +56,31 @@ func FuzzGenerateBody(f *testing.F) {
 		f.Add(seed, uint8(3))
 		f.Add(seed, uint8(4))
 	}
+	for _, seed := range []struct {
+		body   string
+		target uint8
+	}{
+		{`{"prompt": "hello"}`, 5}, {`{"messages": [{"role": "user", "content": "hi"}]}`, 5},
+		{`{"tokens": [1, 2, 3]}`, 6}, {`{"tokens": [-1, 4294967296]}`, 6},
+		{`{"model": "x", "prompt": ["a", "b"]}`, 7}, {`{"messages": [{"role": "user", "content": "hi"}]}`, 8},
+		{`{"rid": "x"}`, 9}, {`{"abort_all": true}`, 9},
+		{`timeout=1e300`, 10}, {`timeout=NaN`, 10}, {`timeout=-1`, 10},
+		{`format=prometheus&include=all`, 11}, {`dp_rank=99999999999999999999`, 11},
+	} {
+		f.Add(seed.body, seed.target)
+	}
 	f.Fuzz(func(t *testing.T, body string, target uint8) {
-		paths := []string{"/generate", "/v1/completions", "/v1/chat/completions", "/sim/expect?", "/sim/requests/r"}
+		// The first five targets keep their indices: the corpus names them.
+		paths := []string{"/generate", "/v1/completions", "/v1/chat/completions", "/sim/expect?", "/sim/requests/r",
+			"/tokenize", "/detokenize", "/v1/completions/render", "/v1/chat/completions/render", "/abort_request",
+			"/flush_cache?", "/v1/loads?"}
 		path := paths[int(target)%len(paths)]
 		method := http.MethodPost
-		if strings.HasPrefix(path, "/sim/") {
+		switch {
+		case strings.HasPrefix(path, "/sim/"):
 			method, path = http.MethodGet, path+url.PathEscape(body)
+		case strings.HasSuffix(path, "?"):
+			method, path = http.MethodGet, path+body
 		}
 		synctest.Test(t, func(t *testing.T) {
 			p, err := profile.Load("default")

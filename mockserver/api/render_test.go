@@ -77,7 +77,8 @@ func TestRenderRefuses(t *testing.T) {
 		}{
 			{"/v1/completions/render", `{"model": "other", "prompt": "x"}`, 404,
 				`{"error":{"code":404,"message":"The model ` + "`other`" + ` does not exist.","param":"model","type":"NotFoundError"}}`},
-			{"/v1/chat/completions/render", `{"model": "other", "messages": [{"role": "user", "content": "x"}]}`, 404, ""},
+			{"/v1/chat/completions/render", `{"model": "other", "messages": [{"role": "user", "content": "x"}]}`, 404,
+				`{"error":{"code":404,"message":"The model ` + "`other`" + ` does not exist.","param":"model","type":"NotFoundError"}}`},
 			{"/v1/completions/render", `{"max_tokens": 3}`, 400, `"prompt: Field required"`},
 			{"/v1/chat/completions/render", `{"messages": []}`, 400, "a chat needs at least one message"},
 			{"/v1/completions/render", `{"prompt": [-1]}`, 400, "BadRequestError"},

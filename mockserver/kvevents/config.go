@@ -49,8 +49,8 @@ const (
 // MaxBufferSteps and MaxQueueSizeLimit bound what the mock lets a config
 // allocate; SGLang has no bound.
 const (
-	MaxBufferSteps    = 10_000_000
-	MaxQueueSizeLimit = 10_000_000
+	MaxBufferSteps    = 1_000_000 // a hundred times SGLang's default
+	MaxQueueSizeLimit = 1_000_000 // ten times SGLang's default: some 40 MB of queue
 )
 
 var knownKeys = []string{"publisher", "endpoint", "replay_endpoint", "buffer_steps", "hwm", "max_queue_size", "topic"}

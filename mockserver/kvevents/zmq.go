@@ -167,6 +167,9 @@ func (t *zmqTransport) Close() error {
 	return err
 }
 
+// replayRetry is the pause after a failed receive on the replay socket.
+const replayRetry = 10 * time.Millisecond
+
 // serveReplay answers replay requests, [identity, "", start seq], with
 // every buffered message from start on, [identity, "", seq, payload], then
 // the end marker [identity, "", -1, ""], as SGLang's _service_replay. It
@@ -176,8 +179,11 @@ func (t *zmqTransport) serveReplay(p *Publisher) {
 	for {
 		msg, err := t.replay.Recv()
 		if err != nil {
-			if t.ctx.Err() != nil {
+			// A failing socket is retried after a pause, never in a spin.
+			select {
+			case <-t.ctx.Done():
 				return
+			case <-time.After(replayRetry):
 			}
 			continue
 		}

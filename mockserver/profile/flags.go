@@ -19,8 +19,10 @@ const (
 
 // Flags are the launch flags that describe the deployment, spelled as
 // SGLang's launch_server spells them. A flag that is set overrides the
-// profile's value; one that is not leaves it alone. Every command that
-// starts a mock (serve, demo, audit, scenario, calibrate) registers them.
+// profile's value; one that is not leaves it alone. The commands that take
+// a deployment from the command line register them: serve, fleet, audit,
+// calibrate, and bench twopoint for --dry-run. (demo runs its own profile;
+// a scenario names its profile in its file.)
 type Flags struct {
 	fs                                                       *flag.FlagSet
 	contextLength, pageSize, chunked, maxPrefill, maxRunning int
@@ -94,9 +96,14 @@ func (f *Flags) Apply(p *Profile) error {
 		if set["speculative-eagle-topk"] {
 			sp.EagleTopK = f.specTopK
 		}
-		sp.NumDraftTokens = sp.NumSteps + 1
-		if set["speculative-num-draft-tokens"] {
+		// The tokens verified per round follow the depth when the depth is
+		// new or changed (SGLang's num_steps+1 with one branch); a profile's
+		// own value otherwise stays.
+		switch {
+		case set["speculative-num-draft-tokens"]:
 			sp.NumDraftTokens = f.specDraft
+		case sp.NumDraftTokens == 0 || set["speculative-num-steps"]:
+			sp.NumDraftTokens = sp.NumSteps + 1
 		}
 		// The acceptance model follows the depth: extra steps repeat the last
 		// probability (the default when there is none), fewer steps drop the

@@ -99,3 +99,58 @@ func TestFlagsApply(t *testing.T) {
 		})
 	}
 }
+
+// A profile's own draft tokens (a tree: top-k > 1) stay when a flag leaves
+// the depth alone, and follow a new depth.
+func TestFlagsKeepAProfilesDraftTokens(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--speculative-algorithm", "EAGLE"}, 10},
+		{[]string{"--speculative-eagle-topk", "2"}, 10},
+		{[]string{"--speculative-num-steps", "4"}, 5},
+		{[]string{"--speculative-num-draft-tokens", "8"}, 8},
+	} {
+		p, err := Load("kimi-k2.6-rtx6000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Speculative.EagleTopK, p.Speculative.NumDraftTokens = 4, 10
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		f := RegisterFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Apply(p); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if got := p.Speculative.NumDraftTokens; got != tt.want {
+			t.Errorf("%v: got num_draft_tokens %d, want %d", tt.args, got, tt.want)
+		}
+	}
+}
+
+// A repeated prompt reuses all but its last token, page-floored, and one
+// token less under EAGLE-family bigram keys.
+func TestReusablePrefixLen(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		page, n int
+		want    int
+	}{
+		{"default", 1, 1407, 1406},
+		{"default", 16, 1407, 1392},
+		{"llama-8b-eagle3-h100", 1, 1407, 1405}, // EAGLE3: bigram keys
+		{"kimi-k2.6-rtx6000", 1, 1407, 1406},    // DDTREE: token keys
+	} {
+		p, err := Load(tt.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.PageSize = tt.page
+		if got := p.ReusablePrefixLen(tt.n); got != tt.want {
+			t.Errorf("%s, page %d: got %d of %d, want %d", tt.name, tt.page, got, tt.n, tt.want)
+		}
+	}
+}

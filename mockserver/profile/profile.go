@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"sglmock/radixcache"
 )
 
 // Profile is a served model on given hardware: its limits, what each
@@ -132,6 +134,17 @@ func (p *Profile) BigramKeys() bool {
 		return true
 	}
 	return false
+}
+
+// ReusablePrefixLen is how many tokens of an n-token prompt a repeat of it
+// reuses from the cache under this profile (the radix cache's rule:
+// all but the last token, floored to whole pages; one token less under
+// bigram keys, whose pages count bigrams).
+func (p *Profile) ReusablePrefixLen(n int) int {
+	if p.BigramKeys() {
+		return radixcache.ReusablePrefixLen(n-1, p.PageSize)
+	}
+	return radixcache.ReusablePrefixLen(n, p.PageSize)
 }
 
 // Table is a monotone piecewise-linear function given by [tokens, seconds]
