@@ -20,11 +20,18 @@ import (
 // --csv` does, and returns the CSV.
 func bench(t *testing.T, p *profile.Profile, points []harness.Point) []byte {
 	t.Helper()
+	return benchCSV(t, p, points, harness.FlushNonce, 65)
+}
+
+// benchCSV measures points on a fresh mock of p with one method, legs of 1
+// and b tokens, and returns bench's CSV.
+func benchCSV(t *testing.T, p *profile.Profile, points []harness.Point, method harness.Method, b int) []byte {
+	t.Helper()
 	m := mocktest.Start(t, api.Config{Profile: p})
 	n := 0
 	tp := &harness.TwoPoint{
 		Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
-		Points: points, A: 1, B: 65, Methods: []harness.Method{harness.FlushNonce}, NoncePosition: harness.NonceStart, Repeat: 1,
+		Points: points, A: 1, B: b, Methods: []harness.Method{method}, NoncePosition: harness.NonceStart, Repeat: 1,
 		Options: harness.Options{
 			Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
 			NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
@@ -111,24 +118,8 @@ func TestBenchCSVOfEveryMethodReadsBack(t *testing.T) {
 		t.Run(tt.profile+"/"+string(tt.method), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := mocktest.Profile(t, tt.profile)
-				m := mocktest.Start(t, api.Config{Profile: p})
-				n := 0
-				tp := &harness.TwoPoint{
-					Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
-					Points: []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}},
-					A:      1, B: 33, Methods: []harness.Method{tt.method}, NoncePosition: harness.NonceStart, Repeat: 1,
-					Options: harness.Options{
-						Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
-						NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
-					},
-				}
-				rep, err := tp.Run(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				var csv bytes.Buffer
-				rep.WriteCSV(&csv)
-				rows, err := calibrate.ReadCSV(&csv, "bench.csv")
+				csv := benchCSV(t, p, []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}}, tt.method, 33)
+				rows, err := calibrate.ReadCSV(bytes.NewReader(csv), "bench.csv")
 				if err != nil {
 					t.Fatalf("bench's CSV does not read back: %v", err)
 				}
