@@ -1,4 +1,4 @@
-module sglmock
+module github.com/sglmock/sglmock
 
 go 1.26.0
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 func load(t *testing.T, name string) *profile.Profile {

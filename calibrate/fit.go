@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // Tolerance is the largest relative residual the formulas may leave on any

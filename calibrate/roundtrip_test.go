@@ -9,11 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/calibrate"
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/calibrate"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // bench measures points on a mock of p with flush+nonce, as `sglmock bench

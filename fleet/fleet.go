@@ -14,8 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/mockserver/kvevents"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // Layouts: distinct loopback addresses, or one address and consecutive

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"sglmock/mockserver/kvevents"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 func TestPlan(t *testing.T) {

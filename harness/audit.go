@@ -7,7 +7,7 @@ import (
 	"io"
 	"strconv"
 
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // AuditRequest is one request a benchmark sent, as the server recorded it.

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // A server that kept only part of its history says so: the audit cannot

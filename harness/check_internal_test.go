@@ -55,7 +55,7 @@ func TestImportsNoMock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, imp := range pkg.Imports {
-		if strings.HasPrefix(imp, "sglmock/") && imp != "sglmock/sim" {
+		if strings.HasPrefix(imp, "github.com/sglmock/sglmock/") && imp != "github.com/sglmock/sglmock/sim" {
 			t.Errorf("harness imports %s; only sglmock/sim is allowed", imp)
 		}
 	}

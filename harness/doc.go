@@ -2,7 +2,7 @@
 // scripts do, checks every measurement for the traps that poison it, and,
 // against sglmock, reports each figure's error against the modelled truth.
 //
-// It talks HTTP only and imports nothing of the mock (only sglmock/sim, the
+// It talks HTTP only and imports nothing of the mock (only github.com/sglmock/sglmock/sim, the
 // JSON contract of /sim/): the same harness runs unchanged against a real
 // SGLang server, where the truth columns are simply absent.
 //

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // FlushPolicy says how a method empties the prefix cache before a leg.

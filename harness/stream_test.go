@@ -8,9 +8,9 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 func streamRun(t *testing.T, m *mocktest.Mock, points []harness.Point, maxNew int) *harness.Report {

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // SimInfo asks the server for its /sim/ profile. A server without /sim/

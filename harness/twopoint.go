@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // Method is a variant of the two-point method.

@@ -14,9 +14,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // counter returns a NewID that gives "id-1", "id-2", ...: deterministic

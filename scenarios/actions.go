@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // truthFigures are the figures a row has against sglmock's model.

@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // row is one line of a step's result that expectations look at: a

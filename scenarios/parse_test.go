@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sglmock/scenarios"
+	"github.com/sglmock/sglmock/scenarios"
 )
 
 // good is a valid scenario; each broken file changes one thing in it.

@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // readProfile reads the profile key: a built-in profile's name, or a

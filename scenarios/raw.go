@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 func (a *rawAction) kind() string { return kindRaw }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // Target is the server a scenario is played against: a fresh sglmock

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // Scenario is one methodology trap and its fix, played step by step against

@@ -7,7 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // The kinds of step, each one key of a step's mapping.

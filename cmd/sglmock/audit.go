@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 const auditUsage = `Usage: sglmock audit [flags] -- CMD [ARGS...]

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // childEnv makes the test binary, run as audit's CMD, play a benchmark

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"sglmock/harness"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // benchOptions are the flags of `sglmock bench twopoint|stream`.

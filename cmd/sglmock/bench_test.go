@@ -12,9 +12,9 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 func TestBenchUsageErrors(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sglmock/calibrate"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/calibrate"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // runCalibrate fits a profile to measured two-point rows.

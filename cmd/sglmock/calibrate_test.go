@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 func TestCalibrateCommand(t *testing.T) {

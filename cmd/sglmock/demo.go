@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"sglmock/harness"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // demoPoint is one of the seed's contexts, the speedup its mock runs at

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sglmock/sglmock/harness"
 	"math"
-	"sglmock/harness"
 	"strings"
 	"testing"
 )

@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"sglmock/fleet"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/fleet"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
 )
 
 // fleetOptions are sglmock fleet's own flags; the rest are serve's.

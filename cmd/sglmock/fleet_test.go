@@ -14,8 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/fleet"
-	"sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/fleet"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
 )
 
 func TestSplitFleetFlags(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"net"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
 )
 
 // startKVEvents starts the KV event publisher --kv-events-config asks for,

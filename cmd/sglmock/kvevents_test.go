@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/mockserver/kvevents"
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // kvMessages receives a subscriber's messages for topic on a channel,

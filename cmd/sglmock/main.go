@@ -9,7 +9,7 @@ import (
 	"os"
 	"strconv"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // command is one subcommand of sglmock.

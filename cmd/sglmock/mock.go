@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // localMock is an sglmock server on a free loopback port, in this process,

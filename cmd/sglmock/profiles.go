@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // runProfiles lists the built-in profiles, or prints one (built-in name or

@@ -7,7 +7,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"sglmock/harness"
+	"github.com/sglmock/sglmock/harness"
 )
 
 // newProgress shows a progress bar on stderr when stderr is a terminal:

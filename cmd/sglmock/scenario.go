@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"sglmock/mockserver/api"
-	"sglmock/scenarios"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/scenarios"
 )
 
 const scenarioUsage = `Usage: sglmock scenario list
@@ -21,7 +21,7 @@ const scenarioUsage = `Usage: sglmock scenario list
 A scenario plays a benchmarking trap and its fix against a fresh mock of its
 profile, then checks what must hold: verdicts, errors against the modelled
 truth, flush outcomes, cached tokens. 'list' names the built-in ones; a FILE
-is a scenario of your own (the format: go doc sglmock/scenarios).
+is a scenario of your own (the format: go doc github.com/sglmock/sglmock/scenarios).
 
 'run' starts the mock in this process on a free loopback port, in real time
 at the scenario's speedup (simulated seconds per wall second), and prints

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sglmock/scenarios"
+	"github.com/sglmock/sglmock/scenarios"
 )
 
 // scenarioFile is a quick scenario on the default profile: the naive pair

@@ -17,10 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/kvevents"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // serveOptions are sglmock serve's flags, spelled as SGLang's

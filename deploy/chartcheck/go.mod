@@ -1,4 +1,4 @@
-module sglmock/deploy/chartcheck
+module github.com/sglmock/sglmock/deploy/chartcheck
 
 go 1.26.0
 

@@ -15,11 +15,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/sim"
 )
 
 func ids(from, n int) []int32 {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/internal/cputime"
-	"sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/internal/cputime"
+	"github.com/sglmock/sglmock/mockserver/api"
 )
 
 // discardStream is a ResponseWriter that flushes and keeps nothing but a

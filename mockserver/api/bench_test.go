@@ -16,10 +16,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/internal/cputime"
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/internal/cputime"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // These benchmarks use real loopback TCP: they measure what a benchmark

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // The cache namespace is SGLang's: /generate has no cache_salt (the seed's

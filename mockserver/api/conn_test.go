@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // A slow or idle client is cut off at the configured wall-clock limits,

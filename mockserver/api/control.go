@@ -12,8 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // flushedText is SGLang's /flush_cache reply on success.

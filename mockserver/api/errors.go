@@ -7,8 +7,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // Errors and SGLang's answers. A request's error is either a malformed body

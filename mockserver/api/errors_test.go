@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // Each flush outcome maps to SGLang's text for /sim/flushes and to its

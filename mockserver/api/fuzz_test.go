@@ -9,9 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // FuzzGenerateBody sends arbitrary bodies to /generate, the OpenAI

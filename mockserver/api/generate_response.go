@@ -1,6 +1,6 @@
 package api
 
-import "sglmock/mockserver/engine"
+import "github.com/sglmock/sglmock/mockserver/engine"
 
 // Finish reasons, with fields in SGLang's order.
 type (

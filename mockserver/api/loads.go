@@ -11,7 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // The load endpoints, as SGLang's scheduler fills them for its one DP rank.

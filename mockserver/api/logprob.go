@@ -10,7 +10,7 @@ import (
 
 	json "github.com/goccy/go-json"
 
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // Logprobs. The mock's model has no distribution, so every position gets a

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // Requests with return_logprob get SGLang's logprob lists in meta_info and

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // metrics are SGLang's Prometheus metrics. Counters and gauges are read

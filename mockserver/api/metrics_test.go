@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // longTruth is a finished request of n output tokens, one per round.

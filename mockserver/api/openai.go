@@ -9,8 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func (s *Server) completions(c *gin.Context) {

@@ -6,8 +6,8 @@ import (
 
 	json "github.com/goccy/go-json"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 type streamOptions struct {

@@ -1,6 +1,6 @@
 package api
 
-import "sglmock/mockserver/engine"
+import "github.com/sglmock/sglmock/mockserver/engine"
 
 // promptTokensDetails is SGLang's PromptTokensDetails.
 type promptTokensDetails struct {

@@ -11,9 +11,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // The official Go client against the mock, over the in-memory listener.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // item is one sequence to generate, with what the HTTP layer needs to

@@ -3,8 +3,8 @@ package api
 import (
 	"strings"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // output accumulates one sequence's output for rendering. Its text is

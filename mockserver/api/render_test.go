@@ -8,9 +8,9 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 var renderID = regexp.MustCompile(`"request_id":"(cmpl|chatcmpl)-[0-9a-f]{32}"`)

@@ -17,8 +17,8 @@ import (
 	"github.com/gin-gonic/gin"
 	json "github.com/goccy/go-json"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // gin's debug mode prints every route at start-up; a mock SGLang server

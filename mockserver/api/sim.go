@@ -8,8 +8,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // The /sim/ endpoints expose what only a simulation knows: the active

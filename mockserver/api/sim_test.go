@@ -8,9 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // TestSimGolden pins the /sim/ wire contract: every key snake_case, the

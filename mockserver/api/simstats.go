@@ -5,7 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // simStats serves GET /sim/stats: the load and the cache, what `sglmock

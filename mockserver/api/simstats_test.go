@@ -5,9 +5,9 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/sim"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 func TestSimStats(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // sse writes Server-Sent Events: "data: " + payload + "\n\n". add buffers

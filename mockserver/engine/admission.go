@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // SGLang's scheduler constants (environ.py) for admission and retraction.

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func TestClipMaxNewTokens(t *testing.T) {

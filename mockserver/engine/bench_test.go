@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/internal/cputime"
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/internal/cputime"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // Each benchmark reports a ratio to a floor measured in the same run and

@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // CacheEvents is told of every change to the radix cache's pages (the

@@ -16,8 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // DefaultSpinWindow is the spin window a real-time server uses: above this

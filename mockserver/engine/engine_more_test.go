@@ -14,8 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func TestSpeedupScalesWallTime(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func loadProfile(t testing.TB, name string) *profile.Profile {

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"sglmock/mockserver/profile"
-	"sglmock/mockserver/tokenizer"
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // req is a request inside the scheduler.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // runLoad runs 64 clients at once, each sending its share of requests in

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/profile"
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // captureTransport keeps every message sent, in order.

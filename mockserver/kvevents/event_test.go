@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 func sampleBatch() Batch {

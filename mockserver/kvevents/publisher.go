@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // Transport sends a published message, [topic, seq, payload], on its way.

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // stuckTransport blocks every Send until release, as a socket that cannot

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // debianPython finds a Python with Debian's python3-zmq and python3-msgpack:

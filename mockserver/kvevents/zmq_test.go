@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // These tests run real ZMQ sockets on loopback, on the wall clock: a

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/engine"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // Host is the host name the in-memory server answers on.

@@ -5,9 +5,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"sglmock/mockserver/api"
-	"sglmock/mockserver/mocktest"
-	"sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // A mock on virtual time answers over the pipe listener with exactly the

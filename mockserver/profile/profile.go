@@ -15,7 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"sglmock/radixcache"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // Profile is a served model on given hardware: its limits, what each
