@@ -1,6 +1,9 @@
 package fleet
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -139,6 +142,29 @@ func TestRouterSchemaRejects(t *testing.T) {
 		if err := checkRouterConfig([]byte(changed)); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: got %v, want an error with %q", tt.name, err, tt.wantErr)
 		}
+	}
+}
+
+// Every EndpointPickerConfig in docs/fleet.md passes the same check: the
+// Kubernetes one with its per-pod subscribers wired.
+func TestDocsRouterConfigs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "fleet.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(b, -1)
+	n := 0
+	for _, m := range blocks {
+		if !bytes.Contains(m[1], []byte("kind: EndpointPickerConfig")) {
+			continue
+		}
+		n++
+		if err := checkRouterConfig(m[1]); err != nil {
+			t.Errorf("docs/fleet.md, EndpointPickerConfig %d:\n%s\n%v", n, m[1], err)
+		}
+	}
+	if n < 2 {
+		t.Errorf("docs/fleet.md has %d EndpointPickerConfigs, want the fleet's and the Kubernetes one", n)
 	}
 }
 
