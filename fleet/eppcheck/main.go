@@ -58,7 +58,7 @@ flushed replica losing its prompts, and chat. Exits 1 if a check fails.
 	fs.StringVar(&o.epp, "epp", "127.0.0.1:9002", "the picker's ext_proc address")
 	fs.StringVar(&o.health, "health", "127.0.0.1:9003", "the picker's gRPC health address, asked until it serves")
 	fs.StringVar(&o.metrics, "metrics", "http://127.0.0.1:9090/metrics", "the picker's metrics URL (\"\": do not read them)")
-	fs.BoolVar(&o.tls, "tls", false, "ext_proc over TLS, certificate not verified (the picker's default --secure-serving=true)")
+	fs.BoolVar(&o.tls, "tls", false, "ext_proc over TLS, certificate not verified (the picker's default --secure-serving=true; its health port stays plain)")
 	fs.StringVar(&o.endpoints, "endpoints", "", "the fleet's endpoints.yaml (the replicas to flush or send to directly)")
 	fs.StringVar(&o.model, "model", "", "the served model name")
 	fs.StringVar(&o.checks, "checks", "route,flush,chat", "which experiments to run, comma-separated")
@@ -110,7 +110,7 @@ func check(o options, w io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if err := waitReady(ctx, o, creds, len(replicas), w); err != nil {
+	if err := waitReady(ctx, o, len(replicas), w); err != nil {
 		return err
 	}
 	r := &Runner{EPP: extprocv3.NewExternalProcessorClient(conn), HTTP: &http.Client{Timeout: time.Minute},
@@ -218,11 +218,12 @@ func readEndpoints(path string) ([]string, error) {
 
 // waitReady asks the picker's health service until it serves (it starts
 // serving after file discovery's first load), then, if its metrics are
-// read, until it counts every replica ready.
-func waitReady(ctx context.Context, o options, creds credentials.TransportCredentials, replicas int, w io.Writer) error {
+// read, until it counts every replica ready. The health service is plain
+// gRPC, whether ext_proc is TLS or not.
+func waitReady(ctx context.Context, o options, replicas int, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, o.readyTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient(o.health, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(o.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,8 @@
 # Runs sglmock fleet behind the llm-d router's endpoint picker (EPP), with
 # eppcheck playing Envoy, in a private network namespace (loopback only),
 # and prints the routing figures: first with --layout addresses (routing,
-# the flush check, chat), then with --layout ports (routing).
+# the flush check, chat), then with --layout ports (routing), then with
+# ext_proc over TLS, the picker's default (routing).
 #
 #   EPP_BIN=/path/to/epp fleet/eppcheck/run-router.sh
 #
@@ -65,13 +66,14 @@ wait_for() {
   return 1
 }
 
-# phase NAME LAYOUT ECHECK_ARGS...: a fleet of 3, the picker on the
-# command line the fleet prints (plus scores and debug logs, as evidence),
+# phase NAME LAYOUT EPP_EDIT EPPCHECK_ARGS...: a fleet of 3, the picker on
+# the command line the fleet prints (EPP_EDIT, if not empty, is a sed
+# expression applied to it; scores and debug logs are added, as evidence),
 # then eppcheck; then the picker's log is searched for what must not be
 # there.
 phase() {
-  local name=$1 layout=$2
-  shift 2
+  local name=$1 layout=$2 edit=$3
+  shift 3
   local dir=$work/$name
   mkdir -p "$dir"
   echo
@@ -79,11 +81,16 @@ phase() {
   "$work/sglmock" fleet --replicas 3 --layout "$layout" --profile default --page-size 16 --speedup 100 \
     --enable-cache-report --served-model-name mock --dir "$dir/fleet" >"$dir/fleet.out" 2>"$dir/fleet.log" &
   pids+=($!)
-  wait_for "$dir/fleet.out" '^  epp --config-file' 60
+  if ! wait_for "$dir/fleet.out" '^  epp --config-file' 60; then
+    cat "$dir/fleet.log" >&2
+    stop_all
+    return 1
+  fi
   cat "$dir/fleet.out"
   local cmd
   cmd=$(grep '^  epp --config-file' "$dir/fleet.out")
   cmd=${cmd#  epp }
+  [ -z "$edit" ] || cmd=$(sed "$edit" <<<"$cmd")
   echo "starting: $EPP_BIN $cmd --emit-endpoint-scores -v 4"
   # shellcheck disable=SC2086 # the printed command line, word-split as a shell would
   "$EPP_BIN" $cmd --emit-endpoint-scores -v 4 >"$dir/epp.log" 2>&1 &
@@ -102,8 +109,10 @@ phase() {
 }
 
 rc=0
-phase addresses addresses --checks route,flush,chat || rc=1
-phase ports ports --checks route --prompts 8 --sends 2 || rc=1
+phase addresses addresses "" --checks route,flush,chat || rc=1
+phase ports ports "" --checks route --prompts 8 --sends 2 || rc=1
+# The picker's default, ext_proc over TLS with a self-signed certificate.
+phase tls addresses 's/ --secure-serving=false//' --tls --checks route --prompts 8 --sends 2 || rc=1
 echo
 if [ $rc = 0 ]; then echo "all phases passed"; else echo "some phase failed (see above)"; fi
 exit $rc
