@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,10 +94,44 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 			}
 			r.KVEvents.ReplayEndpoint = &ep
 		}
-		r.Topic = base.TopicOr(kvevents.DefaultTopic(r.Host, r.Port, model))
+		r.Topic = base.TopicOr(Topic(r.Host, r.Port, model))
 		out[i] = r
 	}
 	return out, nil
+}
+
+// TopicFilter is the prefix of every replica's topic, which the router
+// subscribes to.
+const TopicFilter = "kv@"
+
+// Topic is the KV events topic the llm-d router reads a replica's identity
+// and model from: kv@<host>:<port>@<served model name>, host and port the
+// replica's HTTP address as the endpoints file names it. The fleet sets it
+// on every replica explicitly (SGLang's own default topic is empty).
+func Topic(host string, port int, model string) string {
+	return TopicFilter + host + ":" + strconv.Itoa(port) + "@" + model // the router's Address:Port, unbracketed
+}
+
+// Listen binds every replica's HTTP address, all or none: a port that is
+// taken fails the fleet before any replica starts. A replica planned on
+// port 0 gets its free port here, and its topic names that port unless
+// the KV events config gives a topic.
+func Listen(replicas []Replica, model string) ([]net.Listener, error) {
+	lns := make([]net.Listener, 0, len(replicas))
+	for i := range replicas {
+		r := &replicas[i]
+		ln, err := net.Listen("tcp", r.Addr())
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("replica %s: %w; no replica started", r.Name, err)
+		}
+		lns = append(lns, ln)
+		r.Port = ln.Addr().(*net.TCPAddr).Port
+		r.Topic = r.KVEvents.TopicOr(Topic(r.Host, r.Port, model))
+	}
+	return lns, nil
 }
 
 // offsetPort adds i to a tcp endpoint's port (SGLang's
@@ -138,7 +173,7 @@ func EndpointsYAML(replicas []Replica) ([]byte, error) {
 			Labels: map[string]string{"llm-d.ai/engine-type": EngineType, "app.kubernetes.io/name": "sglmock"},
 		})
 	}
-	return yaml.Marshal(f)
+	return marshalYAML(f)
 }
 
 // ReadEndpoints reads an endpoints file back, as the router's
@@ -172,56 +207,206 @@ type RouterOptions struct {
 	RenderURL     string // a replica's base URL, for the token-producer
 }
 
-// RouterConfig is an EndpointPickerConfig for the llm-d router over the
-// fleet, in the router's own YAML.
-func RouterConfig(o RouterOptions) ([]byte, error) {
-	type plugin struct {
-		Name       string `yaml:"name,omitempty"`
+// RouterAPIVersion is the EndpointPickerConfig's current apiVersion (the
+// router still reads inference.networking.x-k8s.io/v1alpha1, with a
+// deprecation warning).
+const RouterAPIVersion = "llm-d.ai/v1alpha1"
+
+// The router configuration's plugins, by name. Each plugin's name is its
+// type: names are what the profile and the data layer refer to.
+const (
+	pluginDiscovery     = "file-discovery"
+	pluginTokens        = "token-producer"
+	pluginPrefixIndex   = "precise-prefix-cache-producer"
+	pluginPrefixScorer  = "prefix-cache-scorer"
+	pluginQueueScorer   = "queue-scorer"
+	pluginKVUtilScorer  = "kv-cache-utilization-scorer"
+	pluginPicker        = "max-score-picker"
+	pluginMetricsSource = "metrics-data-source"
+	pluginMetrics       = "core-metrics-extractor"
+)
+
+// SGLangMetrics is the sglang: metric mapping the router's
+// core-metrics-extractor uses for endpoints labelled
+// llm-d.ai/engine-type: sglang. It is the router's built-in sglang mapping
+// less its cacheInfoSpec (sglang:cache_config_info), a series SGLang does
+// not export: the built-in one fails on every scrape of every endpoint.
+var SGLangMetrics = EngineMetrics{
+	Name:                EngineType,
+	QueuedRequestsSpec:  "sglang:num_queue_reqs",
+	RunningRequestsSpec: "sglang:num_running_reqs",
+	KVUsageSpec:         "sglang:token_usage",
+	CacheInfoSpec:       "",
+}
+
+// EngineMetrics is one engine's entry in the core-metrics-extractor's
+// engineConfigs: which series give the queue, the running requests and
+// the KV usage. An empty CacheInfoSpec turns the cache-info lookup off.
+type EngineMetrics struct {
+	Name                string `yaml:"name"`
+	QueuedRequestsSpec  string `yaml:"queuedRequestsSpec"`
+	RunningRequestsSpec string `yaml:"runningRequestsSpec"`
+	KVUsageSpec         string `yaml:"kvUsageSpec"`
+	CacheInfoSpec       string `yaml:"cacheInfoSpec"`
+}
+
+// The EndpointPickerConfig, in the router's key order and spelling.
+type (
+	routerConfig struct {
+		APIVersion         string              `yaml:"apiVersion"`
+		Kind               string              `yaml:"kind"`
+		Plugins            []routerPlugin      `yaml:"plugins"`
+		SchedulingProfiles []schedulingProfile `yaml:"schedulingProfiles"`
+		DataLayer          dataLayer           `yaml:"dataLayer"`
+	}
+	routerPlugin struct {
+		Name       string `yaml:"name"`
 		Type       string `yaml:"type"`
 		Parameters any    `yaml:"parameters,omitempty"`
 	}
-	type ref struct {
+	schedulingProfile struct {
+		Name    string      `yaml:"name"`
+		Plugins []pluginRef `yaml:"plugins"`
+	}
+	pluginRef struct {
 		PluginRef string `yaml:"pluginRef"`
 		Weight    int    `yaml:"weight,omitempty"`
 	}
-	cfg := map[string]any{
-		"apiVersion": "inference.networking.x-k8s.io/v1alpha1",
-		"kind":       "EndpointPickerConfig",
-		"plugins": []plugin{
-			{Name: "file-discovery", Type: "file-discovery", Parameters: map[string]any{"path": o.EndpointsPath, "watchFile": true}},
-			{Name: "token-producer", Type: "token-producer", Parameters: map[string]any{
-				"modelName": o.Model, "vllm": map[string]any{"http": o.RenderURL}}},
-			{Name: "precise-prefix-cache-scorer", Type: "precise-prefix-cache-scorer", Parameters: map[string]any{
-				"tokenProcessorConfig": map[string]any{"blockSize": o.PageSize},
-				"kvEventsConfig": map[string]any{
-					"zmqEndpoint": o.KVEndpoint, "topicFilter": "kv@", "engineType": EngineType, "discoverPods": false,
-				},
-			}},
-			{Name: "queue-scorer", Type: "queue-scorer"},
-			{Name: "kv-cache-utilization-scorer", Type: "kv-cache-utilization-scorer"},
-			{Name: "max-score-picker", Type: "max-score-picker"},
+	dataLayer struct {
+		// InjectDefaults false keeps the loader from adding its default
+		// metrics source, whose extractor would use the built-in sglang
+		// mapping again.
+		InjectDefaults bool          `yaml:"injectDefaults"`
+		Discovery      pluginRefOnly `yaml:"discovery"`
+		Sources        []dataSource  `yaml:"sources"`
+	}
+	pluginRefOnly struct {
+		PluginRef string `yaml:"pluginRef"`
+	}
+	dataSource struct {
+		PluginRef  string          `yaml:"pluginRef"`
+		Extractors []pluginRefOnly `yaml:"extractors"`
+	}
+	fileDiscoveryParams struct {
+		Path      string `yaml:"path"`
+		WatchFile bool   `yaml:"watchFile"`
+	}
+	tokenProducerParams struct {
+		ModelName string `yaml:"modelName"`
+		VLLM      struct {
+			URL string `yaml:"url"`
+		} `yaml:"vllm"`
+	}
+	prefixIndexParams struct {
+		TokenProcessorConfig struct {
+			BlockSizeTokens int `yaml:"blockSizeTokens"`
+		} `yaml:"tokenProcessorConfig"`
+		IndexerConfig struct {
+			KVBlockIndexConfig struct {
+				EnableMetrics bool `yaml:"enableMetrics"`
+			} `yaml:"kvBlockIndexConfig"`
+		} `yaml:"indexerConfig"`
+		KVEventsConfig struct {
+			ZMQEndpoint  string `yaml:"zmqEndpoint"`
+			TopicFilter  string `yaml:"topicFilter"`
+			EngineType   string `yaml:"engineType"`
+			DiscoverPods bool   `yaml:"discoverPods"`
+		} `yaml:"kvEventsConfig"`
+	}
+	prefixScorerParams struct {
+		PrefixMatchInfoProducerName string `yaml:"prefixMatchInfoProducerName"`
+	}
+	metricsParams struct {
+		EngineConfigs []EngineMetrics `yaml:"engineConfigs"`
+	}
+)
+
+// RouterConfig is an EndpointPickerConfig for the llm-d router (v0.10)
+// over the fleet: file discovery watching the endpoints file; the
+// token-producer rendering each prompt through a replica's render
+// endpoint; the precise-prefix-cache-producer indexing the replicas' KV
+// events (engine type sglang, block size the page size, index metrics on)
+// for the prefix-cache-scorer; the queue and KV-utilization scorers over
+// the sglang: metrics; the max-score picker.
+func RouterConfig(o RouterOptions) ([]byte, error) {
+	tokens := tokenProducerParams{ModelName: o.Model}
+	tokens.VLLM.URL = o.RenderURL
+	var index prefixIndexParams
+	index.TokenProcessorConfig.BlockSizeTokens = o.PageSize
+	index.IndexerConfig.KVBlockIndexConfig.EnableMetrics = true
+	index.KVEventsConfig.ZMQEndpoint = o.KVEndpoint
+	index.KVEventsConfig.TopicFilter = TopicFilter
+	index.KVEventsConfig.EngineType = EngineType
+	cfg := routerConfig{
+		APIVersion: RouterAPIVersion,
+		Kind:       "EndpointPickerConfig",
+		Plugins: []routerPlugin{
+			{Name: pluginDiscovery, Type: pluginDiscovery, Parameters: fileDiscoveryParams{Path: o.EndpointsPath, WatchFile: true}},
+			{Name: pluginTokens, Type: pluginTokens, Parameters: tokens},
+			{Name: pluginPrefixIndex, Type: pluginPrefixIndex, Parameters: index},
+			{Name: pluginPrefixScorer, Type: pluginPrefixScorer, Parameters: prefixScorerParams{PrefixMatchInfoProducerName: pluginPrefixIndex}},
+			{Name: pluginQueueScorer, Type: pluginQueueScorer},
+			{Name: pluginKVUtilScorer, Type: pluginKVUtilScorer},
+			{Name: pluginPicker, Type: pluginPicker},
+			{Name: pluginMetricsSource, Type: pluginMetricsSource},
+			{Name: pluginMetrics, Type: pluginMetrics, Parameters: metricsParams{EngineConfigs: []EngineMetrics{SGLangMetrics}}},
 		},
-		"schedulingProfiles": []map[string]any{{
-			"name": "default",
-			"plugins": []ref{
-				{PluginRef: "precise-prefix-cache-scorer", Weight: 3},
-				{PluginRef: "queue-scorer", Weight: 2},
-				{PluginRef: "kv-cache-utilization-scorer", Weight: 2},
-				{PluginRef: "max-score-picker"},
+		SchedulingProfiles: []schedulingProfile{{
+			Name: "default",
+			Plugins: []pluginRef{
+				{PluginRef: pluginPrefixScorer, Weight: 3},
+				{PluginRef: pluginQueueScorer, Weight: 2},
+				{PluginRef: pluginKVUtilScorer, Weight: 2},
+				{PluginRef: pluginPicker},
 			},
 		}},
-		"dataLayer": map[string]any{"discovery": map[string]any{"pluginRef": "file-discovery"}},
+		DataLayer: dataLayer{
+			Discovery: pluginRefOnly{PluginRef: pluginDiscovery},
+			Sources:   []dataSource{{PluginRef: pluginMetricsSource, Extractors: []pluginRefOnly{{PluginRef: pluginMetrics}}}},
+		},
 	}
-	return yaml.Marshal(cfg)
+	return marshalYAML(cfg)
+}
+
+// marshalYAML writes v as YAML indented by two spaces, as the router's own
+// samples are.
+func marshalYAML(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // RouterBindEndpoint is the endpoint the router binds for replicas that
-// connect to endpoint: the same port on every address.
+// connect to endpoint: the same one when its host is a loopback address
+// (router and replicas on one machine), else the same port on every
+// address (the replicas may reach the router through an address it does
+// not own, such as a Service's).
 func RouterBindEndpoint(endpoint string) string {
-	if at := strings.LastIndex(endpoint, ":"); strings.HasPrefix(endpoint, "tcp://") && at > 0 {
-		return "tcp://*" + endpoint[at:]
+	at := strings.LastIndex(endpoint, ":")
+	if !strings.HasPrefix(endpoint, "tcp://") || at < 0 {
+		return endpoint
 	}
-	return endpoint
+	if ip := net.ParseIP(strings.Trim(endpoint[len("tcp://"):at], "[]")); ip != nil && ip.IsLoopback() {
+		return endpoint
+	}
+	return "tcp://*" + endpoint[at:]
+}
+
+// RouterCommand is the command line that starts the llm-d router's
+// endpoint picker (v0.10) on the fleet's configuration without
+// Kubernetes: a pool name is required (any name: in file-discovery mode
+// it only labels metrics and logs), ext_proc is served as plain gRPC
+// (an Envoy that speaks TLS to it drops --secure-serving=false), and
+// tracing is off (it prints spans on stdout by default).
+func RouterCommand(eppConfigPath string) string {
+	return "epp --config-file " + eppConfigPath + " --pool-name sglmock --pool-namespace local --secure-serving=false --tracing=false"
 }
 
 // Table prints the replicas, one a row.

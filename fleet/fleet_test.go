@@ -1,9 +1,15 @@
 package fleet
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 
+	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
@@ -64,6 +70,9 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// The files for the router: the goldens, decoded strictly against the
+// router's schema (routerschema_test.go) and checked for what it would
+// warn about.
 func TestRouterFiles(t *testing.T) {
 	rs, err := Plan(2, LayoutAddresses, "127.0.0.1", 30000, "org/m", nil)
 	if err != nil {
@@ -74,6 +83,9 @@ func TestRouterFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	mocktest.Golden(t, "endpoints.yaml", eps)
+	if err := checkEndpoints(eps); err != nil {
+		t.Errorf("endpoints.yaml: %v", err)
+	}
 	back, err := ReadEndpoints(eps)
 	if err != nil || len(back) != 2 || back[1].Addr() != "127.0.0.2:30000" {
 		t.Errorf("ReadEndpoints: %v %v", back, err)
@@ -81,10 +93,94 @@ func TestRouterFiles(t *testing.T) {
 	if _, err := ReadEndpoints([]byte("endpoints:\n- {name: a, address: localhost, port: '1'}\n")); err == nil {
 		t.Error("a host name: no error (the router's file discovery takes IP addresses only)")
 	}
+	cfg := routerConfigFor(t)
+	mocktest.Golden(t, "epp.yaml", cfg)
+	if err := checkRouterConfig(cfg); err != nil {
+		t.Errorf("epp.yaml against the router's schema: %v", err)
+	}
+}
+
+func routerConfigFor(t *testing.T) []byte {
+	t.Helper()
 	cfg, err := RouterConfig(RouterOptions{EndpointsPath: "/run/fleet/endpoints.yaml", Model: "org/m", PageSize: 16,
 		KVEndpoint: RouterBindEndpoint(RouterKVEndpoint), RenderURL: "http://127.0.0.1:30000"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mocktest.Golden(t, "epp.yaml", cfg)
+	return cfg
+}
+
+// The schema check fails on each thing the router refuses or warns about,
+// each change made to the generated config.
+func TestRouterSchemaRejects(t *testing.T) {
+	cfg := string(routerConfigFor(t))
+	for _, tt := range []struct {
+		name, old, new, wantErr string
+	}{
+		{"vllm.http, the router's 'unknown field \"http\"'", "url: http://127.0.0.1:30000", "http: http://127.0.0.1:30000",
+			"field http not found in type struct"},
+		{"deprecated apiVersion", "apiVersion: llm-d.ai/v1alpha1", "apiVersion: inference.networking.x-k8s.io/v1alpha1",
+			"apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated"},
+		{"deprecated blockSize", "blockSizeTokens: 16", "blockSizeTokens: 16\n        blockSize: 16",
+			"tokenProcessorConfig.blockSize is deprecated"},
+		{"deprecated scorer type", "type: precise-prefix-cache-producer", "type: precise-prefix-cache-scorer",
+			"type precise-prefix-cache-scorer is deprecated"},
+		{"default metrics source injected", "injectDefaults: false", "injectDefaults: true", "dataLayer.injectDefaults is not false"},
+		{"the built-in sglang cache info", `cacheInfoSpec: ""`, "cacheInfoSpec: sglang:cache_config_info", `needs cacheInfoSpec: ""`},
+		{"no cacheInfoSpec", "\n          cacheInfoSpec: \"\"", "", `needs cacheInfoSpec: ""`},
+		{"a scorer without its producer", "prefixMatchInfoProducerName: precise-prefix-cache-producer", "prefixMatchInfoProducerName: other",
+			`prefixMatchInfoProducerName: no plugin named "other"`},
+		{"pods discovered in file mode", "discoverPods: false", "discoverPods: true", "file discovery with discoverPods true"},
+		{"vllm's events", "engineType: sglang", "engineType: vllm", "kvEventsConfig needs engineType sglang"},
+		{"an unknown top-level key", "kind: EndpointPickerConfig", "kind: EndpointPickerConfig\nparser: {pluginRef: x}", "parser: deprecated or unknown"},
+		{"a profile naming no plugin", "pluginRef: queue-scorer\n", "pluginRef: queue\n", `schedulingProfiles[default]: no plugin named "queue"`},
+	} {
+		changed := strings.Replace(cfg, tt.old, tt.new, 1)
+		if changed == cfg {
+			t.Fatalf("%s: %q is not in the generated config", tt.name, tt.old)
+		}
+		if err := checkRouterConfig([]byte(changed)); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: got %v, want an error with %q", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+// Every EndpointPickerConfig in docs/fleet.md passes the same check: the
+// Kubernetes one with its per-pod subscribers wired.
+func TestDocsRouterConfigs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "fleet.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(b, -1)
+	n := 0
+	for _, m := range blocks {
+		if !bytes.Contains(m[1], []byte("kind: EndpointPickerConfig")) {
+			continue
+		}
+		n++
+		if err := checkRouterConfig(m[1]); err != nil {
+			t.Errorf("docs/fleet.md, EndpointPickerConfig %d:\n%s\n%v", n, m[1], err)
+		}
+	}
+	if n < 2 {
+		t.Errorf("docs/fleet.md has %d EndpointPickerConfigs, want the fleet's and the Kubernetes one", n)
+	}
+}
+
+// The metric mapping names series the mock exports, each a gauge: the
+// router's extractor finds them all (no extract error).
+func TestSGLangMetricsExported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Speedup: 1, EnableMetrics: true})
+		code, body, _ := m.Do(t, "GET", "/metrics", "")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		for _, spec := range []string{SGLangMetrics.QueuedRequestsSpec, SGLangMetrics.RunningRequestsSpec, SGLangMetrics.KVUsageSpec} {
+			if !strings.Contains(body, "\n# TYPE "+spec+" gauge\n") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(spec)+`(\{[^}]*\})? `).MatchString(body) {
+				t.Errorf("%s: not a gauge with a sample in /metrics", spec)
+			}
+		}
+	})
 }

@@ -7,11 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,15 +70,19 @@ const fleetUsage = `Usage: sglmock fleet --replicas N [--layout addresses|ports]
 Runs N sglmock replicas in this process, each a whole server with its own engine,
 radix cache and KV event publisher, for a cache-aware router such as the llm-d
 router. With --layout addresses (the default) replica i listens on 127.0.0.(i+1)
-at --port; with --layout ports on --host at --port + i. Metrics are on (the
-router scrapes sglang: series). KV events: without --kv-events-config every
-replica connects to tcp://127.0.0.1:5557, which the router binds, under its own
-topic kv@ADDRESS:PORT@MODEL; --kv-events-config may name another endpoint the
-router binds (one that binds itself is refused). --dir (default sglmock-fleet)
-receives endpoints.yaml, the router's file-discovery endpoints, and epp.yaml, a
-router configuration that watches it and scores by prefix cache (KV events) and
-load. Ctrl-C stops them all. "sglmock fleet status" prints each replica's load,
-cache size and hit rate.
+at --port; with --layout ports on --host at --port + i. Every address is bound
+before any replica starts. Metrics are on (the router scrapes sglang: series).
+KV events: without --kv-events-config every replica connects to
+tcp://127.0.0.1:5557, which the router binds, under its own topic
+kv@ADDRESS:PORT@MODEL; --kv-events-config may name another endpoint the router
+binds (one that binds itself is refused). --dir (default sglmock-fleet) receives
+endpoints.yaml, the router's file-discovery endpoints, and epp.yaml, an llm-d
+router (v0.10) configuration that watches it and scores by prefix cache (KV
+events, block size the page size: give --page-size 16, as every built-in
+profile has page size 1) and load; the table ends with the router's command
+line. EAGLE-family profiles send bigram KV events the router cannot decode
+(a warning says so). Ctrl-C stops them all. "sglmock fleet status" prints each
+replica's load, cache size and hit rate.
 `
 
 func runFleet(args []string, stdout, stderr io.Writer) int {
@@ -111,8 +113,13 @@ func runFleet(args []string, stdout, stderr io.Writer) int {
 	if code, done := flagExit("fleet", err, stderr); done {
 		return code
 	}
+	plan, err := planFleet(fo, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "sglmock fleet:", err)
+		return 2
+	}
 	stop, kill := interrupts()
-	if err := runFleetServers(stop, kill, fo, o, stdout, stderr, nil); err != nil {
+	if err := runFleetServers(stop, kill, plan, o, stdout, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "sglmock fleet:", err)
 		return 1
 	}
@@ -128,42 +135,75 @@ func slicesContainsHelp(args []string) bool {
 	return false
 }
 
-// runFleetServers starts the replicas, writes the router's files once
-// every replica listens, prints the table, and waits for them to stop
-// (stop: graceful, kill: at once). ready, if set, is called with the
-// replicas as they listen.
-func runFleetServers(stop, kill context.Context, fo fleetOptions, o *serveOptions, stdout, logw io.Writer, ready func([]fleet.Replica)) error {
+// fleetPlan is a fleet checked against its flags, before anything starts.
+type fleetPlan struct {
+	dir      string // as given, for the status command line
+	absDir   string
+	model    string
+	replicas []fleet.Replica
+}
+
+// planFleet lays the replicas out from the flags; its errors are usage
+// errors.
+func planFleet(fo fleetOptions, o *serveOptions) (fleetPlan, error) {
 	model := api.ServedModelName(api.ServerArgs{ModelPath: o.modelPath, ServedModelName: o.servedModelName}, o.profile)
 	replicas, err := fleet.Plan(fo.replicas, fo.layout, o.host, o.port, model, o.kvEvents)
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(fo.dir, 0o755); err != nil {
-		return err
+		return fleetPlan{}, err
 	}
 	dir, err := filepath.Abs(fo.dir)
+	if err != nil {
+		return fleetPlan{}, fmt.Errorf("--dir %s: %w", fo.dir, err)
+	}
+	return fleetPlan{dir: fo.dir, absDir: dir, model: model, replicas: replicas}, nil
+}
+
+// bigramWarning says why the llm-d router cannot use a profile's KV
+// events when it keys its radix cache on bigrams.
+func bigramWarning(o *serveOptions) string {
+	if !o.profile.BigramKeys() {
+		return ""
+	}
+	return fmt.Sprintf("warning: profile %s uses %s speculative decoding, so its radix cache keys pages on token bigrams and its KV events "+
+		"carry [token, token] pairs, as SGLang's do; the llm-d router (v0.10) cannot decode them "+
+		"(msgpack: invalid code=92 decoding uint64) and routes such a fleet by load alone. Use a profile without EAGLE-family speculation "+
+		"for prefix-cache routing.", o.profile.Name, o.profile.Speculative.Algorithm)
+}
+
+// runFleetServers binds every replica's address (a clash fails before
+// any replica starts), starts the replicas, writes the router's files once
+// every replica listens, prints the table and the router's command line,
+// and waits for them to stop (stop: graceful, kill: at once). ready, if
+// set, is called with the replicas as they listen.
+func runFleetServers(stop, kill context.Context, plan fleetPlan, o *serveOptions, stdout, logw io.Writer, ready func([]fleet.Replica)) error {
+	if w := bigramWarning(o); w != "" {
+		fmt.Fprintln(logw, w)
+	}
+	replicas := plan.replicas
+	if err := os.MkdirAll(plan.absDir, 0o755); err != nil {
+		return err
+	}
+	lns, err := fleet.Listen(replicas, plan.model)
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(replicas))
-	addrs := make([]chan string, len(replicas))
+	up := make([]chan string, len(replicas))
 	ctx, cancel := context.WithCancel(stop)
 	defer cancel()
 	for i, r := range replicas {
 		ro := *o
-		ro.host, ro.port, ro.enableMetrics = r.Host, r.Port, true
+		ro.host, ro.port, ro.enableMetrics, ro.listener = r.Host, r.Port, true, lns[i]
 		kv := r.KVEvents
-		if o.kvEvents == nil || o.kvEvents.Topic == nil {
-			kv.Topic = nil // serve names the replica by the port it listens on
-		}
+		kv.Topic = &replicas[i].Topic // explicit: the router tells replicas apart by it
 		js, err := json.Marshal(kv)
 		if err != nil {
 			return err
 		}
 		ro.kvEvents, ro.kvEventsConfig = &kv, string(js)
-		addrs[i] = make(chan string, 1)
-		ro.ready = addrs[i]
+		up[i] = make(chan string, 1)
+		ro.ready = up[i]
 		wg.Go(func() {
 			errs[i] = serve(ctx, kill, &ro, &prefixWriter{w: logw, prefix: "[" + r.Name + "] "})
 			if errs[i] != nil {
@@ -173,25 +213,23 @@ func runFleetServers(stop, kill context.Context, fo fleetOptions, o *serveOption
 	}
 	for i := range replicas {
 		select {
-		case addr := <-addrs[i]:
-			host, port, _ := net.SplitHostPort(addr)
-			replicas[i].Host = host
-			replicas[i].Port, _ = strconv.Atoi(port)
-			replicas[i].Topic = replicas[i].KVEvents.TopicOr(kvevents.DefaultTopic(host, replicas[i].Port, model))
+		case <-up[i]:
 		case <-ctx.Done():
 			wg.Wait()
 			return errors.Join(append(errs, ctx.Err())...)
 		}
 	}
-	if err := writeFleetFiles(dir, replicas, model, o.profile.PageSize, o.kvEvents); err != nil {
+	if err := writeFleetFiles(plan.absDir, replicas, plan.model, o.profile.PageSize, o.kvEvents); err != nil {
 		cancel()
 		wg.Wait()
 		return err
 	}
 	fleet.Table(stdout, replicas)
+	eppConfig := filepath.Join(plan.absDir, "epp.yaml")
 	fmt.Fprintf(stdout, "\nllm-d router files: %s (file discovery) and %s (EndpointPickerConfig).\n",
-		filepath.Join(dir, "endpoints.yaml"), filepath.Join(dir, "epp.yaml"))
-	fmt.Fprintf(stdout, "Status: sglmock fleet status --dir %s. Ctrl-C stops every replica.\n", fo.dir)
+		filepath.Join(plan.absDir, "endpoints.yaml"), eppConfig)
+	fmt.Fprintf(stdout, "Router (llm-d-router v0.10 endpoint picker; ext_proc on :9002, plain gRPC):\n  %s\n", fleet.RouterCommand(eppConfig))
+	fmt.Fprintf(stdout, "Status: sglmock fleet status --dir %s. Ctrl-C stops every replica.\n", plan.dir)
 	if ready != nil {
 		ready(replicas)
 	}
@@ -243,9 +281,23 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+const fleetStatusUsage = `Usage: sglmock fleet status [--dir DIR | --endpoints FILE]
+
+Asks every replica of a running fleet for its /sim/stats and prints one row
+each: running and queued requests, KV cache tokens in use of the capacity,
+tokens held in the radix cache, requests served, and the share of prompt
+tokens served from the cache. The replicas are those of DIR/endpoints.yaml
+(what sglmock fleet wrote), or of any llm-d file-discovery endpoints file.
+Exits 1 if a replica does not answer.
+`
+
 func runFleetStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sglmock fleet status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, fleetStatusUsage+"\n")
+		fs.PrintDefaults()
+	}
 	dir := fs.String("dir", "sglmock-fleet", "the fleet's directory (its endpoints.yaml)")
 	file := fs.String("endpoints", "", "an endpoints file (default: DIR/endpoints.yaml)")
 	if code, done := flagExit("fleet status", parseFlags(fs, args, false), stderr); done {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -62,9 +63,12 @@ func TestFleet(t *testing.T) {
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	logs := &syncBuffer{}
+	plan, err := planFleet(fleetOptions{replicas: 3, layout: fleet.LayoutAddresses, dir: dir}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- runFleetServers(stop, kill, fleetOptions{replicas: 3, layout: fleet.LayoutAddresses, dir: dir}, o, &out, logs,
-			func(r []fleet.Replica) { readyCh <- r })
+		done <- runFleetServers(stop, kill, plan, o, &out, logs, func(r []fleet.Replica) { readyCh <- r })
 	}()
 	var replicas []fleet.Replica
 	select {
@@ -99,11 +103,30 @@ func TestFleet(t *testing.T) {
 	}
 	epp, err := os.ReadFile(filepath.Join(dir, "epp.yaml"))
 	if err != nil || !bytes.Contains(epp, []byte("path: "+filepath.Join(dir, "endpoints.yaml"))) ||
-		!bytes.Contains(epp, []byte(fmt.Sprintf("zmqEndpoint: tcp://*:%d", kvPort))) || !bytes.Contains(epp, []byte("blockSize: 1")) {
+		!bytes.Contains(epp, []byte(fmt.Sprintf("zmqEndpoint: tcp://127.0.0.1:%d\n", kvPort))) ||
+		!bytes.Contains(epp, []byte("blockSizeTokens: 1\n")) || !bytes.Contains(epp, []byte("url: http://"+replicas[0].Addr()+"\n")) {
 		t.Errorf("epp.yaml (%v):\n%s", err, epp)
 	}
-	if !strings.Contains(out.String(), "sglmock-2  http://127.0.0.3:") {
-		t.Errorf("table:\n%s", out.String())
+	if want := "  epp --config-file " + filepath.Join(dir, "epp.yaml") + " --pool-name sglmock --pool-namespace local --secure-serving=false --tracing=false\n"; !strings.Contains(out.String(), "sglmock-2  http://127.0.0.3:") ||
+		!strings.Contains(out.String(), want) {
+		t.Errorf("table and router command line:\n%s\nwant the line %q", out.String(), want)
+	}
+	// Each replica's KV events config names its topic explicitly, as
+	// /server_info shows it.
+	var info struct {
+		KVEventsConfig string `json:"kv_events_config"`
+	}
+	resp, err := http.Get("http://" + replicas[2].Addr() + "/server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/server_info: %d %v", resp.StatusCode, err)
+	}
+	if want := fmt.Sprintf(`"topic":"kv@127.0.0.3:%d@org/m"`, replicas[2].Port); !strings.Contains(info.KVEventsConfig, want) {
+		t.Errorf("replica 2's kv_events_config %s: want %s in it", info.KVEventsConfig, want)
 	}
 
 	// A prompt on replica 1 is cached there only, and announced under its
@@ -148,5 +171,88 @@ func TestFleet(t *testing.T) {
 	}
 	if code := runFleetStatus([]string{"--dir", dir}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("status of a stopped fleet: exit %d, want 1", code)
+	}
+}
+
+// A port taken on one replica's address fails the fleet before any
+// replica starts: no replica logs, and the addresses bound for the
+// others are free again.
+func TestFleetPortClash(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	o, err := parseServeFlags([]string{"--port", fmt.Sprint(port), "--skip-server-warmup"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := planFleet(fleetOptions{replicas: 3, layout: fleet.LayoutAddresses, dir: t.TempDir()}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	logs := &syncBuffer{}
+	err = runFleetServers(context.Background(), context.Background(), plan, o, &out, logs, nil)
+	want := fmt.Sprintf("replica sglmock-1: listen tcp 127.0.0.2:%d: bind: address already in use; no replica started", port)
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if out.Len() != 0 || logs.String() != "" {
+		t.Errorf("a replica started: stdout %q, logs %q", out.String(), logs.String())
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatalf("replica 0's address is still bound: %v", err)
+	}
+	ln.Close()
+}
+
+// Fleet usage errors exit 2, as every usage error does, with one line.
+func TestFleetUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "0"}, "sglmock fleet: --replicas 0: must be in 1..254\n"},
+		{[]string{"--replicas", "255"}, "sglmock fleet: --replicas 255: must be in 1..254\n"},
+		{[]string{"--replicas", "x"}, "sglmock fleet: --replicas \"x\": parse error\n"},
+		{[]string{"--replicas", "2", "--layout", "hosts"}, "sglmock fleet: --layout \"hosts\": addresses or ports\n"},
+		{[]string{"--replicas", "2", "--layout", "ports", "--port", "65535"}, "sglmock fleet: --port 65535: replicas need ports 65535..65536\n"},
+		{[]string{"--replicas", "2", "--served-model-name", "a@b"}, "sglmock fleet: served model name \"a@b\": the KV events' topic kv@HOST:PORT@MODEL cannot hold an @\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"fleet"}, tt.args...), &stdout, &stderr); code != 2 || stderr.String() != tt.want || stdout.Len() != 0 {
+			t.Errorf("fleet %q: got exit %d, stderr %q; want 2, %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}
+
+func TestFleetStatusHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"fleet", "status", "--help"}, &stdout, &stderr); code != 0 ||
+		!strings.HasPrefix(stderr.String(), "Usage: sglmock fleet status [--dir DIR | --endpoints FILE]\n") ||
+		!strings.Contains(stderr.String(), "  -endpoints string") {
+		t.Errorf("fleet status --help: exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// The router cannot decode bigram KV events: an EAGLE-family profile gets
+// a warning, the others none.
+func TestFleetBigramWarning(t *testing.T) {
+	for _, tt := range []struct {
+		profile, want string
+	}{
+		{"default", ""},
+		{"llama-8b-eagle3-h100", "warning: profile llama-8b-eagle3-h100 uses EAGLE3 speculative decoding, so its radix cache keys pages on token bigrams"},
+	} {
+		o, err := parseServeFlags([]string{"--profile", tt.profile}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bigramWarning(o); !strings.HasPrefix(got, tt.want) || (tt.want == "") != (got == "") {
+			t.Errorf("%s: got %q, want it to start with %q", tt.profile, got, tt.want)
+		}
 	}
 }

@@ -41,6 +41,9 @@ type serveOptions struct {
 	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
 	ready chan<- string
+	// listener, if set, is the bound address to serve on (fleet binds
+	// every replica's before starting any).
+	listener net.Listener
 }
 
 var logLevels = []string{"debug", "info", "warning", "error", "critical"}
@@ -211,9 +214,12 @@ func interrupts() (stop, kill context.Context) {
 // at once.
 func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
-	if err != nil {
-		return err
+	ln := o.listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port))); err != nil {
+			return err
+		}
 	}
 	defer ln.Close()
 	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel}

@@ -70,16 +70,7 @@ func TestLint(t *testing.T) {
 // against values.schema.json), with templates that fail on a missing value,
 // and returns the manifests as `helm template` prints them.
 func render(vals map[string]any) (string, error) {
-	chrt, err := loader.Load(chartDir)
-	if err != nil {
-		return "", err
-	}
-	rv, err := chartutil.ToRenderValues(chrt, vals,
-		chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, Revision: 1, IsInstall: true}, nil)
-	if err != nil {
-		return "", err
-	}
-	files, err := engine.Engine{Strict: true}.Render(chrt, rv)
+	files, err := renderFiles(vals)
 	if err != nil {
 		return "", err
 	}
@@ -97,6 +88,20 @@ func render(vals map[string]any) (string, error) {
 		}
 	}
 	return out.String(), nil
+}
+
+// renderFiles renders every template, NOTES.txt included, by file name.
+func renderFiles(vals map[string]any) (map[string]string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := chartutil.ToRenderValues(chrt, vals,
+		chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, Revision: 1, IsInstall: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Engine{Strict: true}.Render(chrt, rv)
 }
 
 var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -491,5 +496,35 @@ func TestKVEventsConnectingToARouter(t *testing.T) {
 	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "http" {
 		t.Errorf("container ports %+v: want http alone", c.Ports)
+	}
+}
+
+// The install notes give the llm-d router's wiring when the pods bind their
+// KV events (the router connects to each, which needs an
+// endpoint-notification-source feeding its producer), and none when they
+// connect to a router that binds.
+func TestNotesKVEvents(t *testing.T) {
+	for _, tt := range []struct {
+		values string
+		want   bool
+	}{
+		{"kvEvents: {enabled: true, endpoint: 'tcp://*:6000'}\nservedModelName: m", true},
+		{"kvEvents: {enabled: true, endpoint: 'tcp://router.inference.svc:5557', topic: t}", false},
+		{"kvEvents: {enabled: false}", false},
+	} {
+		vals, err := chartutil.ReadValues([]byte(tt.values))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := renderFiles(vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes := files["sglmock/templates/NOTES.txt"]
+		got := strings.Contains(notes, "discoverPods: true, podDiscoveryConfig: {socketPort: 6000}}") && strings.Contains(notes, "endpoint-notification-source") &&
+			strings.Contains(notes, `cacheInfoSpec: ""`)
+		if got != tt.want {
+			t.Errorf("values %q: router wiring in the notes %t, want %t:\n%s", tt.values, got, tt.want, notes)
+		}
 	}
 }
