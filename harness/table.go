@@ -25,10 +25,14 @@ type TableWriter struct {
 	// report's rows ran at different speedups (the demo's do).
 	speedupColumn bool
 
+	// rowsPerTable, when known, ends a table with its last row.
+	rowsPerTable int
+
 	started      bool
 	truth        bool
 	rows, stream int // rows of each kind written so far
 	sect         *section
+	lastMethod   string
 	err          error
 }
 
@@ -37,6 +41,11 @@ type TableWriter struct {
 func NewTableWriter(w io.Writer, wide bool) *TableWriter {
 	return &TableWriter{w: w, wide: wide}
 }
+
+// SetRowsPerTable says how many rows each method's table will have (the
+// sweep's contexts), so that a table's notes follow its last row at once
+// rather than wait for the next method's first.
+func (tw *TableWriter) SetRowsPerTable(n int) { tw.rowsPerTable = n }
 
 // WriteTable writes the report as compact tables, one per method, each
 // followed by its notes.
@@ -56,11 +65,13 @@ func (r *Report) writeTable(w io.Writer, wide bool) error {
 	return tw.Close()
 }
 
-// section is one method's table: its columns and its notes.
+// section is one method's table: its columns, its rows so far and its
+// notes.
 type section struct {
 	method string
 	heads  []string
 	widths []int
+	rows   int
 	notes  notes
 }
 
@@ -85,6 +96,7 @@ func (tw *TableWriter) Write(r *Report) error {
 			tw.endSection()
 			tw.printf("\nmethod %s: %s; a=%d, b=%d\n", row.Method, methodTitle(row), row.A, row.B)
 			tw.sect = &section{method: string(row.Method)}
+			tw.lastMethod = tw.sect.method
 		}
 		tw.writeRow(tw.twoPointCells(row), row.Verdict, row.CtxReq)
 	}
@@ -93,6 +105,7 @@ func (tw *TableWriter) Write(r *Report) error {
 		if tw.sect == nil {
 			tw.printf("\nmethod stream: one streaming request per context, decode rate token-weighted from the completion tokens the events report; max_new_tokens %d\n", row.Leg.MaxNewTokens)
 			tw.sect = &section{method: "stream"}
+			tw.lastMethod = tw.sect.method
 		}
 		tw.writeRow(tw.streamCells(row), row.Verdict, row.CtxReq)
 	}
@@ -104,10 +117,7 @@ func (tw *TableWriter) Close() error {
 	if !tw.started {
 		return tw.err
 	}
-	method := ""
-	if tw.sect != nil {
-		method = tw.sect.method
-	}
+	method := tw.lastMethod
 	tw.endSection()
 	if method == "stream" {
 		tw.printf("\nevent_ITL: the mean gap between events, what a script that counts one token per event reports;\n")
@@ -149,6 +159,9 @@ func (tw *TableWriter) writeRow(cells []cell, v Verdict, ctx int) {
 		verdict += " " + refs
 	}
 	tw.printf("%s %s\n", s.line(texts), verdict)
+	if s.rows++; s.rows == tw.rowsPerTable {
+		tw.endSection()
+	}
 }
 
 func (s *section) line(cells []string) string {

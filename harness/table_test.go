@@ -98,3 +98,20 @@ var rowLine = regexp.MustCompile(`(?m)^ +\d+ +\d+ `)
 
 // rowLines counts the lines of a table that are rows.
 func rowLines(table string) int { return len(rowLine.FindAllString(table, -1)) }
+
+// Told how many rows a table has, the writer ends each table with its last
+// row: the notes come out before the next method has a row.
+func TestTableWriterEndsTables(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rep := causeSweep(t)
+		var out bytes.Buffer
+		tw := harness.NewTableWriter(&out, false)
+		tw.SetRowsPerTable(3)
+		if err := tw.Write(&harness.Report{Method: rep.Method, Server: rep.Server, Rows: rep.Rows[:3]}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(out.String(), " [2] POISONED: t_b < t_a, so decode is undefined\n") {
+			t.Errorf("naive's three rows written, its notes not:\n%s", out.String())
+		}
+	})
+}
