@@ -126,9 +126,11 @@ func (r *Report) panels() []plotPanel {
 				methods = append(methods, row.Method)
 			}
 		}
+		var undefined []string
 		for _, m := range methods {
 			t := plotSeries{name: string(m), colour: methodColours[string(m)]}
 			p, d := t, t
+			var at []string
 			for _, row := range r.Rows {
 				if row.Method != m {
 					continue
@@ -138,9 +140,21 @@ func (r *Report) panels() []plotPanel {
 				p.points = append(p.points, plotPoint{x, row.PrefillTPS, l})
 				if row.DecodeTPS != nil {
 					d.points = append(d.points, plotPoint{x, *row.DecodeTPS, l})
+				} else {
+					at = append(at, strconv.Itoa(row.CtxReq))
 				}
 			}
 			ttft.series, prefill.series, decode.series = append(ttft.series, t), append(prefill.series, p), append(decode.series, d)
+			switch {
+			case len(at) == len(d.points)+len(at) && len(at) > 1:
+				undefined = append(undefined, string(m)+" at every context")
+			case len(at) > 0:
+				undefined = append(undefined, string(m)+" at "+strings.Join(at, ", "))
+			}
+		}
+		if len(undefined) > 0 {
+			// A row with t_b <= t_a has no decode point: the title says so.
+			decode.title += " (undefined, t_b <= t_a: " + strings.Join(undefined, "; ") + ")"
 		}
 		panels = []*plotPanel{&ttft, &prefill, &decode}
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"image/jpeg"
 	"image/png"
 	"strings"
 	"testing"
@@ -55,6 +56,9 @@ func TestPlotScale(t *testing.T) {
 		}
 	}
 	decode := panels[2]
+	if want := "Decode throughput (undefined, t_b <= t_a: naive at 8192)"; decode.title != want {
+		t.Errorf("decode title %q, want %q", decode.title, want)
+	}
 	naive, fixed := decode.series[0], decode.series[1]
 	if naive.name != "naive" || len(naive.points) != 1 || naive.points[0] != (plotPoint{1024, 225741, Poisoned}) {
 		t.Errorf("naive's decode points: %+v; want the one defined, poisoned", naive.points)
@@ -146,6 +150,10 @@ func TestWritePlotFormats(t *testing.T) {
 		case ".png":
 			if cfg, err := png.DecodeConfig(&out); err != nil || cfg.Width != 768 || cfg.Height != 1056 {
 				t.Errorf("png: %v, %dx%d", err, cfg.Width, cfg.Height)
+			}
+		case ".jpg":
+			if cfg, err := jpeg.DecodeConfig(&out); err != nil || cfg.Width != 768 {
+				t.Errorf("jpg: %v, %dx%d", err, cfg.Width, cfg.Height)
 			}
 		case ".svg":
 			for _, want := range []string{"sglmock bench twopoint", "server http://gpu:30000 (backend sglang", "a=1, b=17; methods naive, flush+nonce", "2026-05-01 14:03 UTC"} {
