@@ -115,3 +115,17 @@ func TestTableWriterEndsTables(t *testing.T) {
 		}
 	})
 }
+
+// Stream's wide table (its compact one is stream.txt): every column, and a
+// note per distinct text.
+func TestStreamWideTable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		rep := streamRun(t, m, []harness.Point{{CtxReq: 1024, Tokens: 1024}, {CtxReq: 8192, Tokens: 8192}}, 512)
+		var wide bytes.Buffer
+		if err := rep.WriteWideTable(&wide); err != nil {
+			t.Fatal(err)
+		}
+		mocktest.Golden(t, "stream-wide.txt", wide.Bytes())
+	})
+}
