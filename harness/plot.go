@@ -19,20 +19,23 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// PlotFormats are the extensions WritePlot draws, by the file's name.
-var PlotFormats = []string{".png", ".svg", ".pdf", ".jpg", ".jpeg", ".tif", ".tiff", ".eps"}
+// plotFormats are the extensions WritePlot draws, by the file's name.
+var plotFormats = []string{".png", ".svg", ".pdf", ".jpg", ".jpeg", ".tif", ".tiff", ".eps"}
+
+// PlotFormats lists the extensions a plot file can have.
+func PlotFormats() []string { return slices.Clone(plotFormats) }
 
 // PlotFormat is the format a plot file's extension asks for ("png"), or
 // an error naming the ones there are.
 func PlotFormat(path string) (string, error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	switch {
-	case slices.Contains(PlotFormats, ext):
+	case slices.Contains(plotFormats, ext):
 		return ext[1:], nil
 	case ext == "":
-		return "", fmt.Errorf("no extension to pick the format by: use one of %s", strings.Join(PlotFormats, ", "))
+		return "", fmt.Errorf("no extension to pick the format by: use one of %s", strings.Join(plotFormats, ", "))
 	}
-	return "", fmt.Errorf("cannot draw %s: use one of %s", ext, strings.Join(PlotFormats, ", "))
+	return "", fmt.Errorf("cannot draw %s: use one of %s", ext, strings.Join(plotFormats, ", "))
 }
 
 // PlotCaption is what the plot's subtitle says beyond the report: the

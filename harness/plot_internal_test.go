@@ -141,7 +141,7 @@ func TestPlotFormat(t *testing.T) {
 // speedup and date.
 func TestWritePlotFormats(t *testing.T) {
 	caption := PlotCaption{Server: "http://gpu:30000", Date: time.Date(2026, 5, 1, 14, 3, 0, 0, time.UTC)}
-	for _, ext := range PlotFormats {
+	for _, ext := range PlotFormats() {
 		var out bytes.Buffer
 		if err := seedSweep().WritePlot(&out, ext[1:], caption); err != nil || out.Len() < 1000 {
 			t.Errorf("%s: %v, %d bytes", ext, err, out.Len())

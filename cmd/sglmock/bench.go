@@ -107,7 +107,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	fs.IntVar(&o.allowShared, "allow-shared-prefix", 0, "tolerate this many reused tokens beyond the measured shared floor (a chance match of a nonce's first token on a real tokenizer)")
 	fs.StringVar(&o.csvPath, "csv", "", "also write the rows as CSV to this file (- for standard output; the table then goes to standard error)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the whole report (every leg, its flushes and truth) as JSON to this file (- for standard output, as --csv)")
-	fs.StringVar(&o.plotPath, "plot", "", "also plot the figures against context to this file; its extension picks the format: "+strings.Join(harness.PlotFormats, ", "))
+	fs.StringVar(&o.plotPath, "plot", "", "also plot the figures against context to this file; its extension picks the format: "+strings.Join(harness.PlotFormats(), ", "))
 	fs.BoolVar(&o.wide, "wide", false, "print every column (the default table keeps the figures to compare)")
 	floatFlag(fs, &timeout, "request-timeout", 0, "give up on a request after this many wall `seconds` (0: never; a 192k-token prefill takes minutes)")
 	if o.method == "twopoint" {
