@@ -262,26 +262,28 @@ func TestConsoleClearsStatusForRows(t *testing.T) {
 // profile it predicts what the profile itself does.
 func TestCostModelFromSimProfile(t *testing.T) {
 	for _, b := range profile.Builtins() {
-		synctest.Test(t, func(t *testing.T) {
-			p := mocktest.Profile(t, b.Name)
-			m := mocktest.Start(t, api.Config{Profile: p})
-			info, err := (&harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang}).SimInfo(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			model, err := costModel(info)
-			if err != nil {
-				t.Fatalf("%s: %v", b.Name, err)
-			}
-			want := profilePredictor{p}
-			for _, tokens := range []int{1024, 8192} {
-				if got, w := model.Seconds(tokens, 0, 17), want.Seconds(tokens, 0, 17); got != w {
-					t.Errorf("%s at %d: %g s, want %g", b.Name, tokens, got, w)
+		t.Run(b.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mocktest.Profile(t, b.Name)
+				m := mocktest.Start(t, api.Config{Profile: p})
+				info, err := (&harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang}).SimInfo(context.Background())
+				if err != nil {
+					t.Fatal(err)
 				}
-				if got, w := model.CachedOnRepeat(tokens), want.CachedOnRepeat(tokens); got != w {
-					t.Errorf("%s at %d: reuses %d on a repeat, want %d", b.Name, tokens, got, w)
+				model, err := costModel(info)
+				if err != nil {
+					t.Fatalf("%s: %v", b.Name, err)
 				}
-			}
+				want := profilePredictor{p}
+				for _, tokens := range []int{1024, 8192} {
+					if got, w := model.Seconds(tokens, 0, 17), want.Seconds(tokens, 0, 17); got != w {
+						t.Errorf("%s at %d: %g s, want %g", b.Name, tokens, got, w)
+					}
+					if got, w := model.CachedOnRepeat(tokens), want.CachedOnRepeat(tokens); got != w {
+						t.Errorf("%s at %d: reuses %d on a repeat, want %d", b.Name, tokens, got, w)
+					}
+				}
+			})
 		})
 	}
 }
