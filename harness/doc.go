@@ -63,10 +63,30 @@
 //
 // # Output
 //
-// Report writes an aligned table (the seed's columns, cached_a, cached_b,
-// the truth columns, the verdict last since it is the one of free width),
-// CSV (starting with the calibration columns ctx_req, prompt_tok, t_a,
-// t_b, a, b, b_cached), JSON (every leg, its flushes and its truth) and a
-// PNG plot. Progress is reported through the Progress interface. Audit
-// reads a mock's records after a benchmark command ran against it.
+// A TableWriter prints a report's rows as they arrive (Progress.Row tells
+// the command when one finished): one table per method, compact by default
+// (the seed's figures, t_b, cached_a/b and, against sglmock, the errors and
+// biases) or wide with every column. The verdict column gives the level and
+// note numbers, "POISONED [1,2]"; each cause is written once, as a numbered
+// note under its method's table: one note for both legs ("legs a and b")
+// and, in the compact table, for every row whatever its figures (the note
+// gives the first row's). CSV (starting with the calibration columns
+// ctx_req, prompt_tok, t_a, t_b, a, b, b_cached) and JSON (every leg, its
+// flushes and its truth) keep each row's full causes.
+//
+// The plot (PNG, SVG, PDF, JPEG, TIFF or EPS) draws TTFT, prefill and
+// decode tok/s against context, and for stream the ITL, token-weighted
+// against per event. Every y axis runs from 0 to a round number above the
+// points that are not poisoned: a poisoned point is drawn apart (a cross in
+// a red ring) and, when beyond the scale, as a red triangle on the top edge
+// with its value, so a naive 225,741 tok/s cannot flatten a 2,700 tok/s
+// line. SUSPECT points are boxed in orange; against sglmock a grey line is
+// the model's cold TTFT and steady decode.
+//
+// Progress is told each leg before it is sent, with the time the run is
+// predicted to take from then: from the server's cost model (the dry run's,
+// read from /sim/profile through Options.CostModel) plus the mean overhead
+// of the legs done, or, against a server without /sim/, from a cost fitted
+// to the legs done. Audit reads a mock's records after a benchmark command
+// ran against it.
 package harness

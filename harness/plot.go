@@ -1,180 +1,632 @@
 package harness
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
-	"os"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// series is one method's figures against context.
-type series struct {
-	name                       string
-	ttft, prefill, decode      plotter.XYs
-	badTTFT, badPre, badDecode plotter.XYs
+// plotFormats are the extensions WritePlot draws, by the file's name.
+var plotFormats = []string{".png", ".svg", ".pdf", ".jpg", ".jpeg", ".tif", ".tiff", ".eps"}
+
+// PlotFormats lists the extensions a plot file can have.
+func PlotFormats() []string { return slices.Clone(plotFormats) }
+
+// PlotFormat is the format a plot file's extension asks for ("png"), or
+// an error naming the ones there are.
+func PlotFormat(path string) (string, error) {
+	ext := strings.ToLower(filepath.Ext(path))
+	switch {
+	case slices.Contains(plotFormats, ext):
+		return ext[1:], nil
+	case ext == "":
+		return "", fmt.Errorf("no extension to pick the format by: use one of %s", strings.Join(plotFormats, ", "))
+	}
+	return "", fmt.Errorf("cannot draw %s: use one of %s", ext, strings.Join(plotFormats, ", "))
 }
 
-func (r *Report) series() []*series {
-	var out []*series
-	byName := map[string]*series{}
-	add := func(name string, ctx int, ttft, prefill float64, decode *float64, poisoned bool) {
-		s := byName[name]
-		if s == nil {
-			s = &series{name: name}
-			byName[name] = s
-			out = append(out, s)
-		}
-		x := float64(ctx)
-		s.ttft = append(s.ttft, plotter.XY{X: x, Y: ttft})
-		s.prefill = append(s.prefill, plotter.XY{X: x, Y: prefill})
-		if decode != nil {
-			s.decode = append(s.decode, plotter.XY{X: x, Y: *decode})
-		}
-		if poisoned {
-			s.badTTFT = append(s.badTTFT, plotter.XY{X: x, Y: ttft})
-			s.badPre = append(s.badPre, plotter.XY{X: x, Y: prefill})
-			if decode != nil {
-				s.badDecode = append(s.badDecode, plotter.XY{X: x, Y: *decode})
-			}
-		}
-	}
-	for _, row := range r.Rows {
-		add(string(row.Method), row.CtxReq, row.TTFT, row.PrefillTPS, row.DecodeTPS, row.Verdict.Level() == Poisoned)
-	}
-	for _, row := range r.Stream {
-		d := row.DecodeTPS
-		add("stream", row.CtxReq, row.TTFT, row.PrefillTPS, &d, row.Verdict.Level() == Poisoned)
-	}
-	return out
+// PlotCaption is what the plot's subtitle says beyond the report: the
+// server's address and when the run started.
+type PlotCaption struct {
+	Server string
+	Date   time.Time
 }
 
-var plotColors = []color.RGBA{
-	{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-	{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+// plotPoint is one figure of one row.
+type plotPoint struct {
+	ctx, y float64
+	level  Level
 }
 
-// WritePlot draws TTFT, prefill tok/s and decode tok/s against context,
-// one panel each and one line per method, to a PNG file. Poisoned points
-// are circled in red; a poisoned row with no decode rate has no decode
-// point at all.
-func (r *Report) WritePlot(path string) error {
-	ss := r.series()
+// plotSeries is one line of a panel.
+type plotSeries struct {
+	name   string
+	colour color.RGBA
+	dashes []vg.Length
+	// model: the server's own figure (cold TTFT, steady decode), drawn
+	// thin and without markers.
+	model  bool
+	points []plotPoint
+}
+
+// plotPanel is one panel: a figure against context. Its y axis runs from
+// 0 to YMax, which the points that are not poisoned set; a poisoned point
+// is drawn apart, and one beyond YMax sits on the top edge with its value.
+type plotPanel struct {
+	title, yLabel string
+	series        []plotSeries
+	yMax          float64
+	yTicks        []plot.Tick
+	// scaledByPoisoned: every point is poisoned, so they set the scale.
+	scaledByPoisoned bool
+}
+
+// The colours: one per method, fixed so that plots of different runs
+// compare; red and orange mark POISONED and SUSPECT points.
+var (
+	methodColours = map[string]color.RGBA{
+		string(FlushNonce):  {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		string(FlushMethod): {R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		string(NonceMethod): {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		string(Naive):       {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+		"stream":            {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	}
+	perEventColour = color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff}
+	modelColour    = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
+	poisonColour   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	suspectColour  = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	dashed         = []vg.Length{vg.Points(5), vg.Points(3)}
+	dotted         = []vg.Length{vg.Points(1.5), vg.Points(2.5)}
+)
+
+// panels lays out the plot's data: per panel its series and its y scale.
+func (r *Report) panels() []plotPanel {
 	unit := "s"
 	if r.Server.Mock != "" {
 		unit = "simulated s"
 	}
-	// The legend goes where the curves are not: TTFT grows with context,
-	// the rates fall.
-	panels := []struct {
-		title, y  string
-		legendTop bool
-		pick      func(*series) (plotter.XYs, plotter.XYs)
-	}{
-		{"Time to first token", "TTFT (" + unit + ")", true, func(s *series) (plotter.XYs, plotter.XYs) { return s.ttft, s.badTTFT }},
-		{"Prefill throughput", "prefill tok/s", false, func(s *series) (plotter.XYs, plotter.XYs) { return s.prefill, s.badPre }},
-		{"Decode throughput", "decode tok/s", false, func(s *series) (plotter.XYs, plotter.XYs) { return s.decode, s.badDecode }},
+	ttft := plotPanel{title: "Time to first token", yLabel: "TTFT (" + unit + ")"}
+	prefill := plotPanel{title: "Prefill throughput", yLabel: "prefill tok/s"}
+	decode := plotPanel{title: "Decode throughput", yLabel: "decode tok/s"}
+	var panels []*plotPanel
+	if r.Method == "stream" {
+		itl := plotPanel{title: "Inter-token latency: token-weighted against per event", yLabel: "ITL (ms, " + unit + ")"}
+		weighted := plotSeries{name: "token-weighted ITL (s/out_tok)", colour: methodColours["stream"]}
+		perEvent := plotSeries{name: "per-event ITL (one token per event)", colour: perEventColour, dashes: dashed}
+		var t, p, d plotSeries
+		t = plotSeries{name: "stream", colour: methodColours["stream"]}
+		p, d = t, t
+		for _, row := range r.Stream {
+			x, l := float64(row.CtxReq), row.Verdict.Level()
+			t.points = append(t.points, plotPoint{x, row.TTFT, l})
+			p.points = append(p.points, plotPoint{x, row.PrefillTPS, l})
+			if row.DecodeTPS > 0 {
+				d.points = append(d.points, plotPoint{x, row.DecodeTPS, l})
+				weighted.points = append(weighted.points, plotPoint{x, 1000 * row.SPerOutTok, l})
+				perEvent.points = append(perEvent.points, plotPoint{x, 1000 * row.EventITL, l})
+			}
+		}
+		ttft.series, prefill.series, decode.series = []plotSeries{t}, []plotSeries{p}, []plotSeries{d}
+		itl.series = []plotSeries{weighted, perEvent}
+		panels = []*plotPanel{&ttft, &prefill, &decode, &itl}
+	} else {
+		var methods []Method
+		for _, row := range r.Rows {
+			if !slices.Contains(methods, row.Method) {
+				methods = append(methods, row.Method)
+			}
+		}
+		var undefined []string
+		for _, m := range methods {
+			t := plotSeries{name: string(m), colour: methodColours[string(m)]}
+			p, d := t, t
+			var at []string
+			for _, row := range r.Rows {
+				if row.Method != m {
+					continue
+				}
+				x, l := float64(row.CtxReq), row.Verdict.Level()
+				t.points = append(t.points, plotPoint{x, row.TTFT, l})
+				p.points = append(p.points, plotPoint{x, row.PrefillTPS, l})
+				if row.DecodeTPS != nil {
+					d.points = append(d.points, plotPoint{x, *row.DecodeTPS, l})
+				} else {
+					at = append(at, strconv.Itoa(row.CtxReq))
+				}
+			}
+			ttft.series, prefill.series, decode.series = append(ttft.series, t), append(prefill.series, p), append(decode.series, d)
+			switch {
+			case len(at) == len(d.points)+len(at) && len(at) > 1:
+				undefined = append(undefined, string(m)+" at every context")
+			case len(at) > 0:
+				undefined = append(undefined, string(m)+" at "+strings.Join(at, ", "))
+			}
+		}
+		if len(undefined) > 0 {
+			// A row with t_b <= t_a has no decode point: the title says so.
+			decode.title += " (undefined, t_b <= t_a: " + strings.Join(undefined, "; ") + ")"
+		}
+		panels = []*plotPanel{&ttft, &prefill, &decode}
 	}
+	r.addModel(&ttft, &prefill, &decode)
+	out := make([]plotPanel, len(panels))
+	for i, p := range panels {
+		p.scale()
+		out[i] = *p
+	}
+	return out
+}
+
+// addModel adds the server's own figures, against sglmock: the cold TTFT,
+// the prefill rate it implies and the steady-state decode rate, once per
+// context.
+func (r *Report) addModel(ttft, prefill, decode *plotPanel) {
+	t := plotSeries{name: "sglmock's model (cold TTFT, steady decode)", colour: modelColour, dashes: dotted, model: true}
+	p, d := t, t
+	seen := map[int]bool{}
+	add := func(ctx, prompt int, tr *TruthFigures) {
+		if tr == nil || seen[ctx] {
+			return
+		}
+		seen[ctx] = true
+		x := float64(ctx)
+		t.points = append(t.points, plotPoint{x, tr.ColdTTFT, OK})
+		if tr.ColdTTFT > 0 {
+			p.points = append(p.points, plotPoint{x, float64(prompt) / tr.ColdTTFT, OK})
+		}
+		if tr.SteadyDecode != nil {
+			d.points = append(d.points, plotPoint{x, *tr.SteadyDecode, OK})
+		}
+	}
+	for _, row := range r.Rows {
+		add(row.CtxReq, row.PromptTokens, row.Truth)
+	}
+	for _, row := range r.Stream {
+		add(row.CtxReq, row.PromptTokens, row.Truth)
+	}
+	for _, pair := range []struct {
+		panel *plotPanel
+		s     plotSeries
+	}{{ttft, t}, {prefill, p}, {decode, d}} {
+		if len(pair.s.points) > 0 {
+			slices.SortFunc(pair.s.points, func(a, b plotPoint) int { return cmp.Compare(a.ctx, b.ctx) })
+			pair.panel.series = append(pair.panel.series, pair.s)
+		}
+	}
+}
+
+// scale sets the y axis from 0 to a round number above every point that
+// is not poisoned; if all are, they set it.
+func (p *plotPanel) scale() {
+	top, poisonedTop := 0.0, 0.0
+	for _, s := range p.series {
+		for _, pt := range s.points {
+			if pt.level == Poisoned {
+				poisonedTop = max(poisonedTop, pt.y)
+			} else {
+				top = max(top, pt.y)
+			}
+		}
+	}
+	if top == 0 && poisonedTop > 0 {
+		top, p.scaledByPoisoned = poisonedTop, true
+	}
+	p.yMax, p.yTicks = plainTicks(top)
+	if poisonedTop > p.yMax {
+		// A band above the data for the triangles of the points beyond.
+		last := p.yTicks[len(p.yTicks)-1]
+		decimals := 0
+		if _, frac, ok := strings.Cut(last.Label, "."); ok {
+			decimals = len(frac)
+		}
+		p.yMax += p.yTicks[1].Value
+		p.yTicks = append(p.yTicks, plot.Tick{Value: p.yMax, Label: plainNumber(p.yMax, decimals)})
+	}
+}
+
+// plainTicks chooses a round top above max and 4 to 8 ticks from 0 to it
+// at a step of 1, 2 or 5 times a power of ten, labelled in plain digits
+// ("2,500", "0.25"), never "1e+05".
+func plainTicks(top float64) (float64, []plot.Tick) {
+	headroom := 1.04
+	if !(top > 0) || math.IsInf(top, 0) {
+		top, headroom = 1, 1 // no data: an empty axis to 1
+	}
+	exp := math.Floor(math.Log10(top / 5))
+	mult := 10.0
+	for _, m := range []float64{1, 2, 5} {
+		if m*math.Pow(10, exp) >= top/5 {
+			mult = m
+			break
+		}
+	}
+	// value i is i*mult*10^exp, computed from whole numbers so that 0.6
+	// is 0.6, not 0.6000000000000001.
+	value := func(i float64) float64 {
+		if exp < 0 {
+			return i * mult / math.Pow(10, -exp)
+		}
+		return i * mult * math.Pow(10, exp)
+	}
+	n := math.Ceil(top/value(1) - 1e-9)
+	if value(n) < top*headroom {
+		n++ // room above the highest point
+	}
+	decimals := max(0, -int(math.Floor(math.Log10(value(1))+1e-9)))
+	var ticks []plot.Tick
+	for i := 0.0; i <= n; i++ {
+		ticks = append(ticks, plot.Tick{Value: value(i), Label: plainNumber(value(i), decimals)})
+	}
+	return value(n), ticks
+}
+
+// plainNumber renders x with decimals places and thousands separators.
+func plainNumber(x float64, decimals int) string {
+	s := strconv.FormatFloat(x, 'f', decimals, 64)
+	whole, frac, hasFrac := strings.Cut(s, ".")
+	var sb strings.Builder
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteRune(c)
+	}
+	if hasFrac {
+		sb.WriteString("." + frac)
+	}
+	return sb.String()
+}
+
+// The figure: a title and subtitle, a legend under them, outside the
+// data, and the panels one above the other.
+const (
+	plotWidth  = 8 * vg.Inch
+	plotHeight = 11 * vg.Inch
+)
+
+var plotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+func textStyle(size vg.Length, c color.Color) text.Style {
+	return text.Style{Color: c, Font: font.From(plotFont, size), Handler: plot.DefaultTextHandler, XAlign: draw.XLeft, YAlign: draw.YTop}
+}
+
+// WritePlot draws the report in the format PlotFormat gave: TTFT, prefill
+// tok/s and decode tok/s against context (for stream also the ITL, token-
+// weighted against per event), one line per method, the server's model in
+// grey. Poisoned points stay off the lines and out of the scale: a red
+// cross, or a red triangle on the top edge with its value when beyond it.
+// SUSPECT points are ringed in orange.
+func (r *Report) WritePlot(w io.Writer, format string, caption PlotCaption) error {
+	c, err := draw.NewFormattedCanvas(plotWidth, plotHeight, format)
+	if err != nil {
+		return err
+	}
+	if err := r.drawPlot(draw.New(c), caption); err != nil {
+		return err
+	}
+	_, err = c.WriteTo(w)
+	return err
+}
+
+func (r *Report) drawPlot(dc draw.Canvas, caption PlotCaption) error {
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	margin := vg.Points(18)
+	x0, y := dc.Min.X+margin, dc.Max.Y-margin
+	for _, line := range r.plotHeading(caption) {
+		for _, part := range fitText(line.style, line.text, dc.Max.X-margin-x0) {
+			dc.FillText(line.style, vg.Point{X: x0, Y: y}, part)
+			y -= line.style.Rectangle(part).Size().Y + vg.Points(3)
+		}
+	}
+	panels := r.panels()
+	y = drawLegend(dc, legendEntries(panels), x0, dc.Max.X-margin, y-vg.Points(4))
+	area := draw.Crop(dc, 0, 0, 0, -(dc.Max.Y - y + vg.Points(6)))
 	logX := r.contextRange() >= 8
 	ticks := r.contextTicks()
-	plots := make([][]*plot.Plot, len(panels))
-	for i, pn := range panels {
+	var plots [][]*plot.Plot
+	for _, pn := range panels {
 		p := plot.New()
 		p.Title.Text = pn.title
+		p.Title.TextStyle.Font = font.From(plotFont, 12)
 		p.X.Label.Text = "context (ctx_req, tokens)"
-		p.Y.Label.Text = pn.y
-		p.Legend.Top, p.Legend.Left = pn.legendTop, true
-		p.Legend.XOffs = vg.Points(40)
-		p.X.Tick.Marker = ticks
 		if logX {
 			p.X.Scale = plot.LogScale{}
 			p.X.Label.Text += ", log scale"
 		}
-		badInLegend := false
-		for j, s := range ss {
-			good, bad := pn.pick(s)
-			col := plotColors[j%len(plotColors)]
-			if len(good) > 0 {
-				l, pts, err := plotter.NewLinePoints(good)
-				if err != nil {
-					return err
-				}
-				l.Color, pts.Color = col, col
-				pts.Shape = draw.CircleGlyph{}
-				p.Add(l, pts)
-				p.Legend.Add(s.name, l, pts)
-			}
-			if len(bad) > 0 {
-				sc, err := plotter.NewScatter(bad)
-				if err != nil {
-					return err
-				}
-				sc.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-				sc.Shape = draw.CrossGlyph{}
-				sc.Radius = vg.Points(6)
-				p.Add(sc)
-				if !badInLegend {
-					p.Legend.Add("POISONED", sc)
-					badInLegend = true
-				}
-			}
+		p.Y.Label.Text = pn.yLabel
+		for _, sty := range []*text.Style{&p.X.Label.TextStyle, &p.Y.Label.TextStyle, &p.X.Tick.Label, &p.Y.Tick.Label} {
+			sty.Font = font.From(plotFont, sty.Font.Size)
 		}
-		p.Add(plotter.NewGrid())
-		plots[i] = []*plot.Plot{p}
+		p.X.Tick.Marker, p.Y.Tick.Marker = ticks, plot.ConstantTicks(pn.yTicks)
+		p.Add(gridLines{pn.yTicks}, panelPlotter{pn})
+		p.X.Min, p.X.Max = r.xRange(logX)
+		p.Y.Min, p.Y.Max = 0, pn.yMax
+		plots = append(plots, []*plot.Plot{p})
 	}
-	img := vgimg.New(8*vg.Inch, 11*vg.Inch)
-	dc := draw.New(img)
-	t := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(12)}
-	canvases := plot.Align(plots, t, dc)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: margin, PadLeft: margin, PadRight: margin, PadY: vg.Points(14)}
+	canvases := plot.Align(plots, tiles, area)
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	return nil
+}
+
+// fitText breaks text at spaces into lines no wider than width.
+func fitText(sty text.Style, s string, width vg.Length) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		if line != "" && sty.Rectangle(line+" "+word).Size().X > width {
+			lines, line = append(lines, line), word
+			continue
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
+	return append(lines, line)
+}
+
+type headingLine struct {
+	text  string
+	style text.Style
+}
+
+// plotHeading is the title and the subtitle: what was measured, on which
+// server, how, and when.
+func (r *Report) plotHeading(caption PlotCaption) []headingLine {
+	title := "sglmock bench twopoint: TTFT, prefill and decode against context"
+	how := ""
+	if r.Method == "stream" {
+		title = "sglmock bench stream: TTFT, prefill, decode and ITL against context"
+		if len(r.Stream) > 0 {
+			how = fmt.Sprintf("max_new_tokens %d", r.Stream[0].Leg.MaxNewTokens)
+		}
+	} else if len(r.Rows) > 0 {
+		var methods []string
+		for _, row := range r.Rows {
+			if !slices.Contains(methods, string(row.Method)) {
+				methods = append(methods, string(row.Method))
+			}
+		}
+		how = fmt.Sprintf("a=%d, b=%d; methods %s", r.Rows[0].A, r.Rows[0].B, strings.Join(methods, ", "))
 	}
-	return f.Close()
+	s := r.Server
+	server := "server " + caption.Server
+	if s.Mock != "" {
+		server += fmt.Sprintf(" (sglmock, profile %s, speedup %s, backend %s)", s.Mock, speedupText(s.Speedup), s.Backend)
+		how += "; times in simulated seconds"
+	} else {
+		server += fmt.Sprintf(" (backend %s, no /sim/: no model line)", s.Backend)
+		how += "; times in wall seconds"
+	}
+	if !caption.Date.IsZero() {
+		how += "; " + caption.Date.Format("2006-01-02 15:04 MST")
+	}
+	grey := color.Gray{Y: 0x40}
+	return []headingLine{
+		{title, textStyle(15, color.Black)},
+		{server, textStyle(10, grey)},
+		{strings.TrimPrefix(how, "; "), textStyle(10, grey)},
+	}
+}
+
+// legendEntry is one entry of the legend.
+type legendEntry struct {
+	name   string
+	thumb  func(c draw.Canvas, at vg.Point)
+	colour color.Color
+}
+
+// legendEntries are the series of every panel, once each, then the marks.
+func legendEntries(panels []plotPanel) []legendEntry {
+	var out []legendEntry
+	var seen []string
+	poisoned, suspect := false, false
+	clean := map[string]bool{} // the series with a point that is not poisoned
+	for _, p := range panels {
+		for _, s := range p.series {
+			for _, pt := range s.points {
+				poisoned = poisoned || pt.level == Poisoned
+				suspect = suspect || pt.level == Suspect
+				clean[s.name] = clean[s.name] || pt.level != Poisoned
+			}
+		}
+	}
+	for _, p := range panels {
+		for _, s := range p.series {
+			if slices.Contains(seen, s.name) {
+				continue
+			}
+			seen = append(seen, s.name)
+			if !clean[s.name] {
+				out = append(out, legendEntry{name: s.name + ": every row POISONED", thumb: func(c draw.Canvas, at vg.Point) {
+					drawPoisoned(c, vg.Point{X: at.X + vg.Points(11), Y: at.Y}, s.colour)
+				}})
+				continue
+			}
+			out = append(out, legendEntry{name: s.name, thumb: func(c draw.Canvas, at vg.Point) {
+				c.StrokeLine2(lineStyle(s), at.X, at.Y, at.X+vg.Points(22), at.Y)
+				if !s.model {
+					c.DrawGlyph(glyph(s.colour), vg.Point{X: at.X + vg.Points(11), Y: at.Y})
+				}
+			}})
+		}
+	}
+	if poisoned {
+		out = append(out, legendEntry{name: "POISONED: off the lines and out of the scale; beyond it, a triangle on the top edge with the value",
+			thumb: func(c draw.Canvas, at vg.Point) {
+				drawPoisoned(c, vg.Point{X: at.X + vg.Points(11), Y: at.Y}, modelColour)
+			}, colour: poisonColour})
+	}
+	if suspect {
+		out = append(out, legendEntry{name: "SUSPECT (see the verdicts)",
+			thumb: func(c draw.Canvas, at vg.Point) {
+				c.DrawGlyph(glyph(modelColour), vg.Point{X: at.X + vg.Points(11), Y: at.Y})
+				drawSuspect(c, vg.Point{X: at.X + vg.Points(11), Y: at.Y})
+			}, colour: suspectColour})
+	}
+	return out
+}
+
+// drawLegend lays the entries out in rows from x0 to x1 starting at y,
+// and returns the y below the last row.
+func drawLegend(c draw.Canvas, entries []legendEntry, x0, x1, y vg.Length) vg.Length {
+	sty := textStyle(10, color.Black)
+	sty.YAlign = draw.YCenter
+	rowHeight := vg.Points(16)
+	x, rowY := x0, y-rowHeight/2
+	for _, e := range entries {
+		width := vg.Points(28) + sty.Rectangle(e.name).Size().X + vg.Points(16)
+		if x > x0 && x+width > x1 {
+			x, rowY = x0, rowY-rowHeight
+		}
+		e.thumb(c, vg.Point{X: x, Y: rowY})
+		tsty := sty
+		if e.colour != nil {
+			tsty.Color = e.colour
+		}
+		c.FillText(tsty, vg.Point{X: x + vg.Points(28), Y: rowY}, e.name)
+		x += width
+	}
+	return rowY - rowHeight/2
+}
+
+func lineStyle(s plotSeries) draw.LineStyle {
+	width := vg.Points(1.5)
+	if s.model {
+		width = vg.Points(1.2)
+	}
+	return draw.LineStyle{Color: s.colour, Width: width, Dashes: s.dashes}
+}
+
+func glyph(c color.Color) draw.GlyphStyle {
+	return draw.GlyphStyle{Color: c, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
+}
+
+// drawPoisoned marks a poisoned point: a cross in its series' colour in a
+// red ring.
+func drawPoisoned(c draw.Canvas, at vg.Point, col color.Color) {
+	c.DrawGlyph(draw.GlyphStyle{Color: col, Radius: vg.Points(4), Shape: draw.CrossGlyph{}}, at)
+	c.DrawGlyph(draw.GlyphStyle{Color: poisonColour, Radius: vg.Points(6), Shape: draw.RingGlyph{}}, at)
+}
+
+// drawSuspect marks a SUSPECT point with an orange square around it.
+func drawSuspect(c draw.Canvas, at vg.Point) {
+	c.DrawGlyph(draw.GlyphStyle{Color: suspectColour, Radius: vg.Points(7.5), Shape: draw.SquareGlyph{}}, at)
+}
+
+// panelPlotter draws a panel's series: the lines through the points that
+// are not poisoned, their markers, SUSPECT rings, and the poisoned points
+// apart.
+type panelPlotter struct{ p plotPanel }
+
+func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
+	tx, ty := plt.Transforms(&c)
+	label := textStyle(9, poisonColour)
+	label.XAlign, label.YAlign = draw.XLeft, draw.YTop
+	// The lines and their points first, then the poisoned points over
+	// them, so that a poisoned point on a clean one shows whose it is.
+	for _, s := range pp.p.series {
+		var line []vg.Point
+		for _, pt := range s.points {
+			if pt.level != Poisoned || pp.p.scaledByPoisoned {
+				line = append(line, vg.Point{X: tx(pt.ctx), Y: ty(pt.y)})
+			}
+		}
+		if len(line) > 1 {
+			c.StrokeLines(lineStyle(s), c.ClipLinesXY(line)...)
+		}
+		for _, pt := range s.points {
+			if pt.level != Poisoned && !s.model {
+				at := vg.Point{X: tx(pt.ctx), Y: ty(pt.y)}
+				c.DrawGlyph(glyph(s.colour), at)
+				if pt.level == Suspect {
+					drawSuspect(c, at)
+				}
+			}
+		}
+	}
+	for _, s := range pp.p.series {
+		for _, pt := range s.points {
+			at := vg.Point{X: tx(pt.ctx), Y: ty(pt.y)}
+			switch {
+			case pt.level != Poisoned:
+			case pt.y > pp.p.yMax:
+				at.Y = c.Max.Y - vg.Points(5)
+				c.DrawGlyph(draw.GlyphStyle{Color: poisonColour, Radius: vg.Points(5), Shape: draw.TriangleGlyph{}}, at)
+				c.FillText(label, vg.Point{X: at.X + vg.Points(8), Y: at.Y + vg.Points(4)}, s.name+" "+plainNumber(pt.y, 0))
+			default:
+				drawPoisoned(c, at, s.colour)
+			}
+		}
+	}
+}
+
+// gridLines draws a light line at each y tick.
+type gridLines struct{ ticks []plot.Tick }
+
+func (g gridLines) Plot(c draw.Canvas, plt *plot.Plot) {
+	_, ty := plt.Transforms(&c)
+	ls := draw.LineStyle{Color: color.Gray{Y: 0xdd}, Width: vg.Points(0.5)}
+	for _, t := range g.ticks {
+		c.StrokeLine2(ls, c.Min.X, ty(t.Value), c.Max.X, ty(t.Value))
+	}
+}
+
+// xRange pads the contexts so the first and last points are off the
+// axes: from 0 on a linear axis, by a quarter of a step on a log one.
+func (r *Report) xRange(logX bool) (float64, float64) {
+	lo, hi := math.Inf(1), 0.0
+	for _, t := range r.contextTicks() {
+		lo, hi = math.Min(lo, t.Value), math.Max(hi, t.Value)
+	}
+	if hi == 0 {
+		return 0, 1
+	}
+	if logX {
+		return lo / 1.3, hi * 1.3
+	}
+	return 0, hi * 1.08
 }
 
 // contextRange is the largest context over the smallest.
 func (r *Report) contextRange() float64 {
-	lo, hi := 0, 0
-	for _, row := range r.Rows {
-		lo, hi = minPos(lo, row.CtxReq), max(hi, row.CtxReq)
+	lo, hi := math.Inf(1), 0.0
+	for _, t := range r.contextTicks() {
+		lo, hi = math.Min(lo, t.Value), math.Max(hi, t.Value)
 	}
-	for _, row := range r.Stream {
-		lo, hi = minPos(lo, row.CtxReq), max(hi, row.CtxReq)
-	}
-	if lo == 0 {
+	if hi == 0 {
 		return 1
 	}
-	return float64(hi) / float64(lo)
-}
-
-func minPos(a, b int) int {
-	if a == 0 {
-		return b
-	}
-	return min(a, b)
+	return hi / lo
 }
 
 // contextTicks marks the measured contexts on the x axis.
 func (r *Report) contextTicks() plot.ConstantTicks {
-	seen := map[int]bool{}
 	var ticks plot.ConstantTicks
 	add := func(ctx int) {
-		if !seen[ctx] {
-			seen[ctx] = true
-			ticks = append(ticks, plot.Tick{Value: float64(ctx), Label: fmt.Sprint(ctx)})
+		for _, t := range ticks {
+			if t.Value == float64(ctx) {
+				return
+			}
 		}
+		ticks = append(ticks, plot.Tick{Value: float64(ctx), Label: strconv.Itoa(ctx)})
 	}
 	for _, row := range r.Rows {
 		add(row.CtxReq)

@@ -35,15 +35,19 @@ func (r *FlushRecord) OK() bool {
 	return len(r.Attempts) > 0 && r.Attempts[len(r.Attempts)-1].OK()
 }
 
-// Progress is told what the harness is doing; the command shows it as a
-// progress bar when stderr is a terminal.
+// Progress is told what the harness is doing; the command shows a status
+// line on a terminal and prints each row as it finishes.
 type Progress interface {
 	// Start announces the number of legs in the run.
 	Start(legs int)
-	// Leg announces the leg about to be sent.
-	Leg(desc string)
+	// Leg announces the leg about to be sent and the time the run is
+	// predicted to take from now, this leg included.
+	Leg(desc string, left ETA)
 	// Done says a leg finished.
 	Done()
+	// Row says a row finished: the last of rep.Rows, or of rep.Stream.
+	// rep is the report so far; it must not be kept past the call.
+	Row(rep *Report)
 	// Finish ends the display.
 	Finish()
 }
@@ -51,20 +55,68 @@ type Progress interface {
 // NoProgress shows nothing.
 type NoProgress struct{}
 
-func (NoProgress) Start(int)  {}
-func (NoProgress) Leg(string) {}
-func (NoProgress) Done()      {}
-func (NoProgress) Finish()    {}
+func (NoProgress) Start(int)       {}
+func (NoProgress) Leg(string, ETA) {}
+func (NoProgress) Done()           {}
+func (NoProgress) Row(*Report)     {}
+func (NoProgress) Finish()         {}
 
 // newID is a random UUID: a nonce no earlier prompt can share.
 func newID() string { return uuid.NewString() }
 
-func orProgress(p Progress) Progress {
-	if p == nil {
-		return NoProgress{}
-	}
-	return p
+// tracker is the session's side of Progress: it holds the run's plan,
+// times each leg on the wall clock and predicts the time left before each
+// leg is sent.
+type tracker struct {
+	p   Progress
+	now func() time.Time
+	// speedup turns the model's simulated seconds into wall seconds.
+	speedup float64
+	// model is the server's cost model; nil when there is none.
+	model    Predictor
+	plan     []plannedLeg
+	next     int
+	legStart time.Time
+	done     []doneLeg
 }
+
+// doneLeg is a leg of the plan and the wall seconds it took, its flush
+// included.
+type doneLeg struct {
+	leg     plannedLeg
+	seconds float64
+}
+
+func newTracker(p Progress) *tracker {
+	if p == nil {
+		p = NoProgress{}
+	}
+	return &tracker{p: p, now: time.Now, speedup: 1}
+}
+
+// Start announces the run's legs, in the order they are sent.
+func (t *tracker) Start(plan []plannedLeg) {
+	t.plan = plan
+	t.p.Start(len(plan))
+}
+
+// Leg announces the next leg of the plan, with the time left.
+func (t *tracker) Leg(desc string) {
+	t.legStart = t.now()
+	t.p.Leg(desc, t.eta())
+}
+
+// Done records the leg's wall time.
+func (t *tracker) Done() {
+	if t.next < len(t.plan) {
+		t.done = append(t.done, doneLeg{t.plan[t.next], t.now().Sub(t.legStart).Seconds()})
+	}
+	t.next++
+	t.p.Done()
+}
+
+func (t *tracker) Row(rep *Report) { t.p.Row(rep) }
+func (t *tracker) Finish()         { t.p.Finish() }
 
 // Options are what every method shares.
 type Options struct {
@@ -78,6 +130,10 @@ type Options struct {
 	// NewID makes nonces and rids; nil means random UUIDs. Tests pass a
 	// counter so the output is deterministic.
 	NewID func() string
+	// CostModel turns the server's /sim/profile into the cost model that
+	// predicts the time left (the dry run's). nil, a failure or a server
+	// without /sim/ leaves the prediction to the legs done so far.
+	CostModel func(*sim.Profile) (Predictor, error)
 }
 
 // Server describes the server a report was measured on.
@@ -99,7 +155,7 @@ type Server struct {
 type session struct {
 	c        *Client
 	opt      Options
-	prog     Progress
+	prog     *tracker
 	builder  *promptBuilder
 	sim      *sim.Profile
 	server   Server
@@ -151,7 +207,7 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	if opt.NewID == nil {
 		opt.NewID = newID
 	}
-	s := &session{c: c, opt: opt, prog: orProgress(opt.Progress), builder: newPromptBuilder(c),
+	s := &session{c: c, opt: opt, prog: newTracker(opt.Progress), builder: newPromptBuilder(c),
 		expected: map[[3]int]*sim.Expectation{}}
 	if c.Backend != SGLang && c.Model == "" {
 		if err := c.discoverModel(ctx); err != nil {
@@ -166,6 +222,14 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	s.server = Server{Backend: c.Backend, Speedup: 1}
 	if p != nil {
 		s.server.Mock, s.server.Speedup = p.Name, p.Speedup
+		s.prog.speedup = p.Speedup
+		if opt.CostModel != nil {
+			// A profile the command cannot read costs the ETA its model,
+			// not the run.
+			if m, err := opt.CostModel(p); err == nil {
+				s.prog.model = m
+			}
+		}
 	}
 	return s, nil
 }

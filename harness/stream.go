@@ -65,7 +65,7 @@ func (st *Stream) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.prog.Start(len(st.Points))
+	s.prog.Start(st.plan())
 	defer s.prog.Finish()
 	rep := &Report{Method: "stream", Server: s.server}
 	for _, p := range st.Points {
@@ -74,6 +74,7 @@ func (st *Stream) Run(ctx context.Context) (*Report, error) {
 			return rep, fmt.Errorf("stream at ctx %d: %w", p.CtxReq, err)
 		}
 		rep.Stream = append(rep.Stream, row)
+		s.prog.Row(rep)
 	}
 	return rep, nil
 }

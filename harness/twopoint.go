@@ -193,7 +193,7 @@ func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.prog.Start(2 * len(tp.Methods) * len(tp.Points) * tp.Repeat)
+	s.prog.Start(tp.plan())
 	defer s.prog.Finish()
 	rep := &Report{Method: "twopoint", Server: s.server}
 	for _, m := range tp.Methods {
@@ -210,6 +210,7 @@ func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
 				return rep, err
 			}
 			rep.Rows = append(rep.Rows, row)
+			s.prog.Row(rep)
 		}
 	}
 	return rep, nil

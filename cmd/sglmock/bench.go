@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // benchOptions are the flags of `sglmock bench twopoint|stream`.
@@ -39,6 +43,8 @@ type benchOptions struct {
 	csvPath      string
 	jsonPath     string
 	plotPath     string
+	plotFormat   string
+	wide         bool
 	dryRun       bool
 	profile      *profile.Profile
 	httpTimeout  time.Duration
@@ -63,10 +69,15 @@ figure's error against the modelled truth.
             also the per-event ITL a script counting one token per event
             reports, and how far off it is.
 
-Every row ends with a verdict: ok, SUSPECT: cause, or POISONED: cause.
+Each row is printed as its context finishes, and ends with a verdict: ok,
+SUSPECT or POISONED, with the numbers of the notes under the table that say
+why. --wide prints every column. On a terminal a status line shows the leg
+in flight and the time left (from the server's cost model against sglmock,
+else fitted to the legs done so far).
+
 Exit status: 1 when any row is POISONED; 2 for a usage error, a server that
 cannot be reached or a request it refused (the rows measured before it are
-printed); 0 otherwise.
+printed and written); 130 when interrupted (Ctrl-C: likewise); 0 otherwise.
 
 Flags:
 `
@@ -94,9 +105,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	floatFlag(fs, &retryWait, "flush-retry-wait", 0.5, "wall `seconds` between flush retries")
 	floatFlag(fs, &o.flush.Timeout, "flush-timeout", 0, "send /flush_cache?timeout=`S`: the server waits up to S of its seconds for idle before refusing (recent SGLang); 0 tries at once")
 	fs.IntVar(&o.allowShared, "allow-shared-prefix", 0, "tolerate this many reused tokens beyond the measured shared floor (a chance match of a nonce's first token on a real tokenizer)")
-	fs.StringVar(&o.csvPath, "csv", "", "also write the rows as CSV to this file")
-	fs.StringVar(&o.jsonPath, "json", "", "also write the whole report (every leg, its flushes and truth) as JSON to this file")
-	fs.StringVar(&o.plotPath, "plot", "", "also plot TTFT, prefill and decode tok/s against context to this PNG file")
+	fs.StringVar(&o.csvPath, "csv", "", "also write the rows as CSV to this file (- for standard output; the table then goes to standard error)")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the whole report (every leg, its flushes and truth) as JSON to this file (- for standard output, as --csv)")
+	fs.StringVar(&o.plotPath, "plot", "", "also plot the figures against context to this file; its extension picks the format: "+strings.Join(harness.PlotFormats(), ", "))
+	fs.BoolVar(&o.wide, "wide", false, "print every column (the default table keeps the figures to compare)")
 	floatFlag(fs, &timeout, "request-timeout", 0, "give up on a request after this many wall `seconds` (0: never; a 192k-token prefill takes minutes)")
 	if o.method == "twopoint" {
 		fs.IntVar(&o.a, "a", 1, "max_new_tokens of leg a")
@@ -173,7 +185,80 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 			return nil, err
 		}
 	}
+	if err := o.checkOutputs(); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// checkOutputs refuses, before anything is sent, outputs that could not be
+// written at the end of a sweep that may take an hour: a plot format
+// nobody can draw, a directory that is not there or not writable, two
+// outputs on one file or both on standard output.
+func (o *benchOptions) checkOutputs() error {
+	outputs := []struct{ flag, path string }{{"csv", o.csvPath}, {"json", o.jsonPath}, {"plot", o.plotPath}}
+	if o.dryRun {
+		for _, out := range outputs {
+			if out.path != "" {
+				return fmt.Errorf("--%s writes a run's rows, and --dry-run sends nothing", out.flag)
+			}
+		}
+		return nil
+	}
+	if o.csvPath == "-" && o.jsonPath == "-" {
+		return errors.New("--csv - and --json - would both write to standard output: give one of them a file")
+	}
+	if o.plotPath == "-" {
+		return errors.New("--plot needs a file name: its extension picks the format")
+	}
+	if o.plotPath != "" {
+		var err error
+		if o.plotFormat, err = harness.PlotFormat(o.plotPath); err != nil {
+			return fmt.Errorf("--plot %s: %w", o.plotPath, err)
+		}
+	}
+	seen := map[string]string{}
+	for _, out := range outputs {
+		if out.path == "" || out.path == "-" {
+			continue
+		}
+		abs, err := filepath.Abs(out.path)
+		if err != nil {
+			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
+		}
+		if other, ok := seen[abs]; ok {
+			return fmt.Errorf("--%s and --%s both write %s", other, out.flag, out.path)
+		}
+		seen[abs] = out.flag
+		if err := checkWritable(out.path); err != nil {
+			return fmt.Errorf("--%s %s: %w", out.flag, out.path, err)
+		}
+	}
+	return nil
+}
+
+// checkWritable tells whether a file can be written at path: its
+// directory exists and takes a new file, and path is not a directory.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("no directory %s", dir)
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".sglmock-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, errors.Unwrap(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // parsePoints parses "1024,8192" or "1024:1407,8192:11382".
@@ -209,58 +294,149 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first Ctrl-C the run stops and writes what it has; a
+		// second one ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	c := &harness.Client{HTTP: &http.Client{Timeout: o.httpTimeout}, BaseURL: o.url, Backend: harness.Backend(o.backend),
 		Model: o.model, InputIDs: o.inputIDs, APIKey: o.apiKey}
 	return bench(ctx, c, o, nil, stdout, stderr)
 }
 
-// bench runs the method and writes every output; the exit status follows
-// the verdicts.
+// exitInterrupted is the exit status of a run stopped by Ctrl-C, as a
+// shell gives a process killed by SIGINT.
+const exitInterrupted = 130
+
+// bench runs the method, printing each row as it finishes, and writes
+// every output; the exit status follows the verdicts. Cancelling ctx
+// (Ctrl-C) stops the run: the rows finished by then are printed and
+// written, and the exit status is 130.
 func bench(ctx context.Context, c *harness.Client, o *benchOptions, newID func() string, stdout, stderr io.Writer) int {
-	opt := harness.Options{Flush: o.flush, AllowSharedPrefix: o.allowShared, Progress: newProgress(stderr), NewID: newID}
+	out := stdout
+	if o.csvPath == "-" || o.jsonPath == "-" {
+		out = stderr
+	}
+	con := newConsole(out, stderr, o.wide)
+	con.table.SetRowsPerTable(len(o.points))
+	opt := harness.Options{Flush: o.flush, AllowSharedPrefix: o.allowShared, Progress: con, NewID: newID, CostModel: costModel}
+	started := time.Now()
 	var rep *harness.Report
 	var err error
+	rows := len(o.points)
 	if o.method == "twopoint" {
 		tp := &harness.TwoPoint{Client: c, Points: o.points, A: o.a, B: o.b, Methods: o.methods,
 			NoncePosition: harness.NoncePosition(o.noncePos), Repeat: o.repeat, Options: opt}
+		rows *= len(o.methods)
 		rep, err = tp.Run(ctx)
 	} else {
 		st := &harness.Stream{Client: c, Points: o.points, MaxNewTokens: o.maxNewTokens, NoFlush: o.noFlush, Options: opt}
 		rep, err = st.Run(ctx)
 	}
-	if rep != nil && (len(rep.Rows) > 0 || len(rep.Stream) > 0) {
-		rep.WriteTable(stdout)
-		if werr := writeOutputs(rep, o); werr != nil {
+	done := 0
+	if rep != nil {
+		done = len(rep.Rows) + len(rep.Stream)
+	}
+	if werr := con.Close(rep); werr != nil {
+		fmt.Fprintln(stderr, "sglmock bench:", werr)
+		return 2
+	}
+	var written []string
+	if done > 0 {
+		var werr error
+		if written, werr = writeOutputs(rep, o, harness.PlotCaption{Server: o.url, Date: started}, stdout); werr != nil {
 			fmt.Fprintln(stderr, "sglmock bench:", werr)
 			return 2
 		}
 	}
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(stderr, "sglmock bench %s: interrupted: %s\n", o.method, completed(done, rows, written))
+		return exitInterrupted
+	case err != nil:
 		fmt.Fprintf(stderr, "sglmock bench %s: %v\n", o.method, err)
+		if done < rows {
+			fmt.Fprintf(stderr, "sglmock bench %s: %s\n", o.method, completed(done, rows, written))
+		}
 		return 2
-	}
-	if rep.Poisoned() {
+	case rep.Poisoned():
 		fmt.Fprintln(stderr, "sglmock bench: POISONED rows: their figures do not measure what they claim (see the verdicts).")
 		return 1
 	}
 	return 0
 }
 
-func writeOutputs(rep *harness.Report, o *benchOptions) error {
-	if o.csvPath != "" {
-		if err := writeFile(o.csvPath, rep.WriteCSV); err != nil {
-			return err
+// completed says what an unfinished run left: its rows and its files.
+func completed(done, rows int, written []string) string {
+	if done == 0 {
+		return fmt.Sprintf("no row of %d was complete; nothing written", rows)
+	}
+	s := fmt.Sprintf("%d of %d rows complete, printed above", done, rows)
+	if len(written) > 0 {
+		s += "; written to " + strings.Join(written, ", ")
+	}
+	return s
+}
+
+// writeOutputs writes the CSV, the JSON and the plot that were asked for
+// and names the files written. "-" is standard output.
+func writeOutputs(rep *harness.Report, o *benchOptions, caption harness.PlotCaption, stdout io.Writer) ([]string, error) {
+	var written []string
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{
+		{o.csvPath, rep.WriteCSV},
+		{o.jsonPath, rep.WriteJSON},
+		{o.plotPath, func(w io.Writer) error { return rep.WritePlot(w, o.plotFormat, caption) }},
+	} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeOutput(out.path, out.write, stdout); err != nil {
+			return written, err
+		}
+		if out.path != "-" {
+			written = append(written, out.path)
 		}
 	}
-	if o.jsonPath != "" {
-		if err := writeFile(o.jsonPath, rep.WriteJSON); err != nil {
-			return err
-		}
+	return written, nil
+}
+
+// writeOutput writes a file through a temporary one beside it, renamed
+// over it once complete: a failed write leaves no half file behind.
+func writeOutput(path string, write func(io.Writer) error, stdout io.Writer) error {
+	if path == "-" {
+		return write(stdout)
 	}
-	if o.plotPath != "" {
-		return rep.WritePlot(o.plotPath)
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
 	}
-	return nil
+	defer os.Remove(tmp.Name()) // gone by then when the rename succeeded
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// costModel reads the profile a server's /sim/profile gives into the cost
+// model of the dry run, which predicts the time left.
+func costModel(p *sim.Profile) (harness.Predictor, error) {
+	prof, err := profile.Parse(bytes.NewReader(p.Profile), p.Name)
+	if err != nil {
+		return nil, err
+	}
+	return profilePredictor{prof}, nil
 }
 
 // profilePredictor is the profile's evaluator behind harness.Predictor.

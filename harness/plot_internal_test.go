@@ -1,0 +1,166 @@
+package harness
+
+import (
+	"bytes"
+	"image/jpeg"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"gonum.org/v1/plot"
+)
+
+func fp(x float64) *float64 { return &x }
+
+// seedSweep is a naive+flush+nonce sweep as a GPU gives it: naive's leg b
+// served from the cache, its decode undefined at 8192 and absurd at 1024
+// (t_b just above t_a), flush+nonce about 2,700 tok/s, one row SUSPECT.
+func seedSweep() *Report {
+	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 1406 of 1407 prompt tokens (cached_tokens)"}}}
+	suspect := Verdict{Causes: []Cause{{Suspect, "the spread over 5 runs is 40 %"}}}
+	row := func(m Method, ctx int, ttft, prefill float64, decode *float64, v Verdict) Row {
+		return Row{Method: m, CtxReq: ctx, PromptTokens: ctx, A: 1, B: 17, Figures: Figures{TTFT: ttft, PrefillTPS: prefill, DecodeTPS: decode}, Verdict: v, Speedup: 1}
+	}
+	return &Report{Method: "twopoint", Server: Server{Backend: SGLang, Speedup: 1}, Rows: []Row{
+		row(Naive, 1024, 0.46, 2226, fp(225741), poisoned),
+		row(Naive, 8192, 3.9, 2100, nil, poisoned),
+		row(FlushNonce, 1024, 0.46, 2226, fp(2712), Verdict{}),
+		row(FlushNonce, 8192, 3.9, 2100, fp(2650), suspect),
+	}}
+}
+
+// The y axes start at 0 and end at a round number just above the points
+// that are not poisoned: naive's 225,741 tok/s stays out of the decode
+// scale (it is drawn on the top edge with its value) and the flush+nonce
+// line keeps the panel.
+func TestPlotScale(t *testing.T) {
+	panels := seedSweep().panels()
+	if len(panels) != 3 {
+		t.Fatalf("got %d panels, want 3", len(panels))
+	}
+	for _, tt := range []struct {
+		panel  int
+		yMax   float64
+		labels string
+	}{
+		{0, 5, "0 1 2 3 4 5"},
+		{1, 2500, "0 500 1,000 1,500 2,000 2,500"},
+		// A band above the data for the triangle of 225,741.
+		{2, 4000, "0 1,000 2,000 3,000 4,000"},
+	} {
+		p := panels[tt.panel]
+		labels := tickLabels(p.yTicks)
+		if p.yMax != tt.yMax || labels != tt.labels || p.yTicks[0].Value != 0 || p.scaledByPoisoned {
+			t.Errorf("%s: y 0..%g, ticks %q; want 0..%g, %q", p.title, p.yMax, labels, tt.yMax, tt.labels)
+		}
+	}
+	decode := panels[2]
+	if want := "Decode throughput (undefined, t_b <= t_a: naive at 8192)"; decode.title != want {
+		t.Errorf("decode title %q, want %q", decode.title, want)
+	}
+	naive, fixed := decode.series[0], decode.series[1]
+	if naive.name != "naive" || len(naive.points) != 1 || naive.points[0] != (plotPoint{1024, 225741, Poisoned}) {
+		t.Errorf("naive's decode points: %+v; want the one defined, poisoned", naive.points)
+	}
+	if fixed.points[1].level != Suspect {
+		t.Errorf("flush+nonce at 8192: level %v, want SUSPECT (marked)", fixed.points[1].level)
+	}
+}
+
+// A panel whose points are all poisoned is scaled by them: there is nothing
+// else to draw.
+func TestPlotScaleAllPoisoned(t *testing.T) {
+	r := seedSweep()
+	r.Rows = r.Rows[:2]
+	p := r.panels()[2]
+	if !p.scaledByPoisoned || p.yMax != 250000 {
+		t.Errorf("naive alone: y 0..%g, scaled by poisoned %v; want 0..250,000 by the poisoned point", p.yMax, p.scaledByPoisoned)
+	}
+}
+
+// Stream's last panel is the ITL, token-weighted against per event, in
+// milliseconds.
+func TestPlotStreamITL(t *testing.T) {
+	r := &Report{Method: "stream", Server: Server{Speedup: 1}, Stream: []StreamRow{
+		{CtxReq: 1024, TTFT: 0.06, PrefillTPS: 17000, DecodeTPS: 385, SPerOutTok: 0.0026, EventITL: 0.0075},
+	}}
+	panels := r.panels()
+	itl := panels[len(panels)-1]
+	if len(panels) != 4 || len(itl.series) != 2 ||
+		itl.series[0].points[0].y != 2.6 || itl.series[1].points[0].y != 7.5 || itl.yMax != 8 {
+		t.Fatalf("the ITL panel: %+v", itl)
+	}
+}
+
+func tickLabels(ticks []plot.Tick) string {
+	var labels []string
+	for _, tick := range ticks {
+		labels = append(labels, tick.Label)
+	}
+	return strings.Join(labels, " ")
+}
+
+// The y ticks step by 1, 2 or 5 times a power of ten from 0 to just above
+// the top, labelled in plain digits.
+func TestPlainTicks(t *testing.T) {
+	for _, tt := range []struct {
+		top    float64
+		yMax   float64
+		labels string
+	}{
+		{0.46, 0.5, "0.0 0.1 0.2 0.3 0.4 0.5"},
+		{0.5, 0.6, "0.0 0.1 0.2 0.3 0.4 0.5 0.6"},
+		{23.7, 25, "0 5 10 15 20 25"},
+		{225741, 250000, "0 50,000 100,000 150,000 200,000 250,000"},
+		{0, 1, "0.0 0.2 0.4 0.6 0.8 1.0"},
+	} {
+		yMax, ticks := plainTicks(tt.top)
+		if labels := tickLabels(ticks); yMax != tt.yMax || labels != tt.labels {
+			t.Errorf("top %g: 0..%g %q, want 0..%g %q", tt.top, yMax, labels, tt.yMax, tt.labels)
+		}
+	}
+}
+
+func TestPlotFormat(t *testing.T) {
+	for _, tt := range []struct{ path, want, err string }{
+		{"sweep.png", "png", ""},
+		{"out/Sweep.JPG", "jpg", ""},
+		{"sweep.svg", "svg", ""},
+		{"sweep.gif", "", "cannot draw .gif: use one of .png, .svg, .pdf, .jpg, .jpeg, .tif, .tiff, .eps"},
+		{"sweep", "", "no extension to pick the format by"},
+	} {
+		got, err := PlotFormat(tt.path)
+		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("%s: got %q, %v; want %q, %q", tt.path, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// Every format draws; the SVG carries the title and the subtitle's server,
+// speedup and date.
+func TestWritePlotFormats(t *testing.T) {
+	caption := PlotCaption{Server: "http://gpu:30000", Date: time.Date(2026, 5, 1, 14, 3, 0, 0, time.UTC)}
+	for _, ext := range PlotFormats() {
+		var out bytes.Buffer
+		if err := seedSweep().WritePlot(&out, ext[1:], caption); err != nil || out.Len() < 1000 {
+			t.Errorf("%s: %v, %d bytes", ext, err, out.Len())
+		}
+		switch ext {
+		case ".png":
+			if cfg, err := png.DecodeConfig(&out); err != nil || cfg.Width != 768 || cfg.Height != 1056 {
+				t.Errorf("png: %v, %dx%d", err, cfg.Width, cfg.Height)
+			}
+		case ".jpg":
+			if cfg, err := jpeg.DecodeConfig(&out); err != nil || cfg.Width != 768 {
+				t.Errorf("jpg: %v, %dx%d", err, cfg.Width, cfg.Height)
+			}
+		case ".svg":
+			for _, want := range []string{"sglmock bench twopoint", "server http://gpu:30000 (backend sglang", "a=1, b=17; methods naive, flush+nonce", "2026-05-01 14:03 UTC"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("svg: no %q", want)
+				}
+			}
+		}
+	}
+}
