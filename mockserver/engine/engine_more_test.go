@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -178,12 +179,27 @@ func TestSGLangLogLines(t *testing.T) {
 		e.Flush(context.Background(), 0, "test")
 		for _, re := range []string{
 			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
-			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
+			`Decode batch, #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
 			`Cache flushed successfully!`,
 		} {
 			if !regexp.MustCompile(re).Match(buf.Bytes()) {
 				t.Errorf("log lacks a line matching %q:\n%s", re, buf.String())
 			}
+		}
+		// SGLang's own log parser (debug_utils/log_parser.py) reads every
+		// decode line by "#running-req: N, #token: N".
+		parser := regexp.MustCompile(`#running-req: \d+, #token: \d+`)
+		decodes := 0
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "Decode batch") {
+				decodes++
+				if !parser.MatchString(line) {
+					t.Errorf("SGLang's log parser cannot read %q", line)
+				}
+			}
+		}
+		if decodes == 0 {
+			t.Fatal("no decode line logged")
 		}
 	})
 }
