@@ -139,19 +139,24 @@ func (s *scheduler) decodeFits(reqs []*req) bool {
 // does not fit. It keeps the requests with the most output (the shortest
 // prompt on a tie, batch order after that) and retracts the others one at a
 // time, least preferred first, until the step fits or one request is left.
-// A retracted request's KV is freed without inserting its output into the
-// cache; it goes to the back of the waiting queue, as SGLang's
-// _add_request_to_queue appends it, and is prefilled again, prompt and
-// output, when admitted. The token ratio becomes the remaining requests'
-// (output so far + 20 steps each) / (max_new_tokens + 1).
+// Under speculative decoding SGLang does not sort: it retracts from the back
+// of the batch, the request that joined it last first. A retracted
+// request's KV is freed without inserting its output into the cache; it
+// goes to the back of the waiting queue, as SGLang's _add_request_to_queue
+// appends it, and is prefilled again, prompt and output, when admitted. The
+// token ratio becomes the remaining requests' (output so far + 20 steps
+// each) / (max_new_tokens + 1). If the one request left still does not
+// fit, SGLang aborts it with status 500 (abortOutOfMemory).
 func (s *scheduler) retractDecode() {
 	keep := slices.Clone(s.running)
-	slices.SortStableFunc(keep, func(a, b *req) int {
-		if c := cmp.Compare(len(b.outputs), len(a.outputs)); c != 0 {
-			return c
-		}
-		return cmp.Compare(len(a.tokens), len(b.tokens))
-	})
+	if s.prof.Speculative == nil {
+		slices.SortStableFunc(keep, func(a, b *req) int {
+			if c := cmp.Compare(len(b.outputs), len(a.outputs)); c != 0 {
+				return c
+			}
+			return cmp.Compare(len(a.tokens), len(b.tokens))
+		})
+	}
 	before := s.free()
 	oldRatio := s.ratio.current
 	var retracted []*req
@@ -178,6 +183,23 @@ func (s *scheduler) retractDecode() {
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))
+	if len(keep) == 1 && !s.decodeFits(keep) {
+		s.abortOutOfMemory(keep[0])
+	}
+}
+
+// OutOfMemoryMessage is SGLang's abort message for the last request of a
+// decode batch that does not fit even alone (retract_decode).
+const OutOfMemoryMessage = "Out of memory even after retracting all other requests in the decode batch. Aborting the last request."
+
+// abortOutOfMemory ends r, the one request left after retract_decode, which
+// still lacks its decode KV (under speculative decoding, the draft
+// reserve): SGLang aborts it with status 500 rather than run out of
+// memory. Its committed KV goes into the cache as any finish's does.
+func (s *scheduler) abortOutOfMemory(r *req) {
+	s.log.Warn(OutOfMemoryMessage)
+	s.finish(r, Finish{Reason: FinishAbort, Message: OutOfMemoryMessage, StatusCode: 500}, nil, s.now)
+	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }
 
 // release frees a retracted request's KV without caching its output

@@ -59,6 +59,11 @@ type Finish struct {
 	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
 	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
+	// StatusCode is the HTTP status a FinishAbort carries when the
+	// scheduler, not a client, aborted the request (SGLang's FINISH_ABORT
+	// status_code): 500 for OutOfMemoryMessage. 0 is a client's abort,
+	// which has none.
+	StatusCode int
 	// InWaitingQueue marks an abort of a request still in the waiting
 	// queue: SGLang's tokenizer manager, not a batch output, answers it,
 	// with a finish_reason of type and message only and a meta_info

@@ -416,11 +416,11 @@ func (s *scheduler) planDecode() *iteration {
 	if s.decodeFits(s.running) {
 		s.ratio.decayStep()
 	} else {
-		// A lone request that still lacks the speculative reserve runs:
-		// what a round really adds fits, as max_new_tokens is clipped to
-		// the pool and nothing else holds KV during decode.
 		s.retractDecode()
 		s.batchFull = false
+		if len(s.running) == 0 {
+			return nil // the last request was aborted: out of memory
+		}
 	}
 	it := &s.decodeIt
 	*it = iteration{start: s.now, decode: it.decode[:0]}
