@@ -57,12 +57,16 @@
 //     SGLang's reserve of 2 x max(num_steps x topk, num_draft_tokens); the
 //     mock holds no over-allocated draft slots between rounds), SGLang's
 //     retract_decode frees requests, the fewest
-//     outputs (then the longest prompt) first, until it fits or one is
-//     left: their KV is freed without caching their output, they go to the
-//     back of the queue with their output kept, and are prefilled again,
-//     prompt and output, when readmitted (counted in num_retractions; hits
-//     then are not cached tokens). The ratio becomes the remaining
-//     requests' (output + 20 each) / (max_new_tokens + 1).
+//     outputs (then the longest prompt) first, or under speculative
+//     decoding the back of the batch first (SGLang sorts only without it),
+//     until it fits or one is left: their KV is freed without caching
+//     their output, they go to the back of the queue with their output
+//     kept, and are prefilled again, prompt and output, when readmitted
+//     (counted in num_retractions; hits then are not cached tokens). The
+//     ratio becomes the remaining requests' (output + 20 each) /
+//     (max_new_tokens + 1). A last request that still does not fit is
+//     aborted with status 500 and SGLang's "Out of memory even after
+//     retracting all other requests..." (OutOfMemoryMessage).
 //   - The first output token comes out of prefill. Each decode round gives
 //     every running request one token, or k tokens (1 <= k <= num_steps+1)
 //     under speculative decoding, drawn from the request's own RNG seeded by
