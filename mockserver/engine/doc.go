@@ -75,9 +75,11 @@
 //     string (SGLang's order). Its prompt and output, but the last token,
 //     go into the cache; its lock and private KV are released. An abort
 //     does the same when the step in flight ends, whose tokens come with
-//     it (a chunked prefill stops after the chunk in flight), with
-//     SGLang's "Aborted"; a request only queued ends at once, "Abort in
-//     waiting queue". Abort(rid) takes every request whose rid starts
+//     it, with SGLang's "Aborted"; a request only queued ends at once,
+//     "Abort in waiting queue". A prompt aborted while a chunk other than
+//     its last is in flight runs no later chunk, and that chunk is freed
+//     without being cached: only the chunks before it stay in the cache
+//     (SGLang's process_pending_chunked_abort, PR #28086). Abort(rid) takes every request whose rid starts
 //     with an active rid, as SGLang's scheduler matches them.
 //   - A client that leaves (Stream.Disconnect) has its request aborted
 //     when SGLang's tokenizer manager would: a stream's 2 s later, a

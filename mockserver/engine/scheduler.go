@@ -481,10 +481,18 @@ func (s *scheduler) completePrefill(it *iteration) {
 	}()
 	for _, c := range it.prefill {
 		r := c.r
-		r.kvLen += c.tokens
 		r.truth.Prefill = append(r.truth.Prefill, ChunkRecord{
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
 		})
+		if r.abortMsg != "" && r.kvLen+c.tokens < len(r.fill()) {
+			// Aborted while a chunk that is not its last ran: SGLang's
+			// process_pending_chunked_abort releases it before that chunk
+			// is cached (release_kv_cache with is_insert=False, PR #28086),
+			// so the chunk is freed and only the chunks before it stay
+			// cached; no later chunk runs.
+			continue
+		}
+		r.kvLen += c.tokens
 		s.cacheUnfinished(r)
 		if r.remainingFill() > 0 {
 			continue // chunked: the next chunk comes in a later iteration
