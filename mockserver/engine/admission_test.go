@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -302,6 +303,49 @@ func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
 		}
 		if !strings.Contains(buf.String(), OutOfMemoryMessage) {
 			t.Fatalf("log lacks %q", OutOfMemoryMessage)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// Without the radix cache SGLang admits ignore_eos requests through
+// add_one_req_ignore_eos (bench_serving sends ignore_eos by default), which
+// reserves every request's whole output and admits a request only if the
+// batch, sorted by what each may still generate, can run to its end. With
+// a 40000-token pool, eight requests of 1000 prompt and 8000 output
+// tokens: the first runs alone; the next prefill admits three more, and the
+// fifth would leave 40000 - 1000 - 3 x 1001 - 1000 - 5 x 7999 = -4998 <=
+// 5 slots for its batch of five; so the last four wait until the first
+// finishes, and nothing is ever retracted. PrefillAdder's usual test (the
+// output clipped to 4096 and scaled by 0.7) admits more and retracts.
+func TestIgnoreEOSAdmissionWithoutRadixCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.MaxTotalTokens = 40000
+		e := startEngine(t, Config{Profile: p, DisableRadixCache: true})
+		defer e.Close()
+		var streams []*Stream
+		for i := range 8 {
+			streams = append(streams, submit(t, e, Request{RID: fmt.Sprint(i), InputIDs: prompt(int32(i), 1000), MaxNewTokens: 8000, IgnoreEOS: true}))
+		}
+		var truths []*Truth
+		for _, s := range streams {
+			evs := drain(t, s)
+			truths = append(truths, evs[len(evs)-1].Truth)
+		}
+		first := truths[0].Prefill[0]
+		for i, tr := range truths {
+			want := first.Start + first.Duration // the second prefill batch
+			switch {
+			case i == 0:
+				want = 0
+			case i >= 4:
+				want = truths[0].Finished
+			}
+			if tr.Admitted != want || tr.Retractions != 0 || tr.CompletionTokens != 8000 {
+				t.Fatalf("request %d: admitted at %v with %d retractions, %d tokens; want admitted at %v, never retracted, 8000 tokens",
+					i, tr.Admitted, tr.Retractions, tr.CompletionTokens, want)
+			}
 		}
 		checkDrained(t, e)
 	})

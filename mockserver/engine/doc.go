@@ -52,6 +52,14 @@
 //     batch already reserved. A request that does not fit waits at the
 //     head of the queue, and no prefill is tried again until a request
 //     finishes or is retracted.
+//   - Without the radix cache an ignore_eos request is admitted as
+//     SGLang's add_one_req_ignore_eos does: its page-ceiled extend must
+//     fit, and the batch (running and admitted requests and this one),
+//     sorted by the tokens each may still generate (all of max_new_tokens
+//     under ignore_eos, else times the ratio), must be able to run to its
+//     end: for every suffix of k requests, the free KV plus what the ones
+//     before it release must exceed k x (its tokens left + 1). Such a
+//     batch never needs a retraction.
 //   - Running requests can therefore outgrow the pool. When a decode step
 //     does not fit (one token a request, or under speculative decoding
 //     SGLang's reserve of 2 x max(num_steps x topk, num_draft_tokens); the

@@ -277,6 +277,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rid = hex.EncodeToString(id[:]) // SGLang's uuid4().hex
 		rngKey = "#" + strconv.FormatUint(seq, 10)
 	}
+	q.ignoreEOS = r.IgnoreEOS
 	if !r.IgnoreEOS {
 		q.stopIDs = slices.Clone(r.StopTokenIDs)
 	}

@@ -24,7 +24,9 @@ type Request struct {
 	MaxNewTokens int
 	// StopTokenIDs and Stop end generation at a token id or once the output
 	// text contains a string. The mock never samples EOS, so IgnoreEOS
-	// changes nothing and is accepted for compatibility.
+	// changes no output; it drops StopTokenIDs, as SGLang does, and
+	// without the radix cache it selects SGLang's stricter admission
+	// (add_one_req_ignore_eos).
 	StopTokenIDs []int32
 	Stop         []string
 	IgnoreEOS    bool

@@ -20,6 +20,7 @@ type req struct {
 	hash      uint64 // tokenizer.PromptHash(tokens): picks the output words
 	maxNew    int
 	stopIDs   []int32 // honoured unless ignore_eos, as in SGLang
+	ignoreEOS bool
 	stop      []string
 	maxStop   int // longest stop string
 	maxCached int // the most prompt tokens it may take from the cache
@@ -293,18 +294,31 @@ func (s *scheduler) planPrefill() *iteration {
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
 		expected := r.expectedNew()
-		if !b.fits(s, extend, expected) {
-			s.unadmit(r) // the head of the queue waits for room; FCFS
-			s.batchFull = true
-			break
-		}
 		m := extend
-		switch {
-		case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
-			m = 0 // without chunking only the first prompt may exceed the budget
-		case chunking && b.ceilPage(extend) > budget:
-			m = budget - budget%page
-			expected = 0
+		if r.ignoreEOS && s.tree == nil {
+			// SGLang's add_one_req_ignore_eos: the same budget, a stricter
+			// test, and a chunk of whatever the chunk budget has left.
+			if !b.fitsIgnoringEOS(s, it, r, extend) {
+				s.batchFull = true
+				break
+			}
+			expected = min(r.maxNew, clipMaxNewTokens)
+			if chunking && extend > budget {
+				m, expected = budget, 0
+			}
+		} else {
+			if !b.fits(s, extend, expected) {
+				s.unadmit(r) // the head of the queue waits for room; FCFS
+				s.batchFull = true
+				break
+			}
+			switch {
+			case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
+				m = 0 // without chunking only the first prompt may exceed the budget
+			case chunking && b.ceilPage(extend) > budget:
+				m = budget - budget%page
+				expected = 0
+			}
 		}
 		if m == 0 {
 			s.unadmit(r)
