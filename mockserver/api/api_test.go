@@ -276,7 +276,7 @@ func TestGenerateBatch(t *testing.T) {
 
 func TestFlushCacheOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := mocktest.Start(t, api.Config{})
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "default")})
 		prompt := jsonOf(ids(2, 500))
 		gen := func(rid string) generateResponse {
 			_, body, _ := ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": %q}`, prompt, rid))
@@ -289,6 +289,12 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		if a, b := gen("a"), gen("b"); a.MetaInfo.CachedTokens != 0 || b.MetaInfo.CachedTokens != 499 {
 			t.Fatalf("cached: %d then %d, want 0 then 499", a.MetaInfo.CachedTokens, b.MetaInfo.CachedTokens)
 		}
+		// Right after a response SGLang's overlap scheduler still holds the
+		// last batch for about one decode step (the default profile's 4 ms).
+		if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != 400 || body != "Flush cache failed.\n" {
+			t.Fatalf("/flush_cache right after a response: got %d %q, want 400 %q", code, body, "Flush cache failed.\n")
+		}
+		time.Sleep(4 * time.Millisecond)
 		for _, method := range []string{"GET", "POST"} {
 			code, body, _ := ts.Do(t, method, "/flush_cache", "")
 			if code != 200 || body != flushedBody {
@@ -326,7 +332,7 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
 		var hist []map[string]any
 		json.Unmarshal([]byte(body), &hist)
-		if len(hist) != 5 || hist[2]["ok"] != false || hist[4]["ok"] != true {
+		if len(hist) != 6 || hist[0]["ok"] != false || hist[3]["ok"] != false || hist[5]["ok"] != true {
 			t.Fatalf("flush history: %s", body)
 		}
 		mocktest.CheckIdle(t, ts.Engine())
@@ -334,8 +340,8 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 }
 
 // A flush right after a response, on a profile whose server settles 50 ms
-// after a batch (as kimi's does), and a flush while another is parked, in
-// SGLang's precedence and bytes.
+// after a batch, and a flush while another is parked, in SGLang's
+// precedence and bytes.
 func TestFlushRightAfterAResponseOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
@@ -616,7 +622,8 @@ func TestInfoEndpoints(t *testing.T) {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
 			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
-				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
+				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil ||
+				info["disable_overlap_schedule"] != false {
 				t.Fatalf("%s: %v", path, info)
 			}
 			st := states[0].(map[string]any)

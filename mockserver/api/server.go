@@ -44,18 +44,22 @@ const (
 // /server_info reports flattened. The simulation fills those SGLang infers
 // from the GPU.
 type ServerArgs struct {
-	Host                      string  `json:"host"`
-	Port                      int     `json:"port"`
-	ModelPath                 string  `json:"model_path"`
-	TokenizerPath             string  `json:"tokenizer_path"`
-	ServedModelName           string  `json:"served_model_name"`
-	ContextLength             int     `json:"context_length"`
-	PageSize                  int     `json:"page_size"`
-	ChunkedPrefillSize        int     `json:"chunked_prefill_size"`
-	MaxPrefillTokens          int     `json:"max_prefill_tokens"`
-	MaxRunningRequests        int     `json:"max_running_requests"`
-	MaxTotalTokens            int     `json:"max_total_tokens"`
-	DisableRadixCache         bool    `json:"disable_radix_cache"`
+	Host               string `json:"host"`
+	Port               int    `json:"port"`
+	ModelPath          string `json:"model_path"`
+	TokenizerPath      string `json:"tokenizer_path"`
+	ServedModelName    string `json:"served_model_name"`
+	ContextLength      int    `json:"context_length"`
+	PageSize           int    `json:"page_size"`
+	ChunkedPrefillSize int    `json:"chunked_prefill_size"`
+	MaxPrefillTokens   int    `json:"max_prefill_tokens"`
+	MaxRunningRequests int    `json:"max_running_requests"`
+	MaxTotalTokens     int    `json:"max_total_tokens"`
+	DisableRadixCache  bool   `json:"disable_radix_cache"`
+	// DisableOverlapSchedule is true when the profile has no flush window
+	// (flush_busy_after_finish_s 0, as --disable-overlap-schedule sets):
+	// the overlap scheduler's only effect the mock models.
+	DisableOverlapSchedule    bool    `json:"disable_overlap_schedule"`
 	EnableCacheReport         bool    `json:"enable_cache_report"`
 	EnableMetrics             bool    `json:"enable_metrics"`
 	APIKey                    *string `json:"api_key"` // always reported as null: it is a secret
@@ -205,6 +209,7 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	a.MaxRunningRequests = p.MaxRunningRequests
 	a.MaxTotalTokens = p.MaxTotalTokens
 	a.DisableRadixCache = s.cfg.DisableRadixCache
+	a.DisableOverlapSchedule = p.FlushBusyAfterFinishS == 0
 	a.EnableCacheReport = s.cfg.EnableCacheReport
 	a.EnableMetrics = s.cfg.EnableMetrics
 	a.APIKey = nil

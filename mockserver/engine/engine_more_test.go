@@ -119,7 +119,7 @@ func TestCountersAndThroughput(t *testing.T) {
 		}
 		// A prefill batch sets it; a flush keeps it and the throughput.
 		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
-		if err := e.Flush(context.Background(), 0, "test"); err != nil {
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil { // waits out the overlap window
 			t.Fatal(err)
 		}
 		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
@@ -176,7 +176,9 @@ func TestSGLangLogLines(t *testing.T) {
 		e := startEngine(t, Config{Profile: p, Logger: logger, DecodeLogInterval: 2})
 		defer e.Close()
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
-		e.Flush(context.Background(), 0, "test")
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil {
+			t.Fatal(err)
+		}
 		for _, re := range []string{
 			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
 			`Decode batch, #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
