@@ -68,10 +68,12 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
-//   - The prefix cache is partitioned by extra_key with the LoRA adapter
-//     appended, as SGLang's Req builds it. /generate has no cache_salt (the
-//     key is ignored there); the OpenAI routes prepend cache_salt to
-//     extra_key, as _compute_extra_key does.
+//   - The prefix cache is partitioned by the pair (extra_key, cache_salt)
+//     on every route, as SGLang's RadixKey since PR #30827: extra_key with
+//     the LoRA adapter appended, as SGLang's Req builds it, and the salt
+//     beside it, never concatenated; /generate takes cache_salt as a value
+//     or a list per prompt. An empty salt is no salt; an empty extra_key is
+//     a namespace of its own on /generate and none on the OpenAI routes.
 //   - Parallel sampling (n > 1) is SGLang's: every copy is checked first,
 //     then each prompt is prefilled by a request with max_new_tokens 0 and
 //     a fresh rid (counted like any other), waited for, and only then are
