@@ -115,11 +115,11 @@ func TestServeKVEvents(t *testing.T) {
 		for _, e := range pending {
 			switch e.Kind {
 			case kvevents.BlockStored:
-				if err := set.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens}}); err != nil {
+				if err := set.Stored(e.Parent, e.HasParent, e.Pages()); err != nil {
 					t.Fatal(err)
 				}
 			case kvevents.BlockRemoved:
-				if err := set.Removed(e.Hash); err != nil {
+				if err := set.Removed(e.Hashes...); err != nil {
 					t.Fatal(err)
 				}
 			case kvevents.AllBlocksCleared:
