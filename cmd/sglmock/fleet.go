@@ -152,7 +152,7 @@ func runFleetServers(stop, kill context.Context, fo fleetOptions, o *serveOption
 	defer cancel()
 	for i, r := range replicas {
 		ro := *o
-		ro.host, ro.port, ro.enableMetrics = r.Host, r.Port, true
+		ro.host, ro.port, ro.enableMetrics, ro.routerTopic = r.Host, r.Port, true, true
 		kv := r.KVEvents
 		if o.kvEvents == nil || o.kvEvents.Topic == nil {
 			kv.Topic = nil // serve names the replica by the port it listens on

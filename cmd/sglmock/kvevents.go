@@ -11,15 +11,20 @@ import (
 )
 
 // startKVEvents starts the KV event publisher --kv-events-config asks for,
-// or returns nil. The default topic names the replica as the llm-d router
-// does, kv@HOST:PORT@MODEL, with the port the server listens on.
+// or returns nil. The default topic is SGLang's, the empty one; a fleet
+// replica's (o.routerTopic) names the replica as the llm-d router does,
+// kv@HOST:PORT@MODEL, with the port the server listens on.
 func startKVEvents(o *serveOptions, args api.ServerArgs, port int, logger *slog.Logger) (*kvevents.Publisher, error) {
 	if o.kvEvents == nil {
 		return nil, nil
 	}
 	cfg := *o.kvEvents
-	topic := cfg.TopicOr(kvevents.DefaultTopic(o.host, port, api.ServedModelName(args, o.profile)))
-	if cfg.Topic == nil {
+	def := ""
+	if o.routerTopic {
+		def = kvevents.DefaultTopic(o.host, port, api.ServedModelName(args, o.profile))
+	}
+	topic := cfg.TopicOr(def)
+	if cfg.Topic == nil && o.routerTopic {
 		if ip := net.ParseIP(o.host); ip != nil && ip.IsUnspecified() {
 			logger.Warn(fmt.Sprintf("KV events: the default topic %q names the wildcard address %s, which no router knows the replica by; "+
 				`give "topic" in --kv-events-config`, topic, o.host))

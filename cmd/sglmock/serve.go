@@ -37,6 +37,7 @@ type serveOptions struct {
 	apiKeyFile                                                      string
 	kvEventsConfig                                                  string // as given, for /server_info
 	kvEvents                                                        *kvevents.Config
+	routerTopic                                                     bool // without a topic, kv@HOST:PORT@MODEL (a fleet replica's)
 	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
@@ -91,7 +92,7 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
 		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
-		"without a topic, kv@HOST:PORT@MODEL")
+		`without a topic, SGLang's empty topic`)
 	profileFlags := profile.RegisterFlags(fs)
 	return fs, o, profileFlags
 }

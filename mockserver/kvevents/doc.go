@@ -62,7 +62,8 @@
 // it comes back. The high-water mark bounds the PUB socket's queue
 // (messages past it are dropped, as ZMQ drops them). An optional replay
 // ROUTER socket resends the last buffer_steps messages from a requested
-// sequence number, then the end marker -1. The topic defaults to
-// kv@<host>:<port>@<served model name>, the llm-d router's convention
-// (SGLang's own default is the empty topic).
+// sequence number, then the end marker -1. The topic defaults to SGLang's,
+// the empty topic, so a router tells replicas apart only by a topic the
+// operator sets; sglmock fleet sets kv@<host>:<port>@<served model name>,
+// the llm-d router's convention, on every replica (DefaultTopic).
 package kvevents
