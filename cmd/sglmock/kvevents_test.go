@@ -160,12 +160,17 @@ func TestServeKVEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info struct {
-		KVEventsConfig *string `json:"kv_events_config"`
+		KVEventsConfig *string         `json:"kv_events_config"`
+		KVEvents       json.RawMessage `json:"kv_events"`
 	}
 	json.NewDecoder(resp.Body).Decode(&info)
 	resp.Body.Close()
 	if info.KVEventsConfig == nil || *info.KVEventsConfig != cfg {
 		t.Errorf("/server_info kv_events_config: got %v, want %q", info.KVEventsConfig, cfg)
+	}
+	wantKV := fmt.Sprintf(`{"publisher":"zmq","endpoint_host":"127.0.0.1","endpoint_port_base":%d,"topic":"","block_size":1,"dp_size":1}`, port)
+	if string(info.KVEvents) != wantKV {
+		t.Errorf("/server_info kv_events: got %s, want %s", info.KVEvents, wantKV)
 	}
 	stop()
 	if err := <-done; err != nil {

@@ -222,14 +222,17 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var kvInfo *api.KVEventsInfo
 	if pub != nil {
 		defer pub.Close() // after the engine, which the deferred srv.Close stops
 		args.KVEventsConfig = &o.kvEventsConfig
+		kvInfo = &api.KVEventsInfo{Publisher: o.kvEvents.Publisher, Endpoint: o.kvEvents.Endpoint, Topic: pub.Topic()}
 	}
 	srv, err := api.New(api.Config{
 		Profile:           o.profile,
 		Args:              args,
 		CacheEvents:       cacheEvents(pub),
+		KVEvents:          kvInfo,
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,

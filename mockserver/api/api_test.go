@@ -1021,3 +1021,49 @@ func TestPendingFlushIsVisible(t *testing.T) {
 		}
 	})
 }
+
+// /server_info carries the scheduler's "status" and SGLang's kv_events
+// descriptor (http_server.py; its tests of _build_kv_events_block pin
+// each case), which a KV-aware router reads to subscribe: null, the key
+// still there, without a zmq publisher on a TCP port a router can dial.
+// The raw kv_events_config stays beside it, as SGLang's ServerArgs field.
+func TestServerInfoKVEvents(t *testing.T) {
+	raw := `{"publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"}`
+	for _, tt := range []struct {
+		name string
+		kv   *api.KVEventsInfo
+		want string
+	}{
+		{"no publisher", nil, `null`},
+		{"the default endpoint", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv"},
+			`{"publisher":"zmq","endpoint_host":"*","endpoint_port_base":5557,"topic":"kv","block_size":16,"dp_size":1}`},
+		{"a wildcard host is kept", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:7777"},
+			`{"publisher":"zmq","endpoint_host":"0.0.0.0","endpoint_port_base":7777,"topic":"","block_size":16,"dp_size":1}`},
+		{"an IPv6 host keeps its brackets", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://[::1]:5557"},
+			`{"publisher":"zmq","endpoint_host":"[::1]","endpoint_port_base":5557,"topic":"","block_size":16,"dp_size":1}`},
+		{"the null publisher", &api.KVEventsInfo{Publisher: "null", Endpoint: "tcp://*:5557"}, `null`},
+		{"inproc", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "inproc://cache"}, `null`},
+		{"no port", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0"}, `null`},
+		{"a port that is no number", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:*"}, `null`},
+		{"port 0", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:0"}, `null`},
+		{"port 65536", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:65536"}, `null`},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := mocktest.Profile(t, "default")
+			p.PageSize = 16
+			ts := mocktest.Start(t, api.Config{Profile: p, KVEvents: tt.kv, Args: api.ServerArgs{KVEventsConfig: &raw}})
+			_, body, _ := ts.Do(t, "GET", "/server_info", "")
+			var info map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(body), &info); err != nil {
+				t.Fatal(err)
+			}
+			kv, ok := info["kv_events"]
+			if !ok || string(kv) != tt.want {
+				t.Errorf("%s: kv_events %s (present %v), want %s", tt.name, kv, ok, tt.want)
+			}
+			if string(info["status"]) != `"ready"` || string(info["kv_events_config"]) != jsonOf(raw) {
+				t.Errorf("%s: status %s, kv_events_config %s; want \"ready\" and the config as given", tt.name, info["status"], info["kv_events_config"])
+			}
+		})
+	}
+}

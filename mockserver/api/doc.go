@@ -26,8 +26,11 @@
 // (load, cache size and lifetime hit rate), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
-// "sim", and kv_events_config, the --kv-events-config JSON as given (null
-// without KV events), as SGLang's server args do.
+// "sim"; SGLang's "status" ("ready"); kv_events_config, the
+// --kv-events-config JSON as given (null without KV events), as SGLang's
+// server args do; and SGLang's kv_events descriptor (publisher,
+// endpoint_host, endpoint_port_base, topic, block_size, dp_size), null
+// unless a zmq publisher runs on a TCP port a router can dial.
 //
 // # Behaviour, as SGLang's
 //

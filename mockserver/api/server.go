@@ -112,8 +112,16 @@ type Config struct {
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
 	// CacheEvents, if set, receives the radix cache's KV events
 	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
-	// shows of its configuration.
+	// shows of its configuration, KVEvents its kv_events descriptor.
 	CacheEvents engine.CacheEvents
+	KVEvents    *KVEventsInfo
+}
+
+// KVEventsInfo is the KV event publisher as /server_info's kv_events
+// descriptor describes it: the publisher ("zmq" or "null"), the PUB
+// endpoint as configured and the topic its messages carry.
+type KVEventsInfo struct {
+	Publisher, Endpoint, Topic string
 }
 
 const (
