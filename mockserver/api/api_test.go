@@ -851,6 +851,11 @@ func TestOpenAIBytes(t *testing.T) {
 			// ...and has them once something is.
 			{"openai/completion_stream_cached.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c3"}`},
 			{"openai/completion_stream_continuous.txt", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "stream": true, "stream_options": {"continuous_usage_stats": true}, "rid": "c4"}`},
+			// return_cached_tokens_details: SGLang's sglext, on the response
+			// and, in a stream, as a chunk of its own before the usage chunk.
+			{"openai/completion_sglext.json", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "rid": "c5", "return_cached_tokens_details": true}`},
+			{"openai/completion_stream_sglext.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c6", "return_cached_tokens_details": true}`},
+			{"openai/chat_stream_sglext.txt", "/v1/chat/completions", `{"model": "m", ` + chat + `, "stream": true, "stream_options": {"include_usage": true}, "rid": "k2", "return_cached_tokens_details": true}`},
 		} {
 			code, body, _ := ts.Do(t, "POST", tt.path, tt.body)
 			if code != 200 {

@@ -60,7 +60,11 @@
 //     mock has no mid-stream error. Chat deltas
 //     carry "reasoning_content": null; completions chunks carry "usage":
 //     null, and their final usage chunk drops a null prompt_tokens_details
-//     (exclude_none), while chat's keeps it.
+//     (exclude_none), while chat's keeps it. return_cached_tokens_details
+//     adds SGLang's "sglext": {"cached_tokens_details": {...}} (the first
+//     sequence's, when it has cached tokens, with or without
+//     --enable-cache-report) to a response, and to a stream as a chunk of
+//     its own with no choices, before the usage chunk.
 //   - A request refused before scheduling gets 400: the validation envelope
 //     {"object":"error",...,"code":400} for malformed bodies, {"error":
 //     {"message"}} from /generate, the ErrorResponse with type

@@ -199,6 +199,7 @@ func (r *openAIRun) run() {
 		Choices:  choices,
 		Usage:    &u,
 		Metadata: &metadata{WeightVersion: weightVersion},
+		Sglext:   sglextOf(r.common, outs),
 	})
 }
 
@@ -275,6 +276,15 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		// Current SGLang ends a chat choice with an empty delta.
 		reason, matched := openAIFinish(o.last.Finish)
 		addChat(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
+	}
+	if ext := sglextOf(r.common, outs); ext != nil {
+		// A chunk of its own, before the usage chunk (_generate_chat_stream,
+		// _generate_completion_stream).
+		if r.chat {
+			w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: time.Now().Unix(), Model: model, Choices: []any{}, Sglext: ext}))
+		} else {
+			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: model, Choices: []any{}, Sglext: ext}))
+		}
 	}
 	if opts != nil && opts.IncludeUsage {
 		u := r.s.usageOf(outs, r.plan.copies, true)

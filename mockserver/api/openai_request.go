@@ -31,6 +31,10 @@ type openAICommon struct {
 	CacheSalt     *string        `json:"cache_salt"`
 	LoraPath      *string        `json:"lora_path"`
 	Temperature   *float64       `json:"temperature"`
+	// ReturnCachedTokensDetails adds SGLang's sglext.cached_tokens_details
+	// to the response (a chunk of its own in a stream), with or without
+	// --enable-cache-report.
+	ReturnCachedTokensDetails bool `json:"return_cached_tokens_details"`
 }
 
 type completionBody struct {
