@@ -1072,3 +1072,91 @@ func TestServerInfoKVEvents(t *testing.T) {
 		})
 	}
 }
+
+// meta_info as current SGLang fills it. response_sent_to_client_ts goes
+// with the first output yielded (a stream's first event). Under
+// --enable-metrics every event carries the scheduler's queue_time (in
+// simulated seconds), forward_entry_time and prefill_finished_time (wall
+// times of the modelled admission and end of prefill), and the last one
+// the tokenizer manager's request_received_ts, api_server_dispatch_finish_ts,
+// request_finished_ts and decode_throughput. Under speculative decoding the
+// last event has spec_correct_drafts_histogram (and its alias
+// spec_accept_histogram), as long as the largest count of accepted drafts
+// seen plus one; SGLang sends no spec_accept_token_num or
+// spec_draft_token_num.
+func TestMetaInfoTimingAndSpec(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "llama-8b-eagle3-h100")
+		p.Speculative.AcceptProbs = []float64{0.6, 0.01, 0.01} // a round seldom accepts more than one draft
+		ts := mocktest.Start(t, api.Config{Profile: p, EnableMetrics: true})
+		// b waits in the queue while a's prefill runs: its queue time is a's TTFT.
+		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": "a"}`, jsonOf(ids(1, 3000))))
+		synctest.Wait()
+		s := postStream(t, ts, "/generate", fmt.Sprintf(
+			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 20}, "rid": "b", "stream": true}`, jsonOf(ids(2, 200))))
+		mocktest.Golden(t, "generate/stream_metrics.txt", []byte(strings.Join(s.events, "\n")+"\n"))
+		type meta struct {
+			CompletionTokens           int      `json:"completion_tokens"`
+			QueueTime                  *float64 `json:"queue_time"`
+			ForwardEntryTime           *float64 `json:"forward_entry_time"`
+			PrefillFinishedTime        *float64 `json:"prefill_finished_time"`
+			RequestReceivedTS          *float64 `json:"request_received_ts"`
+			RequestFinishedTS          *float64 `json:"request_finished_ts"`
+			DecodeThroughput           *float64 `json:"decode_throughput"`
+			ResponseSentToClientTS     *float64 `json:"response_sent_to_client_ts"`
+			SpecVerifyCt               int      `json:"spec_verify_ct"`
+			SpecCorrectDraftsHistogram []int    `json:"spec_correct_drafts_histogram"`
+			SpecAcceptHistogram        []int    `json:"spec_accept_histogram"`
+		}
+		var metas []meta
+		for i, e := range s.events[:len(s.events)-1] {
+			var r struct {
+				MetaInfo json.RawMessage `json:"meta_info"`
+			}
+			var m meta
+			if err := json.Unmarshal([]byte(e), &r); err != nil || json.Unmarshal(r.MetaInfo, &m) != nil {
+				t.Fatalf("event %d: %s", i, e)
+			}
+			if strings.Contains(string(r.MetaInfo), "spec_accept_token_num") || strings.Contains(string(r.MetaInfo), "spec_draft_token_num") {
+				t.Errorf("event %d carries a field SGLang does not send: %s", i, r.MetaInfo)
+			}
+			if m.QueueTime == nil || m.ForwardEntryTime == nil || m.PrefillFinishedTime == nil {
+				t.Fatalf("event %d lacks the scheduler's timing: %s", i, r.MetaInfo)
+			}
+			if (m.ResponseSentToClientTS != nil) != (i == 0) {
+				t.Errorf("event %d: response_sent_to_client_ts %v, want it on the first event only", i, m.ResponseSentToClientTS)
+			}
+			metas = append(metas, m)
+		}
+		first, last := metas[0], metas[len(metas)-1]
+		tb, _ := ts.Engine().Truth("b")
+		ta, _ := ts.Engine().Truth("a")
+		const epoch = 946684800 // synctest's clock starts at 2000-01-01 UTC
+		if *first.QueueTime != ta.TTFT().Seconds() || *first.QueueTime != tb.QueueTime().Seconds() || *first.QueueTime == 0 {
+			t.Errorf("queue_time %v, want b's queue time, a's TTFT %v", *first.QueueTime, ta.TTFT().Seconds())
+		}
+		near := func(got float64, want time.Duration) bool { return math.Abs(got-(epoch+want.Seconds())) < 1e-6 }
+		if !near(*first.ForwardEntryTime, tb.Admitted) || !near(*first.PrefillFinishedTime, tb.FirstToken) ||
+			!near(*first.ResponseSentToClientTS, tb.FirstToken) {
+			t.Errorf("forward_entry_time %v, prefill_finished_time %v, response_sent_to_client_ts %v; want the wall times of %v, %v, %v",
+				*first.ForwardEntryTime, *first.PrefillFinishedTime, *first.ResponseSentToClientTS, tb.Admitted, tb.FirstToken, tb.FirstToken)
+		}
+		if first.RequestFinishedTS != nil || last.RequestReceivedTS == nil || !near(*last.RequestReceivedTS, tb.Arrival) || !near(*last.RequestFinishedTS, tb.Finished) {
+			t.Errorf("request_received_ts %v, request_finished_ts %v: want them on the last event only, at %v and %v", last.RequestReceivedTS, last.RequestFinishedTS, tb.Arrival, tb.Finished)
+		}
+		if want := 19 / (tb.Finished - tb.FirstToken).Seconds(); last.DecodeThroughput == nil || math.Abs(*last.DecodeThroughput-want) > 1e-9 {
+			t.Errorf("decode_throughput %v, want %v", last.DecodeThroughput, want)
+		}
+		h := last.SpecCorrectDraftsHistogram
+		sum, top := 0, 0
+		for a, n := range h {
+			sum += n
+			if n > 0 {
+				top = a
+			}
+		}
+		if !slices.Equal(h, last.SpecAcceptHistogram) || sum != last.SpecVerifyCt || len(h) != top+1 || len(h) != 2 {
+			t.Errorf("histogram %v (alias %v) over %d rounds: want it summing to the rounds and ending at the largest count seen", h, last.SpecAcceptHistogram, last.SpecVerifyCt)
+		}
+	})
+}

@@ -46,7 +46,18 @@
 //     decoded once, as its tokens come, so an OpenAI stream costs time
 //     linear in its length.
 //     meta_info carries reasoning_tokens (0: no reasoning parser) and
-//     cached_tokens_details ({"device": N, "host": 0}, or null).
+//     cached_tokens_details ({"device": N, "host": 0}, or null); the first
+//     output a client gets (a stream's first event) has
+//     response_sent_to_client_ts. Under --enable-metrics every event has
+//     queue_time, forward_entry_time and prefill_finished_time, and the
+//     last one request_received_ts, api_server_dispatch_finish_ts,
+//     request_finished_ts and decode_throughput, as SGLang's time stats
+//     give them: durations and rates in simulated seconds, timestamps the
+//     wall times (seconds since the epoch) of the modelled moments. Under
+//     speculative decoding the last event has SGLang's spec_* fields with
+//     the aliases it keeps (spec_accepted_drafts, spec_proposed_drafts,
+//     spec_accept_histogram); spec_correct_drafts_histogram grows to the
+//     largest count of accepted drafts seen.
 //     A streaming /generate sends its status line and headers at once,
 //     before prefill, as SGLang returns its StreamingResponse first.
 //     OpenAI streams carry text deltas and, as SGLang kick-starts their

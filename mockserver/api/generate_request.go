@@ -189,7 +189,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 
 // itemFrom maps sampling params onto an engine request.
 func (s *Server) itemFrom(p samplingParams) item {
-	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval, metrics: s.cfg.EnableMetrics}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
 		it.req.MaxNewTokens = int(*p.MaxNewTokens)

@@ -16,6 +16,8 @@ type item struct {
 	noStopTrim     bool
 	streamInterval int
 	logprobs       logprobParams
+	// metrics: --enable-metrics, whose time stats meta_info carries.
+	metrics bool
 }
 
 // cacheNamespace is the radix cache namespace of SGLang's RadixKey: the

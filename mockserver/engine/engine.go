@@ -284,9 +284,8 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	if r.ReturnLogprob && r.LogprobStartLen >= 0 {
 		q.maxCached = r.LogprobStartLen
 	}
-	if spec := e.prof.Speculative; spec != nil {
+	if e.prof.Speculative != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
-		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
 	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
 	q.lastSent = arrival

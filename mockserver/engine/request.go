@@ -84,7 +84,7 @@ type SpecStats struct {
 	VerifyCt       int   // draft+verify rounds
 	AcceptedDrafts int   // drafts accepted over all rounds (bonus tokens excluded)
 	ProposedDrafts int   // drafts proposed: VerifyCt * (num_draft_tokens-1)
-	Histogram      []int // Histogram[a]: rounds that accepted a drafts
+	Histogram      []int // Histogram[a]: rounds that accepted a drafts; as long as the largest a seen, plus one
 }
 
 // Event is one step of a request's output. The first event comes out of
@@ -95,7 +95,12 @@ type Event struct {
 	PromptTokens     int
 	CachedTokens     int
 	At               time.Duration // simulated time since the engine started
-	Finish           *Finish
+	// Arrival, Admitted and FirstToken are when the request arrived, left
+	// the waiting queue (its first admission) and had its first token from
+	// prefill, as Truth has them; the last event of a request that never
+	// got that far has its Truth say so (Truth.Scheduled, Truth.Prefilled).
+	Arrival, Admitted, FirstToken time.Duration
+	Finish               *Finish
 	// Retractions counts the times the request was retracted so far
 	// (SGLang's num_retractions).
 	Retractions int
@@ -198,6 +203,11 @@ func newStream(e *Engine, r *req) *Stream {
 
 // RID is the request's id.
 func (s *Stream) RID() string { return s.rid }
+
+// WallAt returns the wall time at which the request's engine reaches
+// simulated time sim: when an event stamped sim is delivered, the host
+// keeping up.
+func (s *Stream) WallAt(sim time.Duration) time.Time { return s.engine.wallAt(sim) }
 
 // PromptTokens is the number of prompt tokens after tokenization.
 func (s *Stream) PromptTokens() int { return s.promptTokens }

@@ -565,6 +565,11 @@ func (s *scheduler) completeDecode(it *iteration) {
 			r.spec.VerifyCt++
 			r.spec.AcceptedDrafts += g.n - 1
 			r.spec.ProposedDrafts += spec.NumDraftTokens - 1
+			// SGLang's update_spec_acceptance_histogram: the list grows
+			// to the largest count seen.
+			if accepted := g.n - 1; accepted >= len(r.spec.Histogram) {
+				r.spec.Histogram = append(r.spec.Histogram, make([]int, accepted+1-len(r.spec.Histogram))...)
+			}
 			r.spec.Histogram[g.n-1]++
 		}
 		s.emit(r, g.n)
@@ -613,6 +618,9 @@ func (s *scheduler) emit(r *req, n int) {
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
 		At:               s.now,
+		Arrival:          r.truth.Arrival,
+		Admitted:         r.truth.Admitted,
+		FirstToken:       r.truth.FirstToken,
 	})
 }
 
@@ -703,6 +711,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
 		At:               at,
+		Arrival:          r.truth.Arrival,
+		Admitted:         r.truth.Admitted,
+		FirstToken:       r.truth.FirstToken,
 		Finish:           &fin,
 		Truth:            truth,
 	}
