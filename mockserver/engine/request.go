@@ -100,7 +100,7 @@ type Event struct {
 	// prefill, as Truth has them; the last event of a request that never
 	// got that far has its Truth say so (Truth.Scheduled, Truth.Prefilled).
 	Arrival, Admitted, FirstToken time.Duration
-	Finish               *Finish
+	Finish                        *Finish
 	// Retractions counts the times the request was retracted so far
 	// (SGLang's num_retractions).
 	Retractions int
