@@ -64,11 +64,19 @@
 //     generators, send nothing (not even the status line) before the first
 //     output; a chat choice's role delta goes out with its first content,
 //     and the empty deltas carrying finish_reason follow the last output.
-//     An aborted request ends its stream with finish_reason "abort": every
-//     abort the mock makes is SGLang's kind without an HTTP status (a
-//     user's, a disconnect's, shutdown's), which SGLang's OpenAI layer
-//     also ends with a finish chunk, not a data: {"error": ...} event; the
-//     mock has no mid-stream error. Chat deltas
+//     An aborted request ends its stream with finish_reason "abort" when
+//     the abort has no HTTP status (a user's, a disconnect's, shutdown's).
+//     The scheduler's aborts carry one, and SGLang's tokenizer manager
+//     answers them as errors (_handle_abort_finish_reason): the last
+//     request of a decode batch that runs out of memory even alone (500)
+//     gets 500 {"detail": ...} when it waits for one answer, a
+//     finish_reason with status_code 500 in a /generate stream, and in an
+//     OpenAI stream a data: {"error": {...}} event (type
+//     INTERNAL_SERVER_ERROR, written as json.dumps writes it) that ends
+//     the choices; a prompt of max_req_input_len tokens or more, which the
+//     scheduler queues already aborted (400), gets in an OpenAI stream HTTP
+//     200, that error event (type BAD_REQUEST), the usage chunk if asked
+//     for (one prompt token) and [DONE]. Chat deltas
 //     carry "reasoning_content": null; completions chunks carry "usage":
 //     null, and their final usage chunk drops a null prompt_tokens_details
 //     (exclude_none), while chat's keeps it. return_cached_tokens_details
@@ -113,8 +121,9 @@
 //     at EOS, which the mock never samples. max_completion_tokens past the
 //     context length is refused with SGLang's message.
 //   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
-//     more is refused with the scheduler's message (and /server_info
-//     reports that max_req_input_len); ids past the vocabulary and a rid
+//     more is refused with the scheduler's message (400, or an OpenAI
+//     stream's error event, above; /server_info reports that
+//     max_req_input_len); ids past the vocabulary and a rid
 //     already running get SGLang's messages. A length that, with the
 //     prompt, passes the context length is refused with SGLang's total,
 //     exact even near 2^63. Integer fields decode exactly: a literal

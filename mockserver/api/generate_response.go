@@ -42,6 +42,9 @@ func finishReason(f *engine.Finish) any {
 		return finishStop{"stop", *f.MatchedString}
 	case f.InWaitingQueue:
 		return finishAbortInQueue{"abort", f.Message}
+	case f.StatusCode != 0:
+		code := f.StatusCode // the scheduler's abort (out of memory): no error type
+		return finishAbort{Type: "abort", Message: f.Message, StatusCode: &code}
 	}
 	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }

@@ -412,7 +412,7 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			ctxLen, uint64(len(tokens))+uint64(r.MaxNewTokens), len(tokens), r.MaxNewTokens)}
 	case len(tokens) >= maxInput:
-		return &InvalidRequestError{Message: fmt.Sprintf(
+		return &InvalidRequestError{Scheduler: true, Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
 				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
 	}

@@ -332,6 +332,14 @@ var (
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;
 // its message is SGLang's.
-type InvalidRequestError struct{ Message string }
+type InvalidRequestError struct {
+	Message string
+	// Scheduler marks a refusal of SGLang's scheduler rather than its
+	// tokenizer manager: a prompt of max_req_input_len tokens or more,
+	// which the scheduler queues already aborted (validate_input_length,
+	// status 400, its prompt replaced by one token), so that an OpenAI
+	// stream answers it with HTTP 200 and an error event.
+	Scheduler bool
+}
 
 func (e *InvalidRequestError) Error() string { return e.Message }
