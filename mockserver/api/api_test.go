@@ -594,8 +594,8 @@ func TestHealthAndStates(t *testing.T) {
 		}
 		check("ready", "/health", 200)
 		check("ready", "/health_generate", 200)
-		if st := s.Engine().Stats(); st.Requests != 1 || st.CacheTokens == 0 {
-			t.Fatalf("only the user request counts (warmup and health checks do not), and the cache is warm: %+v", st)
+		if st := s.Engine().Stats(); st.Requests != 2 || st.CacheTokens == 0 {
+			t.Fatalf("the user request and the warmup count (as on SGLang; health checks do not), and the cache is warm: %+v", st)
 		}
 		s.BeginShutdown()
 		check("shutting down", "/health", 503)
@@ -769,25 +769,28 @@ func TestMetrics(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}
+		// The tokenizer manager's metrics carry the model; the scheduler's
+		// its labels (metrics_collector.py).
 		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+		sched := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
 			"sglang:prompt_tokens_total" + label + " 900",
-			"sglang:cached_tokens_total" + label + " 596", // EAGLE3: bigram keys, 298 per repeat
+			`sglang:cached_tokens_total{cache_source="device",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
 			"sglang:generation_tokens_total" + label + " 60",
 			"sglang:num_requests_total" + label + " 3",
 			"sglang:num_aborted_requests_total" + label + " 0",
-			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`,
-			"sglang:num_running_reqs" + label + " 0",
+			`sglang:realtime_tokens_total{engine_type="unified",mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 596`,
+			"sglang:num_running_reqs" + sched + " 0",
 			// The cached prompts are evictable: nothing is in use.
-			"sglang:num_used_tokens" + label + " 0\n",
-			"sglang:token_usage" + label + " 0\n",
-			"sglang:max_total_num_tokens" + label + " 600000",
+			"sglang:num_used_tokens" + sched + " 0\n",
+			"sglang:token_usage" + sched + " 0\n",
+			"sglang:max_total_num_tokens" + sched + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",
 			"sglang:e2e_request_latency_seconds_count" + label + " 3",
 			"sglang:inter_token_latency_seconds_count" + label + " 57",
 			"sglang:queue_time_seconds_count" + label + " 3",
-			"sglang:spec_accept_length" + label,
-			"sglang:cache_hit_rate" + label,
+			"sglang:spec_accept_length" + sched,
+			"sglang:cache_hit_rate" + sched,
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)

@@ -54,7 +54,7 @@ func (s *Server) flushCache(c *gin.Context) {
 func (s *Server) health(c *gin.Context) { c.Status(http.StatusOK) }
 
 // healthGenerate runs a one-token generation unless something already runs,
-// as SGLang does; the request stays out of the metrics.
+// as SGLang does; the request stays out of the metrics and /sim/requests.
 func (s *Server) healthGenerate(c *gin.Context) {
 	if !s.eng.Stats().Idle {
 		c.Status(http.StatusOK)
@@ -65,6 +65,7 @@ func (s *Server) healthGenerate(c *gin.Context) {
 		InputIDs:     []int32{0},
 		MaxNewTokens: 1,
 		Internal:     true,
+		NoMetrics:    true, // SGLang's health check sets log_metrics=false
 	})
 	if err != nil {
 		c.Status(http.StatusServiceUnavailable)

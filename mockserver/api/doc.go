@@ -163,6 +163,13 @@
 //     waiting client's when its 4 s wait on the request times out or its
 //     next 50-token output goes out; until then they run, hold their KV
 //     and batch slot, and keep the server busy.
+//   - /metrics (--enable-metrics) has SGLang's names and labels: the
+//     tokenizer manager's counters and histograms carry model_name, and
+//     cached_tokens_total its cache_source ("device"); the scheduler's
+//     gauges and realtime_tokens_total carry engine_type ("unified"),
+//     model_name, moe_ep_rank, pp_rank and tp_rank. The warmup request
+//     counts, an ordinary request on SGLang; /health_generate's does not
+//     (log_metrics=false). Neither is listed under /sim/requests.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout

@@ -250,7 +250,9 @@ func (s *Server) MarkReady() { s.state.CompareAndSwap(stateStarting, stateReady)
 
 // Warmup runs SGLang's warmup request (a short generation of "The capital
 // city of France is") and marks the server ready, as launch_server does.
-// Like SGLang's, the warmup prompt stays in the prefix cache.
+// Like SGLang's, the warmup prompt stays in the prefix cache and the
+// request counts in the metrics (an ordinary /generate there); it stays
+// out of /sim/requests, which lists the clients' requests.
 func (s *Server) Warmup(ctx context.Context) error {
 	st, err := s.eng.Submit(engine.Request{Text: "The capital city of France is", MaxNewTokens: 8, Internal: true})
 	if err != nil {

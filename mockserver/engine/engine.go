@@ -256,7 +256,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
-		internal:  r.Internal,
+		noMetrics: r.NoMetrics,
 		seq:       seq,
 		rid:       r.RID,
 		ns:        r.Namespace,
@@ -287,7 +287,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	if e.prof.Speculative != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 	}
-	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))

@@ -228,18 +228,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
+// A health check (SGLang's log_metrics=false) stays out of the counters;
+// the warmup request, an ordinary request on SGLang, counts. Both stay
+// out of Truths, which lists the clients' requests; OnFinish sees all.
+func TestInternalRequestsAndCounters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var seen []string
 		e := startEngine(t, Config{Profile: loadProfile(t, "default"), OnFinish: func(tr *Truth) { seen = append(seen, tr.RID) }})
 		defer e.Close()
-		run(t, e, Request{RID: "health", InputIDs: []int32{0}, MaxNewTokens: 1, Internal: true})
+		run(t, e, Request{RID: "health", InputIDs: []int32{0}, MaxNewTokens: 1, Internal: true, NoMetrics: true})
+		run(t, e, Request{RID: "warmup", InputIDs: prompt(2, 5), MaxNewTokens: 1, Internal: true})
 		run(t, e, Request{RID: "user", InputIDs: prompt(1, 10), MaxNewTokens: 2})
-		if st := e.Stats(); st.Counters != (Counters{Requests: 1, PromptTokens: 10, GenerationTokens: 2}) {
-			t.Fatalf("counters: got %+v, want only the user request", st.Counters)
+		if st := e.Stats(); st.Counters != (Counters{Requests: 2, PromptTokens: 15, GenerationTokens: 3}) {
+			t.Fatalf("counters: got %+v, want the warmup and the user request", st.Counters)
 		}
-		if !slices.Equal(seen, []string{"health", "user"}) {
-			t.Fatalf("OnFinish saw %q, want both requests", seen)
+		if !slices.Equal(seen, []string{"health", "warmup", "user"}) {
+			t.Fatalf("OnFinish saw %q, want every request", seen)
+		}
+		var listed []string
+		for _, tr := range e.Truths() {
+			listed = append(listed, tr.RID)
+		}
+		if !slices.Equal(listed, []string{"user"}) {
+			t.Fatalf("Truths lists %q, want the client's request only", listed)
 		}
 	})
 }

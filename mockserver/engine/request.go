@@ -35,9 +35,13 @@ type Request struct {
 	ReturnLogprob   bool
 	LogprobStartLen int
 	// Internal marks the server's own requests (health checks, warmup):
-	// they run like any other but stay out of Counters, as SGLang's
-	// log_metrics=false keeps them out of its metrics.
+	// they run like any other but stay out of Truths (/sim/requests), which
+	// lists the clients' requests.
 	Internal bool
+	// NoMetrics keeps a request out of Counters and the metrics, as
+	// SGLang's log_metrics=false keeps a health check out of its metrics.
+	// SGLang's warmup request is an ordinary request: it counts.
+	NoMetrics bool
 }
 
 // Finish reasons, as SGLang spells them.
@@ -161,6 +165,7 @@ type Truth struct {
 	// request: its KV was freed, and it was queued and prefilled again.
 	Retractions int
 	Internal    bool
+	NoMetrics   bool
 }
 
 // TTFT is the time from arrival to the first token; it means nothing

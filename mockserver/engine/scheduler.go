@@ -25,7 +25,7 @@ type req struct {
 	maxStop   int // longest stop string
 	maxCached int // the most prompt tokens it may take from the cache
 	stream    *Stream
-	internal  bool       // kept out of Counters
+	noMetrics bool       // kept out of Counters
 	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64                   // arrival order
@@ -604,7 +604,7 @@ func (s *scheduler) emit(r *req, n int) {
 	}
 	s.setPrivate(r, r.seqKV()-r.lockedLen())
 	added := len(r.outputs) - start
-	if !r.internal {
+	if !r.noMetrics {
 		s.counters.GenerationTokens += int64(added)
 	}
 	if fin != nil {
@@ -693,7 +693,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
-	if !r.internal {
+	if !r.noMetrics {
 		s.counters.Requests++
 		s.counters.PromptTokens += int64(len(r.tokens))
 		s.counters.CachedTokens += int64(r.cached)
