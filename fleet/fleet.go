@@ -94,7 +94,7 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 			}
 			r.KVEvents.ReplayEndpoint = &ep
 		}
-		r.Topic = base.TopicOr(Topic(r.Host, r.Port, model))
+		r.Topic = base.TopicOr(kvevents.RouterTopic(r.Host, r.Port, model))
 		out[i] = r
 	}
 	return out, nil
@@ -103,14 +103,6 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 // TopicFilter is the prefix of every replica's topic, which the router
 // subscribes to.
 const TopicFilter = "kv@"
-
-// Topic is the KV events topic the llm-d router reads a replica's identity
-// and model from: kv@<host>:<port>@<served model name>, host and port the
-// replica's HTTP address as the endpoints file names it. The fleet sets it
-// on every replica explicitly (SGLang's own default topic is empty).
-func Topic(host string, port int, model string) string {
-	return TopicFilter + host + ":" + strconv.Itoa(port) + "@" + model // the router's Address:Port, unbracketed
-}
 
 // Listen binds every replica's HTTP address, all or none: a port that is
 // taken fails the fleet before any replica starts. A replica planned on
@@ -129,7 +121,7 @@ func Listen(replicas []Replica, model string) ([]net.Listener, error) {
 		}
 		lns = append(lns, ln)
 		r.Port = ln.Addr().(*net.TCPAddr).Port
-		r.Topic = r.KVEvents.TopicOr(Topic(r.Host, r.Port, model))
+		r.Topic = r.KVEvents.TopicOr(kvevents.RouterTopic(r.Host, r.Port, model))
 	}
 	return lns, nil
 }

@@ -120,7 +120,9 @@ func TestTableWriterEndsTables(t *testing.T) {
 // note per distinct text.
 func TestStreamWideTable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		p := mocktest.Profile(t, "llama-8b-eagle3-h100")
+		p.FlushBusyAfterFinishS = 0 // no overlap flush window: this run never retries its flush
+		m := mocktest.Start(t, api.Config{Profile: p})
 		rep := streamRun(t, m, []harness.Point{{CtxReq: 1024, Tokens: 1024}, {CtxReq: 8192, Tokens: 8192}}, 512)
 		var wide bytes.Buffer
 		if err := rep.WriteWideTable(&wide); err != nil {

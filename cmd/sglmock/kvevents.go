@@ -3,28 +3,20 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net"
 
-	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
 )
 
 // startKVEvents starts the KV event publisher --kv-events-config asks for,
-// or returns nil. The default topic names the replica as the llm-d router
-// does, kv@HOST:PORT@MODEL, with the port the server listens on.
-func startKVEvents(o *serveOptions, args api.ServerArgs, port int, logger *slog.Logger) (*kvevents.Publisher, error) {
+// or returns nil. The default topic is SGLang's, the empty one (sglmock
+// fleet gives each replica the llm-d router's explicitly).
+func startKVEvents(o *serveOptions, logger *slog.Logger) (*kvevents.Publisher, error) {
 	if o.kvEvents == nil {
 		return nil, nil
 	}
 	cfg := *o.kvEvents
-	topic := cfg.TopicOr(kvevents.DefaultTopic(o.host, port, api.ServedModelName(args, o.profile)))
-	if cfg.Topic == nil {
-		if ip := net.ParseIP(o.host); ip != nil && ip.IsUnspecified() {
-			logger.Warn(fmt.Sprintf("KV events: the default topic %q names the wildcard address %s, which no router knows the replica by; "+
-				`give "topic" in --kv-events-config`, topic, o.host))
-		}
-	}
+	topic := cfg.TopicOr("")
 	pub, err := kvevents.Start(cfg, topic, logger)
 	if err != nil {
 		return nil, err

@@ -85,9 +85,9 @@ func post(t *testing.T, url, body string) string {
 }
 
 // TestServeKVEvents runs serve with --kv-events-config connecting to a
-// subscriber that binds (the router's side): the topic names the
-// replica's address and model, a prompt's pages arrive chained with its
-// token ids, a flush clears them, and /server_info shows the config.
+// subscriber that binds (the router's side): without a topic the topic is
+// SGLang's empty one, a prompt's pages arrive chained with its token ids, a
+// flush clears them, and /server_info shows the config.
 func TestServeKVEvents(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,14 +95,17 @@ func TestServeKVEvents(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	sub, err := kvevents.Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", port), "kv@", true)
+	sub, err := kvevents.Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", port), "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
 	cfg := fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d", "buffer_steps": 100}`, port)
-	base, stop, _, done, logs := startServe(t, "--speedup", "100", "--served-model-name", "org/kv", "--kv-events-config", cfg)
-	msgs := kvMessages(t, sub, "kv@"+strings.TrimPrefix(base, "http://")+"@org/kv")
+	// Without the overlap window a flush right after a response is never
+	// refused, however fast the client.
+	base, stop, _, done, logs := startServe(t, "--speedup", "100", "--served-model-name", "org/kv", "--kv-events-config", cfg,
+		"--disable-overlap-schedule")
+	msgs := kvMessages(t, sub, "")
 	rest := handshake(t, base, msgs)
 
 	post(t, base+"/generate", `{"input_ids": [1100, 1101, 1102, 1103, 1104], "sampling_params": {"max_new_tokens": 1}}`)
@@ -115,11 +118,11 @@ func TestServeKVEvents(t *testing.T) {
 		for _, e := range pending {
 			switch e.Kind {
 			case kvevents.BlockStored:
-				if err := set.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens}}); err != nil {
+				if err := set.Stored(e.Parent, e.HasParent, e.Pages()); err != nil {
 					t.Fatal(err)
 				}
 			case kvevents.BlockRemoved:
-				if err := set.Removed(e.Hash); err != nil {
+				if err := set.Removed(e.Hashes...); err != nil {
 					t.Fatal(err)
 				}
 			case kvevents.AllBlocksCleared:
@@ -157,20 +160,25 @@ func TestServeKVEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info struct {
-		KVEventsConfig *string `json:"kv_events_config"`
+		KVEventsConfig *string         `json:"kv_events_config"`
+		KVEvents       json.RawMessage `json:"kv_events"`
 	}
 	json.NewDecoder(resp.Body).Decode(&info)
 	resp.Body.Close()
 	if info.KVEventsConfig == nil || *info.KVEventsConfig != cfg {
 		t.Errorf("/server_info kv_events_config: got %v, want %q", info.KVEventsConfig, cfg)
 	}
+	wantKV := fmt.Sprintf(`{"publisher":"zmq","endpoint_host":"127.0.0.1","endpoint_port_base":%d,"topic":"","block_size":1,"dp_size":1}`, port)
+	if string(info.KVEvents) != wantKV {
+		t.Errorf("/server_info kv_events: got %s, want %s", info.KVEvents, wantKV)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`KV events (zmq publisher): connects to tcp://127.0.0.1:%d, topic "kv@127.0.0.1:`, port)
-	if !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), `@org/kv"`) {
-		t.Errorf("log lacks %q...@org/kv:\n%s", want, logs.String())
+	want := fmt.Sprintf(`KV events (zmq publisher): connects to tcp://127.0.0.1:%d, topic ""`, port)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
 	}
 }
 

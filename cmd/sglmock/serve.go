@@ -94,7 +94,7 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
 		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
-		"without a topic, kv@HOST:PORT@MODEL")
+		`without a topic, SGLang's empty topic`)
 	profileFlags := profile.RegisterFlags(fs)
 	return fs, o, profileFlags
 }
@@ -223,18 +223,21 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	}
 	defer ln.Close()
 	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel}
-	pub, err := startKVEvents(o, args, ln.Addr().(*net.TCPAddr).Port, logger)
+	pub, err := startKVEvents(o, logger)
 	if err != nil {
 		return err
 	}
+	var kvInfo *api.KVEventsInfo
 	if pub != nil {
 		defer pub.Close() // after the engine, which the deferred srv.Close stops
 		args.KVEventsConfig = &o.kvEventsConfig
+		kvInfo = &api.KVEventsInfo{Publisher: o.kvEvents.Publisher, Endpoint: o.kvEvents.Endpoint, Topic: pub.Topic()}
 	}
 	srv, err := api.New(api.Config{
 		Profile:           o.profile,
 		Args:              args,
 		CacheEvents:       cacheEvents(pub),
+		KVEvents:          kvInfo,
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,

@@ -276,7 +276,7 @@ func TestGenerateBatch(t *testing.T) {
 
 func TestFlushCacheOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := mocktest.Start(t, api.Config{})
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "default")})
 		prompt := jsonOf(ids(2, 500))
 		gen := func(rid string) generateResponse {
 			_, body, _ := ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": %q}`, prompt, rid))
@@ -289,6 +289,12 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		if a, b := gen("a"), gen("b"); a.MetaInfo.CachedTokens != 0 || b.MetaInfo.CachedTokens != 499 {
 			t.Fatalf("cached: %d then %d, want 0 then 499", a.MetaInfo.CachedTokens, b.MetaInfo.CachedTokens)
 		}
+		// Right after a response SGLang's overlap scheduler still holds the
+		// last batch for about one decode step (the default profile's 4 ms).
+		if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != 400 || body != "Flush cache failed.\n" {
+			t.Fatalf("/flush_cache right after a response: got %d %q, want 400 %q", code, body, "Flush cache failed.\n")
+		}
+		time.Sleep(4 * time.Millisecond)
 		for _, method := range []string{"GET", "POST"} {
 			code, body, _ := ts.Do(t, method, "/flush_cache", "")
 			if code != 200 || body != flushedBody {
@@ -326,7 +332,7 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
 		var hist []map[string]any
 		json.Unmarshal([]byte(body), &hist)
-		if len(hist) != 5 || hist[2]["ok"] != false || hist[4]["ok"] != true {
+		if len(hist) != 6 || hist[0]["ok"] != false || hist[3]["ok"] != false || hist[5]["ok"] != true {
 			t.Fatalf("flush history: %s", body)
 		}
 		mocktest.CheckIdle(t, ts.Engine())
@@ -334,8 +340,8 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 }
 
 // A flush right after a response, on a profile whose server settles 50 ms
-// after a batch (as kimi's does), and a flush while another is parked, in
-// SGLang's precedence and bytes.
+// after a batch, and a flush while another is parked, in SGLang's
+// precedence and bytes.
 func TestFlushRightAfterAResponseOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
@@ -588,8 +594,8 @@ func TestHealthAndStates(t *testing.T) {
 		}
 		check("ready", "/health", 200)
 		check("ready", "/health_generate", 200)
-		if st := s.Engine().Stats(); st.Requests != 1 || st.CacheTokens == 0 {
-			t.Fatalf("only the user request counts (warmup and health checks do not), and the cache is warm: %+v", st)
+		if st := s.Engine().Stats(); st.Requests != 2 || st.CacheTokens == 0 {
+			t.Fatalf("the user request and the warmup count (as on SGLang; health checks do not), and the cache is warm: %+v", st)
 		}
 		s.BeginShutdown()
 		check("shutting down", "/health", 503)
@@ -616,7 +622,8 @@ func TestInfoEndpoints(t *testing.T) {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
 			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
-				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil {
+				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil ||
+				info["disable_overlap_schedule"] != false {
 				t.Fatalf("%s: %v", path, info)
 			}
 			st := states[0].(map[string]any)
@@ -762,25 +769,28 @@ func TestMetrics(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}
+		// The tokenizer manager's metrics carry the model; the scheduler's
+		// its labels (metrics_collector.py).
 		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+		sched := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
 			"sglang:prompt_tokens_total" + label + " 900",
-			"sglang:cached_tokens_total" + label + " 596", // EAGLE3: bigram keys, 298 per repeat
+			`sglang:cached_tokens_total{cache_source="device",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
 			"sglang:generation_tokens_total" + label + " 60",
 			"sglang:num_requests_total" + label + " 3",
 			"sglang:num_aborted_requests_total" + label + " 0",
-			`sglang:realtime_tokens_total{mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`,
-			"sglang:num_running_reqs" + label + " 0",
+			`sglang:realtime_tokens_total{engine_type="unified",mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 596`,
+			"sglang:num_running_reqs" + sched + " 0",
 			// The cached prompts are evictable: nothing is in use.
-			"sglang:num_used_tokens" + label + " 0\n",
-			"sglang:token_usage" + label + " 0\n",
-			"sglang:max_total_num_tokens" + label + " 600000",
+			"sglang:num_used_tokens" + sched + " 0\n",
+			"sglang:token_usage" + sched + " 0\n",
+			"sglang:max_total_num_tokens" + sched + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",
 			"sglang:e2e_request_latency_seconds_count" + label + " 3",
 			"sglang:inter_token_latency_seconds_count" + label + " 57",
 			"sglang:queue_time_seconds_count" + label + " 3",
-			"sglang:spec_accept_length" + label,
-			"sglang:cache_hit_rate" + label,
+			"sglang:spec_accept_length" + sched,
+			"sglang:cache_hit_rate" + sched,
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %q", want)
@@ -844,6 +854,11 @@ func TestOpenAIBytes(t *testing.T) {
 			// ...and has them once something is.
 			{"openai/completion_stream_cached.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c3"}`},
 			{"openai/completion_stream_continuous.txt", "/v1/completions", `{"model": "m", "prompt": ` + prompt + `, "max_tokens": 2, "stream": true, "stream_options": {"continuous_usage_stats": true}, "rid": "c4"}`},
+			// return_cached_tokens_details: SGLang's sglext, on the response
+			// and, in a stream, as a chunk of its own before the usage chunk.
+			{"openai/completion_sglext.json", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "rid": "c5", "return_cached_tokens_details": true}`},
+			{"openai/completion_stream_sglext.txt", "/v1/completions", `{"model": "m", "prompt": "Once upon", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "rid": "c6", "return_cached_tokens_details": true}`},
+			{"openai/chat_stream_sglext.txt", "/v1/chat/completions", `{"model": "m", ` + chat + `, "stream": true, "stream_options": {"include_usage": true}, "rid": "k2", "return_cached_tokens_details": true}`},
 		} {
 			code, body, _ := ts.Do(t, "POST", tt.path, tt.body)
 			if code != 200 {
@@ -1011,6 +1026,140 @@ func TestPendingFlushIsVisible(t *testing.T) {
 			if code, body, _ := ts.Do(t, "POST", "/flush_cache?timeout="+timeout, ""); code != 200 || body != flushedBody {
 				t.Errorf("timeout=%s: %d %q, want the flush once idle", timeout, code, body)
 			}
+		}
+	})
+}
+
+// /server_info carries the scheduler's "status" and SGLang's kv_events
+// descriptor (http_server.py; its tests of _build_kv_events_block pin
+// each case), which a KV-aware router reads to subscribe: null, the key
+// still there, without a zmq publisher on a TCP port a router can dial.
+// The raw kv_events_config stays beside it, as SGLang's ServerArgs field.
+func TestServerInfoKVEvents(t *testing.T) {
+	raw := `{"publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"}`
+	for _, tt := range []struct {
+		name string
+		kv   *api.KVEventsInfo
+		want string
+	}{
+		{"no publisher", nil, `null`},
+		{"the default endpoint", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "kv"},
+			`{"publisher":"zmq","endpoint_host":"*","endpoint_port_base":5557,"topic":"kv","block_size":16,"dp_size":1}`},
+		{"a wildcard host is kept", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:7777"},
+			`{"publisher":"zmq","endpoint_host":"0.0.0.0","endpoint_port_base":7777,"topic":"","block_size":16,"dp_size":1}`},
+		{"an IPv6 host keeps its brackets", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://[::1]:5557"},
+			`{"publisher":"zmq","endpoint_host":"[::1]","endpoint_port_base":5557,"topic":"","block_size":16,"dp_size":1}`},
+		{"the null publisher", &api.KVEventsInfo{Publisher: "null", Endpoint: "tcp://*:5557"}, `null`},
+		{"inproc", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "inproc://cache"}, `null`},
+		{"no port", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0"}, `null`},
+		{"a port that is no number", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:*"}, `null`},
+		{"port 0", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:0"}, `null`},
+		{"port 65536", &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://0.0.0.0:65536"}, `null`},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := mocktest.Profile(t, "default")
+			p.PageSize = 16
+			ts := mocktest.Start(t, api.Config{Profile: p, KVEvents: tt.kv, Args: api.ServerArgs{KVEventsConfig: &raw}})
+			_, body, _ := ts.Do(t, "GET", "/server_info", "")
+			var info map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(body), &info); err != nil {
+				t.Fatal(err)
+			}
+			kv, ok := info["kv_events"]
+			if !ok || string(kv) != tt.want {
+				t.Errorf("%s: kv_events %s (present %v), want %s", tt.name, kv, ok, tt.want)
+			}
+			if string(info["status"]) != `"ready"` || string(info["kv_events_config"]) != jsonOf(raw) {
+				t.Errorf("%s: status %s, kv_events_config %s; want \"ready\" and the config as given", tt.name, info["status"], info["kv_events_config"])
+			}
+		})
+	}
+}
+
+// meta_info as current SGLang fills it. response_sent_to_client_ts goes
+// with the first output yielded (a stream's first event). Under
+// --enable-metrics every event carries the scheduler's queue_time (in
+// simulated seconds), forward_entry_time and prefill_finished_time (wall
+// times of the modelled admission and end of prefill), and the last one
+// the tokenizer manager's request_received_ts, api_server_dispatch_finish_ts,
+// request_finished_ts and decode_throughput. Under speculative decoding the
+// last event has spec_correct_drafts_histogram (and its alias
+// spec_accept_histogram), as long as the largest count of accepted drafts
+// seen plus one; SGLang sends no spec_accept_token_num or
+// spec_draft_token_num.
+func TestMetaInfoTimingAndSpec(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "llama-8b-eagle3-h100")
+		p.Speculative.AcceptProbs = []float64{0.6, 0.01, 0.01} // a round seldom accepts more than one draft
+		ts := mocktest.Start(t, api.Config{Profile: p, EnableMetrics: true})
+		// b waits in the queue while a's prefill runs: its queue time is a's TTFT.
+		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}, "rid": "a"}`, jsonOf(ids(1, 3000))))
+		synctest.Wait()
+		s := postStream(t, ts, "/generate", fmt.Sprintf(
+			`{"input_ids": %s, "sampling_params": {"max_new_tokens": 20}, "rid": "b", "stream": true}`, jsonOf(ids(2, 200))))
+		mocktest.Golden(t, "generate/stream_metrics.txt", []byte(strings.Join(s.events, "\n")+"\n"))
+		type meta struct {
+			CompletionTokens           int      `json:"completion_tokens"`
+			QueueTime                  *float64 `json:"queue_time"`
+			ForwardEntryTime           *float64 `json:"forward_entry_time"`
+			PrefillFinishedTime        *float64 `json:"prefill_finished_time"`
+			RequestReceivedTS          *float64 `json:"request_received_ts"`
+			RequestFinishedTS          *float64 `json:"request_finished_ts"`
+			DecodeThroughput           *float64 `json:"decode_throughput"`
+			ResponseSentToClientTS     *float64 `json:"response_sent_to_client_ts"`
+			SpecVerifyCt               int      `json:"spec_verify_ct"`
+			SpecCorrectDraftsHistogram []int    `json:"spec_correct_drafts_histogram"`
+			SpecAcceptHistogram        []int    `json:"spec_accept_histogram"`
+		}
+		var metas []meta
+		for i, e := range s.events[:len(s.events)-1] {
+			var r struct {
+				MetaInfo json.RawMessage `json:"meta_info"`
+			}
+			var m meta
+			if err := json.Unmarshal([]byte(e), &r); err != nil || json.Unmarshal(r.MetaInfo, &m) != nil {
+				t.Fatalf("event %d: %s", i, e)
+			}
+			if strings.Contains(string(r.MetaInfo), "spec_accept_token_num") || strings.Contains(string(r.MetaInfo), "spec_draft_token_num") {
+				t.Errorf("event %d carries a field SGLang does not send: %s", i, r.MetaInfo)
+			}
+			if m.QueueTime == nil || m.ForwardEntryTime == nil || m.PrefillFinishedTime == nil {
+				t.Fatalf("event %d lacks the scheduler's timing: %s", i, r.MetaInfo)
+			}
+			if (m.ResponseSentToClientTS != nil) != (i == 0) {
+				t.Errorf("event %d: response_sent_to_client_ts %v, want it on the first event only", i, m.ResponseSentToClientTS)
+			}
+			metas = append(metas, m)
+		}
+		first, last := metas[0], metas[len(metas)-1]
+		tb, _ := ts.Engine().Truth("b")
+		ta, _ := ts.Engine().Truth("a")
+		const epoch = 946684800 // synctest's clock starts at 2000-01-01 UTC
+		if *first.QueueTime != ta.TTFT().Seconds() || *first.QueueTime != tb.QueueTime().Seconds() || *first.QueueTime == 0 {
+			t.Errorf("queue_time %v, want b's queue time, a's TTFT %v", *first.QueueTime, ta.TTFT().Seconds())
+		}
+		near := func(got float64, want time.Duration) bool { return math.Abs(got-(epoch+want.Seconds())) < 1e-6 }
+		if !near(*first.ForwardEntryTime, tb.Admitted) || !near(*first.PrefillFinishedTime, tb.FirstToken) ||
+			!near(*first.ResponseSentToClientTS, tb.FirstToken) {
+			t.Errorf("forward_entry_time %v, prefill_finished_time %v, response_sent_to_client_ts %v; want the wall times of %v, %v, %v",
+				*first.ForwardEntryTime, *first.PrefillFinishedTime, *first.ResponseSentToClientTS, tb.Admitted, tb.FirstToken, tb.FirstToken)
+		}
+		if first.RequestFinishedTS != nil || last.RequestReceivedTS == nil || !near(*last.RequestReceivedTS, tb.Arrival) || !near(*last.RequestFinishedTS, tb.Finished) {
+			t.Errorf("request_received_ts %v, request_finished_ts %v: want them on the last event only, at %v and %v", last.RequestReceivedTS, last.RequestFinishedTS, tb.Arrival, tb.Finished)
+		}
+		if want := 19 / (tb.Finished - tb.FirstToken).Seconds(); last.DecodeThroughput == nil || math.Abs(*last.DecodeThroughput-want) > 1e-9 {
+			t.Errorf("decode_throughput %v, want %v", last.DecodeThroughput, want)
+		}
+		h := last.SpecCorrectDraftsHistogram
+		sum, top := 0, 0
+		for a, n := range h {
+			sum += n
+			if n > 0 {
+				top = a
+			}
+		}
+		if !slices.Equal(h, last.SpecAcceptHistogram) || sum != last.SpecVerifyCt || len(h) != top+1 || len(h) != 2 {
+			t.Errorf("histogram %v (alias %v) over %d rounds: want it summing to the rounds and ending at the largest count seen", h, last.SpecAcceptHistogram, last.SpecVerifyCt)
 		}
 	})
 }

@@ -10,9 +10,11 @@ import (
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
-// The cache namespace is SGLang's: /generate has no cache_salt (the seed's
-// "salted cold leg" is fully cached there), extra_key partitions, and the
-// OpenAI routes concatenate cache_salt and extra_key, then the LoRA adapter.
+// The cache namespace is SGLang's since PR #30827: the radix key carries
+// the structured pair (extra_key, cache_salt) on every route, so /generate
+// takes cache_salt (a salted "cold leg" is cold there too), a salt never
+// collides with an extra_key or a concatenation of the two, an empty salt
+// is no salt, and the LoRA adapter still appends to extra_key.
 func TestCacheNamespaces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
@@ -22,19 +24,23 @@ func TestCacheNamespaces(t *testing.T) {
 			want               int
 		}{
 			{"cold", "/generate", ``, 0},
-			{"cache_salt on /generate is ignored", "/generate", `"cache_salt": "a"`, 499},
-			{"another salt, still ignored", "/generate", `"cache_salt": "b"`, 499},
+			{"cache_salt partitions /generate", "/generate", `"cache_salt": "a"`, 0},
+			{"the same salt again", "/generate", `"cache_salt": "a"`, 499},
+			{"another salt is cold", "/generate", `"cache_salt": "b"`, 0},
+			{"an empty salt is no salt", "/generate", `"cache_salt": ""`, 499},
 			{"extra_key partitions /generate", "/generate", `"extra_key": "ab"`, 0},
 			{"an empty extra_key is a namespace of its own", "/generate", `"extra_key": ""`, 0},
 			{"the empty namespace again", "/generate", `"extra_key": ""`, 499},
-			{"OpenAI cache_salt + extra_key concatenate", "/v1/completions", `"cache_salt": "a", "extra_key": "b"`, 499},
-			{"cache_salt alone is the key", "/v1/completions", `"cache_salt": "ab"`, 499},
-			{"a different salt is cold", "/v1/completions", `"cache_salt": "abc"`, 0},
-			{"empty salt and key are no namespace", "/v1/completions", `"cache_salt": "", "extra_key": ""`, 499},
+			{"OpenAI salt and extra_key are a pair, not a concatenation", "/v1/completions", `"cache_salt": "a", "extra_key": "b"`, 0},
+			{"the same pair on /generate", "/generate", `"cache_salt": "a", "extra_key": "b"`, 499},
+			{"a salt never meets an extra_key", "/v1/completions", `"cache_salt": "ab"`, 0},
+			{"the salted namespace is one across routes", "/v1/completions", `"cache_salt": "a"`, 499},
+			{"OpenAI's empty salt and key are no namespace", "/v1/completions", `"cache_salt": "", "extra_key": ""`, 499},
 			{"LoRA appends to the key", "/generate", `"extra_key": "a", "lora_path": "b"`, 499},
 			{"LoRA alone", "/v1/completions", `"lora_path": "ab"`, 499},
-			{"LoRA after the salt", "/v1/completions", `"cache_salt": "x", "lora_path": "y"`, 0},
-			{"the same on /generate", "/generate", `"extra_key": "xy"`, 499},
+			{"LoRA with a salt", "/v1/completions", `"cache_salt": "x", "lora_path": "y"`, 0},
+			{"the adapter's key without the salt", "/generate", `"extra_key": "y"`, 0},
+			{"the salted one again", "/generate", `"cache_salt": "x", "lora_path": "y"`, 499},
 		}
 		for _, st := range steps {
 			var body string

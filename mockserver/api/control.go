@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -53,7 +54,7 @@ func (s *Server) flushCache(c *gin.Context) {
 func (s *Server) health(c *gin.Context) { c.Status(http.StatusOK) }
 
 // healthGenerate runs a one-token generation unless something already runs,
-// as SGLang does; the request stays out of the metrics.
+// as SGLang does; the request stays out of the metrics and /sim/requests.
 func (s *Server) healthGenerate(c *gin.Context) {
 	if !s.eng.Stats().Idle {
 		c.Status(http.StatusOK)
@@ -64,6 +65,7 @@ func (s *Server) healthGenerate(c *gin.Context) {
 		InputIDs:     []int32{0},
 		MaxNewTokens: 1,
 		Internal:     true,
+		NoMetrics:    true, // SGLang's health check sets log_metrics=false
 	})
 	if err != nil {
 		c.Status(http.StatusServiceUnavailable)
@@ -120,12 +122,50 @@ func (s *Server) serverInfo(c *gin.Context) {
 	state["memory_usage"] = gin.H{"weight": 0.0, "kvcache": 0.0, "token_capacity": st.KVCapacity, "graph": 0.0}
 	state["effective_max_running_requests_per_dp"] = s.args.MaxRunningRequests
 	info := s.flatArgs()
+	// The scheduler's info, which SGLang merges in at launch.
+	info["status"] = "ready"
 	info["max_total_num_tokens"] = s.args.MaxTotalTokens
 	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
+	info["kv_events"] = kvEventsBlock(s.cfg.KVEvents, s.args.PageSize, s.args.DPSize)
 	info["internal_states"] = []map[string]any{state}
 	info["version"] = SGLangVersion
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)
+}
+
+// kvEventsDescriptor is /server_info's kv_events: what a KV-aware router
+// needs to subscribe without being told the ports (http_server.py, as
+// SGLang's tests of _build_kv_events_block pin it).
+type kvEventsDescriptor struct {
+	Publisher        string `json:"publisher"`
+	EndpointHost     string `json:"endpoint_host"`
+	EndpointPortBase int    `json:"endpoint_port_base"`
+	Topic            string `json:"topic"`
+	BlockSize        int    `json:"block_size"`
+	DPSize           int    `json:"dp_size"`
+}
+
+// kvEventsBlock is the kv_events descriptor, or nil (JSON null, the key
+// still there) when no zmq publisher runs or its endpoint is no TCP address
+// a router could dial: inproc:// or ipc://, no port, or a port outside
+// 1..65535. The host is as configured, a wildcard ("*", "0.0.0.0")
+// included: the router substitutes the replica's own address; an IPv6
+// host keeps its brackets.
+func kvEventsBlock(kv *KVEventsInfo, pageSize, dpSize int) *kvEventsDescriptor {
+	if kv == nil || kv.Publisher != "zmq" || pageSize <= 0 {
+		return nil
+	}
+	addr, ok := strings.CutPrefix(kv.Endpoint, "tcp://")
+	i := strings.LastIndexByte(addr, ':')
+	if !ok || i < 0 {
+		return nil
+	}
+	port, err := strconv.Atoi(addr[i+1:])
+	if err != nil || port < 1 || port > 65535 {
+		return nil
+	}
+	return &kvEventsDescriptor{Publisher: kv.Publisher, EndpointHost: addr[:i], EndpointPortBase: port,
+		Topic: kv.Topic, BlockSize: pageSize, DPSize: dpSize}
 }
 
 func (s *Server) abortRequest(c *gin.Context) {

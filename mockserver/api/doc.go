@@ -26,8 +26,11 @@
 // (load, cache size and lifetime hit rate), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
-// "sim", and kv_events_config, the --kv-events-config JSON as given (null
-// without KV events), as SGLang's server args do.
+// "sim"; SGLang's "status" ("ready"); kv_events_config, the
+// --kv-events-config JSON as given (null without KV events), as SGLang's
+// server args do; and SGLang's kv_events descriptor (publisher,
+// endpoint_host, endpoint_port_base, topic, block_size, dp_size), null
+// unless a zmq publisher runs on a TCP port a router can dial.
 //
 // # Behaviour, as SGLang's
 //
@@ -43,21 +46,44 @@
 //     decoded once, as its tokens come, so an OpenAI stream costs time
 //     linear in its length.
 //     meta_info carries reasoning_tokens (0: no reasoning parser) and
-//     cached_tokens_details ({"device": N, "host": 0}, or null).
+//     cached_tokens_details ({"device": N, "host": 0}, or null); the first
+//     output a client gets (a stream's first event) has
+//     response_sent_to_client_ts. Under --enable-metrics every event has
+//     queue_time, forward_entry_time and prefill_finished_time, and the
+//     last one request_received_ts, api_server_dispatch_finish_ts,
+//     request_finished_ts and decode_throughput, as SGLang's time stats
+//     give them: durations and rates in simulated seconds, timestamps the
+//     wall times (seconds since the epoch) of the modelled moments. Under
+//     speculative decoding the last event has SGLang's spec_* fields with
+//     the aliases it keeps (spec_accepted_drafts, spec_proposed_drafts,
+//     spec_accept_histogram); spec_correct_drafts_histogram grows to the
+//     largest count of accepted drafts seen.
 //     A streaming /generate sends its status line and headers at once,
 //     before prefill, as SGLang returns its StreamingResponse first.
 //     OpenAI streams carry text deltas and, as SGLang kick-starts their
 //     generators, send nothing (not even the status line) before the first
 //     output; a chat choice's role delta goes out with its first content,
 //     and the empty deltas carrying finish_reason follow the last output.
-//     An aborted request ends its stream with finish_reason "abort": every
-//     abort the mock makes is SGLang's kind without an HTTP status (a
-//     user's, a disconnect's, shutdown's), which SGLang's OpenAI layer
-//     also ends with a finish chunk, not a data: {"error": ...} event; the
-//     mock has no mid-stream error. Chat deltas
+//     An aborted request ends its stream with finish_reason "abort" when
+//     the abort has no HTTP status (a user's, a disconnect's, shutdown's).
+//     The scheduler's aborts carry one, and SGLang's tokenizer manager
+//     answers them as errors (_handle_abort_finish_reason): the last
+//     request of a decode batch that runs out of memory even alone (500)
+//     gets 500 {"detail": ...} when it waits for one answer, a
+//     finish_reason with status_code 500 in a /generate stream, and in an
+//     OpenAI stream a data: {"error": {...}} event (type
+//     INTERNAL_SERVER_ERROR, written as json.dumps writes it) that ends
+//     the choices; a prompt of max_req_input_len tokens or more, which the
+//     scheduler queues already aborted (400), gets in an OpenAI stream HTTP
+//     200, that error event (type BAD_REQUEST), the usage chunk if asked
+//     for (one prompt token) and [DONE]. Chat deltas
 //     carry "reasoning_content": null; completions chunks carry "usage":
 //     null, and their final usage chunk drops a null prompt_tokens_details
-//     (exclude_none), while chat's keeps it.
+//     (exclude_none), while chat's keeps it. return_cached_tokens_details
+//     adds SGLang's "sglext": {"cached_tokens_details": {...}} (the first
+//     sequence's, when it has cached tokens, with or without
+//     --enable-cache-report) to a response, and to a stream as a chunk of
+//     its own with no choices, before the usage chunk.
 //   - A request refused before scheduling gets 400: the validation envelope
 //     {"object":"error",...,"code":400} for malformed bodies, {"error":
 //     {"message"}} from /generate, the ErrorResponse with type
@@ -68,10 +94,12 @@
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
 //     413 past the body limit; 503 while starting (until the warmup
 //     request finishes) and while shutting down.
-//   - The prefix cache is partitioned by extra_key with the LoRA adapter
-//     appended, as SGLang's Req builds it. /generate has no cache_salt (the
-//     key is ignored there); the OpenAI routes prepend cache_salt to
-//     extra_key, as _compute_extra_key does.
+//   - The prefix cache is partitioned by the pair (extra_key, cache_salt)
+//     on every route, as SGLang's RadixKey since PR #30827: extra_key with
+//     the LoRA adapter appended, as SGLang's Req builds it, and the salt
+//     beside it, never concatenated; /generate takes cache_salt as a value
+//     or a list per prompt. An empty salt is no salt; an empty extra_key is
+//     a namespace of its own on /generate and none on the OpenAI routes.
 //   - Parallel sampling (n > 1) is SGLang's: every copy is checked first,
 //     then each prompt is prefilled by a request with max_new_tokens 0 and
 //     a fresh rid (counted like any other), waited for, and only then are
@@ -93,8 +121,9 @@
 //     at EOS, which the mock never samples. max_completion_tokens past the
 //     context length is refused with SGLang's message.
 //   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
-//     more is refused with the scheduler's message (and /server_info
-//     reports that max_req_input_len); ids past the vocabulary and a rid
+//     more is refused with the scheduler's message (400, or an OpenAI
+//     stream's error event, above; /server_info reports that
+//     max_req_input_len); ids past the vocabulary and a rid
 //     already running get SGLang's messages. A length that, with the
 //     prompt, passes the context length is refused with SGLang's total,
 //     exact even near 2^63. Integer fields decode exactly: a literal
@@ -134,6 +163,13 @@
 //     waiting client's when its 4 s wait on the request times out or its
 //     next 50-token output goes out; until then they run, hold their KV
 //     and batch slot, and keep the server busy.
+//   - /metrics (--enable-metrics) has SGLang's names and labels: the
+//     tokenizer manager's counters and histograms carry model_name, and
+//     cached_tokens_total its cache_source ("device"); the scheduler's
+//     gauges and realtime_tokens_total carry engine_type ("unified"),
+//     model_name, moe_ep_rank, pp_rank and tp_rank. The warmup request
+//     counts, an ordinary request on SGLang; /health_generate's does not
+//     (log_metrics=false). Neither is listed under /sim/requests.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -98,4 +100,101 @@ func flushReply(err error) (int, string) {
 	default:
 		return http.StatusBadRequest, "Flush cache failed.\n"
 	}
+}
+
+// schedulerAbort is a request SGLang's scheduler aborts with an HTTP
+// status: a prompt the scheduler refuses (engine.InvalidRequestError with
+// Scheduler; 400) or the out-of-memory abort of a decode batch's last
+// request (a finish with StatusCode 500).
+type schedulerAbort struct {
+	message string
+	status  int
+}
+
+// schedulerRefusal reports whether err is a refusal of SGLang's scheduler,
+// which answers it after queueing the request, not before.
+func schedulerRefusal(err error) (schedulerAbort, bool) {
+	var ire *engine.InvalidRequestError
+	if errors.As(err, &ire) && ire.Scheduler {
+		return schedulerAbort{ire.Message, http.StatusBadRequest}, true
+	}
+	return schedulerAbort{}, false
+}
+
+// abortWithStatus finds an output that ended in an abort with an HTTP
+// status, which SGLang's tokenizer manager turns into an error
+// (_handle_abort_finish_reason).
+func abortWithStatus(outs []*output) (schedulerAbort, bool) {
+	for _, o := range outs {
+		if f := o.last.Finish; f != nil && f.StatusCode != 0 {
+			return schedulerAbort{f.Message, f.StatusCode}, true
+		}
+	}
+	return schedulerAbort{}, false
+}
+
+// writeDetail answers a request whose output ended in a 500 or 503
+// abort: SGLang's tokenizer manager raises FastAPI's HTTPException, whose
+// body is {"detail": message}.
+func writeDetail(c *gin.Context, a schedulerAbort) {
+	writeJSON(c, a.status, gin.H{"detail": a.message})
+}
+
+// statusNames are Python's HTTPStatus names, which an OpenAI stream's error
+// event gives as its type.
+var statusNames = map[int]string{
+	http.StatusBadRequest:          "BAD_REQUEST",
+	http.StatusInternalServerError: "INTERNAL_SERVER_ERROR",
+	http.StatusServiceUnavailable:  "SERVICE_UNAVAILABLE",
+}
+
+// streamErrorEvent is the data of an OpenAI stream's error event for an
+// abort with a status (serving_chat.py and serving_completions.py; the
+// text of serving_base.py's create_streaming_error_response, which
+// json.dumps writes: spaces after the separators, non-ASCII escaped).
+func streamErrorEvent(a schedulerAbort) []byte {
+	b := []byte(`{"error": {"object": "error", "message": `)
+	b = appendPythonString(b, a.message)
+	b = append(b, `, "type": `...)
+	b = appendPythonString(b, statusNames[a.status])
+	b = append(b, `, "param": null, "code": `...)
+	b = strconv.AppendInt(b, int64(a.status), 10)
+	return append(b, "}}"...)
+}
+
+// appendPythonString appends s as Python's json.dumps writes a string
+// (ensure_ascii): ASCII as it is but the quote, the backslash and control
+// characters; everything else as \uXXXX escapes, in UTF-16.
+func appendPythonString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	u := func(b []byte, r rune) []byte {
+		return append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+	}
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r == '\n':
+			b = append(b, `\n`...)
+		case r == '\r':
+			b = append(b, `\r`...)
+		case r == '\t':
+			b = append(b, `\t`...)
+		case r == '\b':
+			b = append(b, `\b`...)
+		case r == '\f':
+			b = append(b, `\f`...)
+		case r < 0x20 || r == utf8.RuneError:
+			b = u(b, r)
+		case r < 0x7f:
+			b = append(b, byte(r))
+		case r > 0xffff:
+			r -= 0x10000
+			b = u(u(b, 0xd800+r>>10), 0xdc00+r&0x3ff)
+		default:
+			b = u(b, r)
+		}
+	}
+	return append(b, '"')
 }

@@ -36,6 +36,10 @@ func (s *Server) generate(c *gin.Context) {
 	if !ok {
 		return // the client left; its requests are aborted
 	}
+	if a, ok := abortWithStatus(outs); ok {
+		writeDetail(c, a)
+		return
+	}
 	if !p.batch {
 		writeJSON(c, http.StatusOK, outs[0].response(false))
 		return

@@ -31,9 +31,10 @@ type generateBody struct {
 	// ReturnTextInLogprobs puts each token's text in the logprob tuples.
 	ReturnTextInLogprobs bool            `json:"return_text_in_logprobs"`
 	LoraPath             json.RawMessage `json:"lora_path"`
-	// ExtraKey partitions the prefix cache. GenerateReqInput has no
-	// cache_salt: a /generate body's cache_salt is an unknown key, ignored.
-	ExtraKey json.RawMessage `json:"extra_key"`
+	// ExtraKey and CacheSalt partition the prefix cache, as the pair
+	// (extra_key, cache_salt), each a value or a list of one per prompt.
+	ExtraKey  json.RawMessage `json:"extra_key"`
+	CacheSalt json.RawMessage `json:"cache_salt"`
 }
 
 // perItem decodes a field that is either one value for every item or a
@@ -142,6 +143,10 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 	if err != nil {
 		return plan{}, err
 	}
+	salts, err := perItem(b.CacheSalt, n, "cache_salt", (*string)(nil))
+	if err != nil {
+		return plan{}, err
+	}
 	copies, err := copiesOf(params[0].N)
 	if err != nil {
 		return plan{}, err
@@ -171,7 +176,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 		if err := s.tokenizeForLogprobs(&it); err != nil {
 			return plan{}, err
 		}
-		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i])
+		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i], salts[i])
 		for range copies {
 			it.index = len(p.items)
 			p.items = append(p.items, it)
@@ -184,7 +189,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 
 // itemFrom maps sampling params onto an engine request.
 func (s *Server) itemFrom(p samplingParams) item {
-	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval}
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval, metrics: s.cfg.EnableMetrics}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
 		it.req.MaxNewTokens = int(*p.MaxNewTokens)

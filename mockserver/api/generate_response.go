@@ -1,6 +1,10 @@
 package api
 
-import "github.com/sglmock/sglmock/mockserver/engine"
+import (
+	"time"
+
+	"github.com/sglmock/sglmock/mockserver/engine"
+)
 
 // Finish reasons, with fields in SGLang's order.
 type (
@@ -38,6 +42,9 @@ func finishReason(f *engine.Finish) any {
 		return finishStop{"stop", *f.MatchedString}
 	case f.InWaitingQueue:
 		return finishAbortInQueue{"abort", f.Message}
+	case f.StatusCode != 0:
+		code := f.StatusCode // the scheduler's abort (out of memory): no error type
+		return finishAbort{Type: "abort", Message: f.Message, StatusCode: &code}
 	}
 	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }
@@ -64,20 +71,51 @@ type metaInfo struct {
 	// CachedTokensDetails is output_streamer.py's breakdown: all device
 	// (GPU) tokens, there being no host cache; null when nothing is cached.
 	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
-	E2ELatency          float64              `json:"e2e_latency,omitempty"`
-	// Speculative decoding, final event only: the v0.4/v0.5 names and the
-	// current ones, so clients of every era find theirs.
-	SpecVerifyCt          *int     `json:"spec_verify_ct,omitempty"`
-	SpecAcceptRate        *float64 `json:"spec_accept_rate,omitempty"`
-	SpecAcceptLength      *float64 `json:"spec_accept_length,omitempty"`
-	SpecAcceptTokenNum    *int     `json:"spec_accept_token_num,omitempty"`
-	SpecDraftTokenNum     *int     `json:"spec_draft_token_num,omitempty"`
-	SpecNumCorrectDrafts  *int     `json:"spec_num_correct_drafts,omitempty"`
-	SpecNumProposedDrafts *int     `json:"spec_num_proposed_drafts,omitempty"`
-	SpecAcceptedDrafts    *int     `json:"spec_accepted_drafts,omitempty"`
-	SpecProposedDrafts    *int     `json:"spec_proposed_drafts,omitempty"`
-	SpecAcceptHistogram   []int    `json:"spec_accept_histogram,omitempty"`
+	*schedulerTiming
+	E2ELatency float64 `json:"e2e_latency,omitempty"`
+	*finishTiming
+	// Speculative decoding, final event only (fill_spec_decoding_meta):
+	// the current names, then the aliases SGLang keeps for old clients.
+	SpecAcceptRate             *float64 `json:"spec_accept_rate,omitempty"`
+	SpecAcceptLength           *float64 `json:"spec_accept_length,omitempty"`
+	SpecNumCorrectDrafts       *int     `json:"spec_num_correct_drafts,omitempty"`
+	SpecNumProposedDrafts      *int     `json:"spec_num_proposed_drafts,omitempty"`
+	SpecVerifyCt               *int     `json:"spec_verify_ct,omitempty"`
+	SpecAcceptedDrafts         *int     `json:"spec_accepted_drafts,omitempty"`
+	SpecProposedDrafts         *int     `json:"spec_proposed_drafts,omitempty"`
+	SpecCorrectDraftsHistogram []int    `json:"spec_correct_drafts_histogram,omitempty"`
+	SpecAcceptHistogram        []int    `json:"spec_accept_histogram,omitempty"`
+	// ResponseSentToClientTS is when the tokenizer manager yielded the
+	// request's first output to the client (its first stream event, or the
+	// whole response): the wall time of that event's modelled moment.
+	ResponseSentToClientTS *float64 `json:"response_sent_to_client_ts,omitempty"`
 }
+
+// schedulerTiming is what the scheduler's time stats add to every event
+// under --enable-metrics (SchedulerReqTimeStats.convert_to_output_meta_info):
+// the queueing time in simulated seconds, and the wall times of the
+// modelled admission and end of prefill.
+type schedulerTiming struct {
+	QueueTime           *float64 `json:"queue_time,omitempty"`
+	ForwardEntryTime    *float64 `json:"forward_entry_time,omitempty"`
+	PrefillFinishedTime *float64 `json:"prefill_finished_time,omitempty"`
+}
+
+// finishTiming is what the tokenizer manager's time stats add to the last
+// event under --enable-metrics (APIServerReqTimeStats
+// .convert_to_output_meta_info): wall times of the modelled arrival and
+// finish (the mock tokenizes at once, so dispatch is arrival), and the
+// decode rate after the first token in simulated seconds.
+type finishTiming struct {
+	RequestReceivedTS         float64  `json:"request_received_ts"`
+	APIServerDispatchFinishTS float64  `json:"api_server_dispatch_finish_ts"`
+	RequestFinishedTS         float64  `json:"request_finished_ts"`
+	DecodeThroughput          *float64 `json:"decode_throughput,omitempty"`
+}
+
+// realtime is a wall time as SGLang's convert_time_to_realtime gives it:
+// seconds since the epoch.
+func realtime(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 func (o *output) meta() metaInfo {
 	ev := o.last
@@ -97,6 +135,9 @@ func (o *output) meta() metaInfo {
 	if ev.Truth != nil {
 		m.E2ELatency = ev.Truth.E2E().Seconds()
 	}
+	if o.item.metrics && o.wall != nil {
+		m.schedulerTiming, m.finishTiming = o.timing()
+	}
 	if sp := ev.Spec; sp != nil && sp.VerifyCt > 0 {
 		verify, accepted, proposed := sp.VerifyCt, sp.AcceptedDrafts, sp.ProposedDrafts
 		length := float64(ev.CompletionTokens) / float64(verify)
@@ -104,13 +145,49 @@ func (o *output) meta() metaInfo {
 		if proposed > 0 {
 			rate = float64(accepted) / float64(proposed)
 		}
-		m.SpecVerifyCt, m.SpecAcceptLength, m.SpecAcceptRate = &verify, &length, &rate
-		m.SpecAcceptTokenNum, m.SpecDraftTokenNum = &accepted, &proposed
-		m.SpecNumCorrectDrafts, m.SpecNumProposedDrafts = &accepted, &proposed
+		m.SpecAcceptRate, m.SpecAcceptLength = &rate, &length
+		m.SpecNumCorrectDrafts, m.SpecNumProposedDrafts, m.SpecVerifyCt = &accepted, &proposed, &verify
 		m.SpecAcceptedDrafts, m.SpecProposedDrafts = &accepted, &proposed
-		m.SpecAcceptHistogram = sp.Histogram
+		m.SpecCorrectDraftsHistogram, m.SpecAcceptHistogram = sp.Histogram, sp.Histogram
+	}
+	if o.sent == 0 && o.wall != nil {
+		ts := realtime(o.wall(ev.At))
+		m.ResponseSentToClientTS = &ts
 	}
 	return m
+}
+
+// timing is the --enable-metrics timing of the output's last event: the
+// scheduler's (once the request was admitted), and at the finish the
+// tokenizer manager's.
+func (o *output) timing() (*schedulerTiming, *finishTiming) {
+	ev := o.last
+	scheduled, prefilled := true, true
+	if t := ev.Truth; t != nil {
+		scheduled, prefilled = t.Scheduled(), t.Prefilled
+	}
+	var st *schedulerTiming
+	if scheduled {
+		queue, entry := (ev.Admitted - ev.Arrival).Seconds(), realtime(o.wall(ev.Admitted))
+		st = &schedulerTiming{QueueTime: &queue, ForwardEntryTime: &entry}
+		if prefilled {
+			done := realtime(o.wall(ev.FirstToken))
+			st.PrefillFinishedTime = &done
+		}
+	}
+	t := ev.Truth
+	if t == nil {
+		return st, nil
+	}
+	ft := &finishTiming{
+		RequestReceivedTS: realtime(o.wall(t.Arrival)), APIServerDispatchFinishTS: realtime(o.wall(t.Arrival)),
+		RequestFinishedTS: realtime(o.wall(t.Finished)),
+	}
+	if decode := (t.Finished - t.FirstToken).Seconds(); t.Prefilled && decode > 0 && t.CompletionTokens > 1 {
+		rate := float64(t.CompletionTokens-1) / decode
+		ft.DecodeThroughput = &rate
+	}
+	return st, ft
 }
 
 // waitingQueueMeta is the meta_info SGLang's tokenizer manager sends for a

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,7 +72,7 @@ func newMetrics(model string) *metrics {
 // finished is the engine's finish hook: it queues the truth, whatever its
 // length, and wakes the observing goroutine.
 func (m *metrics) finished(t *engine.Truth) {
-	if t.Internal {
+	if t.NoMetrics {
 		return
 	}
 	m.mu.Lock()
@@ -147,32 +148,37 @@ func (m *metrics) observe(t *engine.Truth) {
 	}
 }
 
-// engineCollector exposes the engine's counters and gauges.
+// engineCollector exposes the engine's counters and gauges, with the
+// labels of the SGLang collector that keeps each: the tokenizer manager's
+// counters carry model_name; the scheduler's gauges and counters carry
+// its labels too (engine_type "unified": neither prefill nor decode of a
+// disaggregated pair; the ranks of the mock's single GPU).
 type engineCollector struct {
 	eng   *engine.Engine
 	model string
 }
 
 var (
-	labelNames = []string{"model_name"}
-	desc       = func(name, help string, extra ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append(append([]string{}, labelNames...), extra...), nil)
+	tokenizerLabels = []string{"model_name"}
+	schedulerLabels = []string{"engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"}
+	desc            = func(labels []string, name, help string, extra ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, append(slices.Clone(labels), extra...), nil)
 	}
-	descPromptTokens     = desc("sglang:prompt_tokens_total", "Number of prefill tokens processed.")
-	descGenerationTokens = desc("sglang:generation_tokens_total", "Number of generation tokens processed.")
-	descCachedTokens     = desc("sglang:cached_tokens_total", "Number of cached prompt tokens.")
-	descRequests         = desc("sglang:num_requests_total", "Number of requests processed.")
-	descAborted          = desc("sglang:num_aborted_requests_total", "Number of requests aborted.")
-	descRealtimeTokens   = desc("sglang:realtime_tokens_total", "Total number of tokens processed, by mode.", "mode")
-	descRunning          = desc("sglang:num_running_reqs", "The number of running requests.")
-	descQueued           = desc("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
-	descUsedTokens       = desc("sglang:num_used_tokens", "The number of used tokens.")
-	descTokenUsage       = desc("sglang:token_usage", "The token usage.")
-	descGenThroughput    = desc("sglang:gen_throughput", "The generation throughput (token/s).")
-	descCacheHitRate     = desc("sglang:cache_hit_rate", "The prefix cache hit rate of the last prefill batch.")
-	descMaxTotalTokens   = desc("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.")
-	descSpecAcceptLength = desc("sglang:spec_accept_length", "The average acceptance length of speculative decoding.")
-	descSpecAcceptRate   = desc("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
+	descPromptTokens     = desc(tokenizerLabels, "sglang:prompt_tokens_total", "Number of prefill tokens processed.")
+	descGenerationTokens = desc(tokenizerLabels, "sglang:generation_tokens_total", "Number of generation tokens processed.")
+	descCachedTokens     = desc(tokenizerLabels, "sglang:cached_tokens_total", "Number of cached prompt tokens by source (device/host/storage).", "cache_source")
+	descRequests         = desc(tokenizerLabels, "sglang:num_requests_total", "Number of requests processed.")
+	descAborted          = desc(tokenizerLabels, "sglang:num_aborted_requests_total", "Number of requests aborted.")
+	descRealtimeTokens   = desc(schedulerLabels, "sglang:realtime_tokens_total", "Total number of tokens processed, by mode.", "mode")
+	descRunning          = desc(schedulerLabels, "sglang:num_running_reqs", "The number of running requests.")
+	descQueued           = desc(schedulerLabels, "sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+	descUsedTokens       = desc(schedulerLabels, "sglang:num_used_tokens", "The number of used tokens.")
+	descTokenUsage       = desc(schedulerLabels, "sglang:token_usage", "The token usage.")
+	descGenThroughput    = desc(schedulerLabels, "sglang:gen_throughput", "The generation throughput (token/s).")
+	descCacheHitRate     = desc(schedulerLabels, "sglang:cache_hit_rate", "The prefix cache hit rate of the last prefill batch.")
+	descMaxTotalTokens   = desc(schedulerLabels, "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.")
+	descSpecAcceptLength = desc(schedulerLabels, "sglang:spec_accept_length", "The average acceptance length of speculative decoding.")
+	descSpecAcceptRate   = desc(schedulerLabels, "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -185,20 +191,24 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.eng.Stats()
+	scheduler := []string{"unified", c.model, "0", "0", "0"}
 	counter := func(d *prometheus.Desc, v int64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{c.model}, extra...)...)
 	}
+	schedulerCounter := func(d *prometheus.Desc, v int64, mode string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(slices.Clone(scheduler), mode)...)
+	}
 	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, c.model)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, scheduler...)
 	}
 	counter(descPromptTokens, st.PromptTokens)
 	counter(descGenerationTokens, st.GenerationTokens)
-	counter(descCachedTokens, st.CachedTokens)
+	counter(descCachedTokens, st.CachedTokens, "device") // the mock's cache is all on the GPU
 	counter(descRequests, st.Requests)
 	counter(descAborted, st.Aborted)
-	counter(descRealtimeTokens, st.PromptTokens-st.CachedTokens, "prefill_compute")
-	counter(descRealtimeTokens, st.CachedTokens, "prefill_cache")
-	counter(descRealtimeTokens, st.GenerationTokens, "decode")
+	schedulerCounter(descRealtimeTokens, st.PromptTokens-st.CachedTokens, "prefill_compute")
+	schedulerCounter(descRealtimeTokens, st.CachedTokens, "prefill_cache")
+	schedulerCounter(descRealtimeTokens, st.GenerationTokens, "decode")
 	gauge(descRunning, float64(st.Running))
 	gauge(descQueued, float64(st.Queued))
 	gauge(descUsedTokens, float64(st.KVUsed))

@@ -43,13 +43,13 @@ func TestFinishHookOnlyQueues(t *testing.T) {
 	m := newMetrics("m")
 	m.close()
 	m.finished(longTruth(16384))
-	m.finished(&engine.Truth{Internal: true, CompletionTokens: 5, Prefilled: true})
+	m.finished(&engine.Truth{NoMetrics: true, CompletionTokens: 5, Prefilled: true})
 	if got := itlCount(t, m); got != 0 {
 		t.Fatalf("after the hook: got %d inter-token latencies observed, want 0 (queued)", got)
 	}
 	m.observePending()
 	if got := itlCount(t, m); got != 16383 {
-		t.Fatalf("after the scrape's observation: got %d, want 16383 (the internal request left out)", got)
+		t.Fatalf("after the scrape's observation: got %d, want 16383 (the health check left out)", got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
@@ -162,6 +164,12 @@ func (r *openAIRun) run() {
 	if err != nil && r.c.Request.Context().Err() != nil {
 		return // the client left while its prompts were cached
 	}
+	if a, ok := schedulerRefusal(err); ok && r.common.Stream {
+		// SGLang's scheduler queues the request already aborted: the
+		// stream has begun when the abort comes back.
+		r.streamRefused(a)
+		return
+	}
 	if err != nil {
 		// SGLang kick-starts a stream's generator before answering, so a
 		// stream refused before its first output gets the same 400.
@@ -174,6 +182,10 @@ func (r *openAIRun) run() {
 	}
 	outs, ok := collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
+		return
+	}
+	if a, ok := abortWithStatus(outs); ok {
+		writeDetail(r.c, a)
 		return
 	}
 	choices := make([]any, len(outs))
@@ -199,6 +211,7 @@ func (r *openAIRun) run() {
 		Choices:  choices,
 		Usage:    &u,
 		Metadata: &metadata{WeightVersion: weightVersion},
+		Sglext:   sglextOf(r.common, outs),
 	})
 }
 
@@ -212,10 +225,7 @@ func (r *openAIRun) run() {
 // request, as SGLang's loop variable leaves it.
 func (r *openAIRun) stream(streams []*engine.Stream) {
 	created := time.Now().Unix()
-	object := "text_completion"
-	if r.chat {
-		object = "chat.completion.chunk"
-	}
+	object := r.chunkObject()
 	w := &sse{c: r.c}
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
@@ -230,9 +240,20 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		w.end(appendChatChunk(w.begin(), lastRID, object, created, model, &choice, u))
 	}
 	var finished []*output // chat choices, in the order they finished
+	failed := false        // an abort with a status ended the stream
 	outs, ok := streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
-		first := o.sent == 0
+		if failed {
+			return
+		}
 		lastRID = o.rid
+		if f := o.last.Finish; f != nil && f.StatusCode != 0 {
+			// _generate_chat_stream and _generate_completion_stream: an
+			// error event, and no more choices' chunks.
+			w.add(streamErrorEvent(schedulerAbort{f.Message, f.StatusCode}))
+			failed = true
+			return
+		}
+		first := o.sent == 0
 		delta := o.textDelta()
 		if first && r.echo != nil {
 			delta = r.echo(i) + delta
@@ -276,15 +297,53 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		reason, matched := openAIFinish(o.last.Finish)
 		addChat(chatChunkChoice{Index: o.item.index, Delta: chatDelta{}, FinishReason: reason, MatchedStop: matched}, nil)
 	}
-	if opts != nil && opts.IncludeUsage {
-		u := r.s.usageOf(outs, r.plan.copies, true)
-		ch := streamChunk{ID: lastRID, Object: object, Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+	if ext := sglextOf(r.common, outs); ext != nil {
+		// A chunk of its own, before the usage chunk (_generate_chat_stream,
+		// _generate_completion_stream).
 		if r.chat {
-			ch.Created = time.Now().Unix()
+			w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: time.Now().Unix(), Model: model, Choices: []any{}, Sglext: ext}))
 		} else {
-			ch.Usage = usageExcludeNone(u)
+			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: model, Choices: []any{}, Sglext: ext}))
 		}
-		w.add(marshal(ch))
+	}
+	if opts != nil && opts.IncludeUsage {
+		r.addUsage(w, lastRID, created, r.s.usageOf(outs, r.plan.copies, true))
+	}
+	w.done()
+}
+
+// addUsage adds the final usage chunk of a stream.
+func (r *openAIRun) addUsage(w *sse, id string, created int64, u usage) {
+	ch := streamChunk{ID: id, Object: r.chunkObject(), Created: created, Model: r.model(), Choices: []any{}, Usage: u}
+	if r.chat {
+		ch.Created = time.Now().Unix()
+	} else {
+		ch.Usage = usageExcludeNone(u)
+	}
+	w.add(marshal(ch))
+}
+
+func (r *openAIRun) chunkObject() string {
+	if r.chat {
+		return "chat.completion.chunk"
+	}
+	return "text_completion"
+}
+
+// streamRefused answers a stream whose request SGLang's scheduler aborts
+// as it queues it (a prompt of max_req_input_len tokens or more): HTTP
+// 200, the error event, the usage chunk if asked for, which counts the one
+// token SGLang leaves of the prompt (set_finish_with_abort), and [DONE].
+func (r *openAIRun) streamRefused(a schedulerAbort) {
+	w := &sse{c: r.c}
+	w.add(streamErrorEvent(a))
+	if opts := r.common.StreamOptions; opts != nil && opts.IncludeUsage {
+		id := deref(r.common.RID)
+		if id == "" {
+			u := uuid.New()
+			id = hex.EncodeToString(u[:])
+		}
+		r.addUsage(w, id, time.Now().Unix(), usage{PromptTokens: 1, TotalTokens: 1})
 	}
 	w.done()
 }

@@ -31,6 +31,10 @@ type openAICommon struct {
 	CacheSalt     *string        `json:"cache_salt"`
 	LoraPath      *string        `json:"lora_path"`
 	Temperature   *float64       `json:"temperature"`
+	// ReturnCachedTokensDetails adds SGLang's sglext.cached_tokens_details
+	// to the response (a chunk of its own in a stream), with or without
+	// --enable-cache-report.
+	ReturnCachedTokensDetails bool `json:"return_cached_tokens_details"`
 }
 
 type completionBody struct {
@@ -55,15 +59,14 @@ type chatBody struct {
 	TopLogprobs         *integer      `json:"top_logprobs"`
 }
 
-// openAIExtraKey is serving_base.py's _compute_extra_key: cache_salt then
-// extra_key, concatenated without a separator, the empty ones skipped; none
-// when both are empty.
-func openAIExtraKey(cacheSalt, extraKey *string) *string {
-	key := deref(cacheSalt) + deref(extraKey)
-	if key == "" {
+// openAIExtraKey is the extra_key the OpenAI routes pass on: an empty one
+// is none (serving_base.py's _compute_extra_key). cache_salt goes beside
+// it, not into it (PR #30827).
+func openAIExtraKey(extraKey *string) *string {
+	if deref(extraKey) == "" {
 		return nil
 	}
-	return &key
+	return extraKey
 }
 
 // prepareOpenAI validates the shared fields and plans copies of each
@@ -76,7 +79,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 	if err := checkSequences(len(prompts), copies); err != nil {
 		return plan{}, err
 	}
-	ns := cacheNamespace(openAIExtraKey(b.CacheSalt, b.ExtraKey), deref(b.LoraPath))
+	ns := cacheNamespace(openAIExtraKey(b.ExtraKey), deref(b.LoraPath), b.CacheSalt)
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
 		limit, err := maxNew(&prompt)

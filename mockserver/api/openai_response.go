@@ -47,6 +47,22 @@ func (s *Server) usageOf(outs []*output, copies int, withCached bool) usage {
 	return u
 }
 
+// sglextOf is the response's sglext when the request asked for
+// return_cached_tokens_details: the cached_tokens_details of the first
+// sequence, as serving_chat.py and serving_completions.py take them from
+// the first result (process_cached_tokens_details_from_ret), or nil when
+// it has none (nothing cached).
+func sglextOf(c *openAICommon, outs []*output) *sglext {
+	if !c.ReturnCachedTokensDetails || len(outs) == 0 {
+		return nil
+	}
+	d := outs[0].meta().CachedTokensDetails
+	if d == nil {
+		return nil
+	}
+	return &sglext{CachedTokensDetails: d}
+}
+
 // openAIFinish maps a finish to OpenAI's finish_reason and matched_stop.
 func openAIFinish(f *engine.Finish) (reason any, matched any) {
 	if f == nil {
@@ -74,6 +90,12 @@ type (
 		Choices  []any     `json:"choices"`
 		Usage    *usage    `json:"usage,omitempty"`
 		Metadata *metadata `json:"metadata,omitempty"`
+		Sglext   *sglext   `json:"sglext,omitempty"`
+	}
+	// sglext is SGLang's SglExt: its extensions to OpenAI's response
+	// objects, present only when set.
+	sglext struct {
+		CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details,omitempty"`
 	}
 	metadata struct {
 		WeightVersion string `json:"weight_version"`
@@ -109,12 +131,13 @@ type (
 	// streamChunk is a completions chunk (CompletionStreamResponse, whose
 	// "usage" is there even when null) or a final include_usage chunk.
 	streamChunk struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		Model   string `json:"model"`
-		Choices []any  `json:"choices"`
-		Usage   any    `json:"usage"`
+		ID      string  `json:"id"`
+		Object  string  `json:"object"`
+		Created int64   `json:"created"`
+		Model   string  `json:"model"`
+		Choices []any   `json:"choices"`
+		Usage   any     `json:"usage"`
+		Sglext  *sglext `json:"sglext,omitempty"`
 	}
 	chatChunkChoice struct {
 		Index        int       `json:"index"`

@@ -215,3 +215,27 @@ func TestStreamHoldsBackAStopStringPrefix(t *testing.T) {
 		}
 	})
 }
+
+// return_cached_tokens_details works without --enable-cache-report, as
+// SGLang's serving_completions.py and serving_chat.py read it from
+// meta_info: sglext appears when asked for and something is cached.
+func TestCachedTokensDetailsWithoutCacheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		for _, tt := range []struct {
+			name, fields, want string
+		}{
+			{"cold, asked for", `, "return_cached_tokens_details": true`, ""},
+			{"cached, not asked for", ``, ""},
+			{"cached, asked for", `, "return_cached_tokens_details": true`, `"sglext":{"cached_tokens_details":{"device":19,"host":0}}`},
+		} {
+			code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": `+jsonOf(ids(9, 20))+`, "max_tokens": 1`+tt.fields+`}`)
+			if code != 200 || strings.Contains(body, "prompt_tokens_details\":{") {
+				t.Fatalf("%s: %d %s", tt.name, code, body)
+			}
+			if tt.want == "" && strings.Contains(body, "sglext") || tt.want != "" && !strings.Contains(body, tt.want) {
+				t.Errorf("%s: %s, want sglext %q", tt.name, body, tt.want)
+			}
+		}
+	})
+}

@@ -98,7 +98,7 @@ func TestParallelSamplingCachesThePromptFirst(t *testing.T) {
 				for _, want := range []string{
 					"sglang:num_requests_total" + label + " 4",
 					"sglang:prompt_tokens_total" + label + " 1600",
-					fmt.Sprintf("sglang:cached_tokens_total%s %d", label, 3*tt.wantCached),
+					fmt.Sprintf(`sglang:cached_tokens_total{cache_source="device",model_name="sglmock/small-1b"} %d`, 3*tt.wantCached),
 				} {
 					if !strings.Contains(metrics, want) {
 						t.Errorf("/metrics lacks %q: the prefill counts as a request", want)

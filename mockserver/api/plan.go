@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
@@ -15,19 +16,31 @@ type item struct {
 	noStopTrim     bool
 	streamInterval int
 	logprobs       logprobParams
+	// metrics: --enable-metrics, whose time stats meta_info carries.
+	metrics bool
 }
 
-// cacheNamespace is the radix cache namespace SGLang's Req builds
-// (schedule_batch.py, Req.__init__): the request's extra_key with the LoRA
-// adapter appended, plainly concatenated. A present extra_key, even "", is a
-// namespace of its own, since SGLang's radix key tests extra_key against
-// None; the engine's "" means none, so every present key gets a leading
-// marker byte.
-func cacheNamespace(extraKey *string, lora string) string {
-	if extraKey == nil && lora == "" {
-		return ""
+// cacheNamespace is the radix cache namespace of SGLang's RadixKey: the
+// request's extra_key with the LoRA adapter appended, plainly concatenated
+// (schedule_batch.py, Req.__init__), paired with its cache_salt (PR
+// #30827). A present extra_key, even "", is a namespace of its own, since
+// SGLang's radix key tests extra_key against None; the engine's "" means
+// none, so every present key gets a leading marker byte. An empty salt is
+// no salt, as GenerateReqInput normalises it. A salt alone is marked by
+// its own byte; a salt with a key carries the key's length, so that no pair
+// collides with another or with an unsalted key.
+func cacheNamespace(extraKey *string, lora string, cacheSalt *string) string {
+	key := ""
+	if extraKey != nil || lora != "" {
+		key = "\x01" + deref(extraKey) + lora
 	}
-	return "\x01" + deref(extraKey) + lora
+	switch {
+	case cacheSalt == nil || *cacheSalt == "":
+		return key
+	case key == "":
+		return "\x02" + *cacheSalt
+	}
+	return "\x03" + strconv.Itoa(len(key)) + ":" + key + *cacheSalt
 }
 
 // plan is a parsed generation request: its sequences, prompt-major, with

@@ -2,6 +2,7 @@ package api
 
 import (
 	"strings"
+	"time"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
@@ -29,13 +30,16 @@ type output struct {
 	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
 	// until first needed.
 	stopTail int
+	// wall gives the wall time of a simulated moment on the request's
+	// engine (meta_info's timestamps).
+	wall func(time.Duration) time.Time
 }
 
 // newOutputs starts an output for each stream.
 func newOutputs(items []item, streams []*engine.Stream) []*output {
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
-		outs[i] = &output{item: items[i], rid: st.RID()}
+		outs[i] = &output{item: items[i], rid: st.RID(), wall: st.WallAt}
 	}
 	return outs
 }

@@ -44,18 +44,22 @@ const (
 // /server_info reports flattened. The simulation fills those SGLang infers
 // from the GPU.
 type ServerArgs struct {
-	Host                      string  `json:"host"`
-	Port                      int     `json:"port"`
-	ModelPath                 string  `json:"model_path"`
-	TokenizerPath             string  `json:"tokenizer_path"`
-	ServedModelName           string  `json:"served_model_name"`
-	ContextLength             int     `json:"context_length"`
-	PageSize                  int     `json:"page_size"`
-	ChunkedPrefillSize        int     `json:"chunked_prefill_size"`
-	MaxPrefillTokens          int     `json:"max_prefill_tokens"`
-	MaxRunningRequests        int     `json:"max_running_requests"`
-	MaxTotalTokens            int     `json:"max_total_tokens"`
-	DisableRadixCache         bool    `json:"disable_radix_cache"`
+	Host               string `json:"host"`
+	Port               int    `json:"port"`
+	ModelPath          string `json:"model_path"`
+	TokenizerPath      string `json:"tokenizer_path"`
+	ServedModelName    string `json:"served_model_name"`
+	ContextLength      int    `json:"context_length"`
+	PageSize           int    `json:"page_size"`
+	ChunkedPrefillSize int    `json:"chunked_prefill_size"`
+	MaxPrefillTokens   int    `json:"max_prefill_tokens"`
+	MaxRunningRequests int    `json:"max_running_requests"`
+	MaxTotalTokens     int    `json:"max_total_tokens"`
+	DisableRadixCache  bool   `json:"disable_radix_cache"`
+	// DisableOverlapSchedule is true when the profile has no flush window
+	// (flush_busy_after_finish_s 0, as --disable-overlap-schedule sets):
+	// the overlap scheduler's only effect the mock models.
+	DisableOverlapSchedule    bool    `json:"disable_overlap_schedule"`
 	EnableCacheReport         bool    `json:"enable_cache_report"`
 	EnableMetrics             bool    `json:"enable_metrics"`
 	APIKey                    *string `json:"api_key"` // always reported as null: it is a secret
@@ -108,8 +112,16 @@ type Config struct {
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
 	// CacheEvents, if set, receives the radix cache's KV events
 	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
-	// shows of its configuration.
+	// shows of its configuration, KVEvents its kv_events descriptor.
 	CacheEvents engine.CacheEvents
+	KVEvents    *KVEventsInfo
+}
+
+// KVEventsInfo is the KV event publisher as /server_info's kv_events
+// descriptor describes it: the publisher ("zmq" or "null"), the PUB
+// endpoint as configured and the topic its messages carry.
+type KVEventsInfo struct {
+	Publisher, Endpoint, Topic string
 }
 
 const (
@@ -205,6 +217,7 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	a.MaxRunningRequests = p.MaxRunningRequests
 	a.MaxTotalTokens = p.MaxTotalTokens
 	a.DisableRadixCache = s.cfg.DisableRadixCache
+	a.DisableOverlapSchedule = p.FlushBusyAfterFinishS == 0
 	a.EnableCacheReport = s.cfg.EnableCacheReport
 	a.EnableMetrics = s.cfg.EnableMetrics
 	a.APIKey = nil
@@ -237,7 +250,9 @@ func (s *Server) MarkReady() { s.state.CompareAndSwap(stateStarting, stateReady)
 
 // Warmup runs SGLang's warmup request (a short generation of "The capital
 // city of France is") and marks the server ready, as launch_server does.
-// Like SGLang's, the warmup prompt stays in the prefix cache.
+// Like SGLang's, the warmup prompt stays in the prefix cache and the
+// request counts in the metrics (an ordinary /generate there); it stays
+// out of /sim/requests, which lists the clients' requests.
 func (s *Server) Warmup(ctx context.Context) error {
 	st, err := s.eng.Submit(engine.Request{Text: "The capital city of France is", MaxNewTokens: 8, Internal: true})
 	if err != nil {

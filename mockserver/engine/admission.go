@@ -27,6 +27,10 @@ const (
 	// retractDecodeSteps (SGLANG_RETRACT_DECODE_STEPS) is how many decode
 	// steps a retraction leaves room for per remaining request.
 	retractDecodeSteps = 20
+	// ignoreEOSReserveTokens (schedule_policy.py's
+	// IGNORE_EOS_RESERVE_TOKENS) is the slack add_one_req_ignore_eos keeps
+	// per request for corner cases.
+	ignoreEOSReserveTokens = 1
 )
 
 // tokenRatio is SGLang's NewTokenRatioTracker: the expected share of a
@@ -63,6 +67,9 @@ type prefillBudget struct {
 	page          int
 	totalOffset   float64 // expected output of the running batch, and what this batch reserves
 	currentOffset int     // what this batch allocates at once
+	// eos is add_one_req_ignore_eos's req_states, built at its first call
+	// for this batch (nil until then).
+	eos []eosState
 }
 
 func (s *scheduler) newPrefillBudget() prefillBudget {
@@ -94,6 +101,75 @@ func (b *prefillBudget) hasCapacity(s *scheduler) bool {
 // output and one page of alignment must fit strictly inside what remains.
 func (b *prefillBudget) fits(s *scheduler, extend, expectedNew int) bool {
 	return float64(extend+expectedNew+b.page) < b.remainingTotal(s)
+}
+
+// eosState is one request's entry in add_one_req_ignore_eos's list: the
+// tokens it may still generate (all of max_new_tokens under ignore_eos,
+// else that times the token ratio) and the tokens its KV holds.
+type eosState struct {
+	left     float64
+	occupied int
+}
+
+// fitsIgnoringEOS is SGLang's add_one_req_ignore_eos, the admission of an
+// ignore_eos request without the radix cache (ChunkCache). The request's
+// page-ceiled extend must fit what remains; then, with every request of
+// the batch and of the running batch sorted by the tokens it may still
+// generate, each suffix of that list must be able to run to its end on the
+// KV free now plus what the requests before it release when they finish.
+// The list persists for the batch: a later candidate is inserted into it.
+func (b *prefillBudget) fitsIgnoringEOS(s *scheduler, it *iteration, r *req, extend int) bool {
+	paged := b.ceilPage(extend)
+	curRem := s.availableAndEvictable() - b.currentOffset
+	if float64(paged) > min(float64(curRem), b.remainingTotal(s)) {
+		return false
+	}
+	state := func(q *req) (eosState, bool) {
+		ratio := s.ratio.current
+		if q.ignoreEOS {
+			ratio = 1
+		}
+		st := eosState{left: float64(q.maxNew)*ratio - float64(len(q.outputs)), occupied: len(q.tokens) + len(q.outputs)}
+		return st, st.left > 0
+	}
+	if b.eos == nil {
+		b.eos = []eosState{}
+		for _, q := range append(append([]*req{r}, s.running...), prefillReqs(it)...) {
+			if st, ok := state(q); ok {
+				b.eos = append(b.eos, st)
+			}
+		}
+		slices.SortStableFunc(b.eos, func(x, y eosState) int { return cmp.Compare(x.left, y.left) })
+	} else if st, ok := state(r); ok {
+		// Python's insertion: the first entry with at least as many
+		// tokens left, or, when there is none, before the last entry.
+		i := 0
+		for i = range b.eos {
+			if st.left <= b.eos[i].left {
+				break
+			}
+		}
+		b.eos = slices.Insert(b.eos, i, st)
+	}
+	cur, freed := curRem-paged, 0
+	for i, st := range b.eos {
+		bs := len(b.eos) - i
+		if float64(cur+freed)-st.left*float64(bs) <= float64(ignoreEOSReserveTokens*bs) {
+			return false
+		}
+		freed += st.occupied
+	}
+	return true
+}
+
+// prefillReqs is the requests a prefill batch holds so far (SGLang's
+// can_run_list).
+func prefillReqs(it *iteration) []*req {
+	reqs := make([]*req, len(it.prefill))
+	for i, c := range it.prefill {
+		reqs[i] = c.r
+	}
+	return reqs
 }
 
 func (b *prefillBudget) reserve(extend, expectedNew int) {
@@ -139,19 +215,24 @@ func (s *scheduler) decodeFits(reqs []*req) bool {
 // does not fit. It keeps the requests with the most output (the shortest
 // prompt on a tie, batch order after that) and retracts the others one at a
 // time, least preferred first, until the step fits or one request is left.
-// A retracted request's KV is freed without inserting its output into the
-// cache; it goes to the back of the waiting queue, as SGLang's
-// _add_request_to_queue appends it, and is prefilled again, prompt and
-// output, when admitted. The token ratio becomes the remaining requests'
-// (output so far + 20 steps each) / (max_new_tokens + 1).
+// Under speculative decoding SGLang does not sort: it retracts from the back
+// of the batch, the request that joined it last first. A retracted
+// request's KV is freed without inserting its output into the cache; it
+// goes to the back of the waiting queue, as SGLang's _add_request_to_queue
+// appends it, and is prefilled again, prompt and output, when admitted. The
+// token ratio becomes the remaining requests' (output so far + 20 steps
+// each) / (max_new_tokens + 1). If the one request left still does not
+// fit, SGLang aborts it with status 500 (abortOutOfMemory).
 func (s *scheduler) retractDecode() {
 	keep := slices.Clone(s.running)
-	slices.SortStableFunc(keep, func(a, b *req) int {
-		if c := cmp.Compare(len(b.outputs), len(a.outputs)); c != 0 {
-			return c
-		}
-		return cmp.Compare(len(a.tokens), len(b.tokens))
-	})
+	if s.prof.Speculative == nil {
+		slices.SortStableFunc(keep, func(a, b *req) int {
+			if c := cmp.Compare(len(b.outputs), len(a.outputs)); c != 0 {
+				return c
+			}
+			return cmp.Compare(len(a.tokens), len(b.tokens))
+		})
+	}
 	before := s.free()
 	oldRatio := s.ratio.current
 	var retracted []*req
@@ -178,6 +259,23 @@ func (s *scheduler) retractDecode() {
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))
+	if len(keep) == 1 && !s.decodeFits(keep) {
+		s.abortOutOfMemory(keep[0])
+	}
+}
+
+// OutOfMemoryMessage is SGLang's abort message for the last request of a
+// decode batch that does not fit even alone (retract_decode).
+const OutOfMemoryMessage = "Out of memory even after retracting all other requests in the decode batch. Aborting the last request."
+
+// abortOutOfMemory ends r, the one request left after retract_decode, which
+// still lacks its decode KV (under speculative decoding, the draft
+// reserve): SGLang aborts it with status 500 rather than run out of
+// memory. Its committed KV goes into the cache as any finish's does.
+func (s *scheduler) abortOutOfMemory(r *req) {
+	s.log.Warn(OutOfMemoryMessage)
+	s.finish(r, Finish{Reason: FinishAbort, Message: OutOfMemoryMessage, StatusCode: 500}, nil, s.now)
+	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }
 
 // release frees a retracted request's KV without caching its output

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -217,6 +218,135 @@ func TestUsedTokensLeaveOutTheEvictableCache(t *testing.T) {
 		drain(t, b)
 		a.Abort()
 		drain(t, a)
+		checkDrained(t, e)
+	})
+}
+
+// outputsAt counts the tokens t had at simulated time at: the prefill's
+// first token and every round that had ended by then.
+func outputsAt(t *Truth, at time.Duration) int {
+	n := 0
+	if len(t.Prefill) > 0 {
+		n = 1
+	}
+	for _, r := range t.Rounds {
+		if r.Start+r.Duration <= at {
+			n += r.Gained * r.Count
+		}
+	}
+	return n
+}
+
+// Under speculative decoding SGLang's retract_decode does not sort the
+// batch: it retracts from its back. a is admitted first and b right after
+// it; with their own acceptance draws b has generated more than a when the
+// pool runs out, yet b, the request that joined last, is retracted (sorting
+// by output would have retracted a).
+func TestSpeculativeRetractionTakesTheBackOfTheBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "llama-8b-eagle3-h100")
+		p.ContextLength, p.MaxTotalTokens = 8192, 10000
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 20), MaxNewTokens: 6000})
+		b := submit(t, e, Request{RID: "b", InputIDs: prompt(2, 40), MaxNewTokens: 6000})
+		eva, evb := drain(t, a), drain(t, b)
+		ta, tb := eva[len(eva)-1].Truth, evb[len(evb)-1].Truth
+		if ta.Retractions != 0 || tb.Retractions != 1 || len(tb.Prefill) != 2 {
+			t.Fatalf("retractions: a %d, b %d (b prefilled %d times); want b, the back of the batch, retracted once", ta.Retractions, tb.Retractions, len(tb.Prefill))
+		}
+		// The retraction came when b's last round before it ended.
+		var at time.Duration
+		for _, r := range tb.Rounds {
+			if r.Start < tb.Prefill[1].Start {
+				at = max(at, r.Start+r.Duration)
+			}
+		}
+		if oa, ob := outputsAt(ta, at), outputsAt(tb, at); oa != 4919 || ob != 5011 {
+			t.Fatalf("outputs when the pool ran out at %v: a %d, b %d; want 4919 and 5011 (b ahead of a)", at, oa, ob)
+		}
+		if ta.CompletionTokens != 6000 || tb.CompletionTokens != 6000 {
+			t.Fatalf("completion tokens: a %d, b %d, want 6000 each", ta.CompletionTokens, tb.CompletionTokens)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// A lone request that still cannot get its decode KV once every other
+// request is retracted is aborted by SGLang's retract_decode with status
+// 500. Under EAGLE3 a round reserves 2 x max(3 x 1, 4) = 8 slots; a
+// 100-token prompt in a 1000-token pool asks for 898 tokens, all the pool
+// allows (init_req_max_new_tokens), but once fewer than 8 slots are free,
+// at 894 or more outputs, the next round does not fit and nothing is left
+// to retract.
+func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		p := loadProfile(t, "llama-8b-eagle3-h100")
+		p.ContextLength, p.MaxTotalTokens = 1000, 1000
+		e := startEngine(t, Config{Profile: p, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		defer e.Close()
+		last, _ := run(t, e, Request{RID: "a", InputIDs: prompt(1, 100), MaxNewTokens: 898})
+		f, tr := last.Finish, last.Truth
+		if f.Reason != FinishAbort || f.Message != OutOfMemoryMessage || f.StatusCode != 500 {
+			t.Fatalf("finish %+v, want SGLang's out-of-memory abort with status 500", *f)
+		}
+		// Before the last round it had < 894 outputs, so that round fit.
+		n := tr.CompletionTokens
+		lastRound := tr.Rounds[len(tr.Rounds)-1]
+		if free := 1000 - (100 + n - 1); n < 894 || n > 897 || n-lastRound.Gained >= 894 || free >= 8 {
+			t.Fatalf("aborted with %d outputs (%d free slots, the last round gave %d); want the first count at which fewer than 8 slots are free",
+				n, free, lastRound.Gained)
+		}
+		if st := e.Stats(); st.Aborted != 1 || st.Requests != 1 {
+			t.Fatalf("counters: %d aborted of %d, want 1 of 1", st.Aborted, st.Requests)
+		}
+		if !strings.Contains(buf.String(), OutOfMemoryMessage) {
+			t.Fatalf("log lacks %q", OutOfMemoryMessage)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// Without the radix cache SGLang admits ignore_eos requests through
+// add_one_req_ignore_eos (bench_serving sends ignore_eos by default), which
+// reserves every request's whole output and admits a request only if the
+// batch, sorted by what each may still generate, can run to its end. With
+// a 40000-token pool, eight requests of 1000 prompt and 8000 output
+// tokens: the first runs alone; the next prefill admits three more, and the
+// fifth would leave 40000 - 1000 - 3 x 1001 - 1000 - 5 x 7999 = -4998 <=
+// 5 slots for its batch of five; so the last four wait until the first
+// finishes, and nothing is ever retracted. PrefillAdder's usual test (the
+// output clipped to 4096 and scaled by 0.7) admits more and retracts.
+func TestIgnoreEOSAdmissionWithoutRadixCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := loadProfile(t, "default")
+		p.MaxTotalTokens = 40000
+		e := startEngine(t, Config{Profile: p, DisableRadixCache: true})
+		defer e.Close()
+		var streams []*Stream
+		for i := range 8 {
+			streams = append(streams, submit(t, e, Request{RID: fmt.Sprint(i), InputIDs: prompt(int32(i), 1000), MaxNewTokens: 8000, IgnoreEOS: true}))
+		}
+		var truths []*Truth
+		for _, s := range streams {
+			evs := drain(t, s)
+			truths = append(truths, evs[len(evs)-1].Truth)
+		}
+		first := truths[0].Prefill[0]
+		for i, tr := range truths {
+			want := first.Start + first.Duration // the second prefill batch
+			switch {
+			case i == 0:
+				want = 0
+			case i >= 4:
+				want = truths[0].Finished
+			}
+			if tr.Admitted != want || tr.Retractions != 0 || tr.CompletionTokens != 8000 {
+				t.Fatalf("request %d: admitted at %v with %d retractions, %d tokens; want admitted at %v, never retracted, 8000 tokens",
+					i, tr.Admitted, tr.Retractions, tr.CompletionTokens, want)
+			}
+		}
 		checkDrained(t, e)
 	})
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -141,6 +142,41 @@ func TestAbortMatchesRIDPrefixes(t *testing.T) {
 		e.AbortAll()
 		if ev := last("other"); ev.Finish.Message != AbortedMessage {
 			t.Fatalf("abort_all: other ended %+v", ev.Finish)
+		}
+		checkDrained(t, e)
+	})
+}
+
+// An abort that comes while a chunk other than the last runs (SGLang PR
+// #28086, process_pending_chunked_abort): no later chunk runs, the chunk in
+// flight is freed without being cached, and the chunks that finished stay
+// cached. Kimi prefills a 45507-token prompt in 16384-token chunks; aborted
+// during its second chunk, a resend reuses the first chunk only.
+func TestAbortDuringChunkedPrefillCachesOnlyFinishedChunks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000")})
+		defer e.Close()
+		ids := prompt(1, 45507)
+		a := submit(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 10})
+		time.Sleep(8 * time.Second) // the first chunk ends at 5.97 s, the second at 14.8 s
+		if !e.Abort("a") {
+			t.Fatal("a was not active")
+		}
+		evs := drain(t, a)
+		tr := evs[len(evs)-1].Truth
+		var chunks []int
+		for _, c := range tr.Prefill {
+			chunks = append(chunks, c.Tokens)
+		}
+		if !slices.Equal(chunks, []int{16384, 16384}) || tr.Finish.Reason != FinishAbort || tr.CompletionTokens != 0 {
+			t.Fatalf("aborted during chunk 2: chunks %v, finish %q, %d tokens; want [16384 16384], abort, 0", chunks, tr.Finish.Reason, tr.CompletionTokens)
+		}
+		if st := e.Stats(); st.CacheTokens != 16384 {
+			t.Fatalf("cache after the abort: %d tokens, want the first chunk's 16384", st.CacheTokens)
+		}
+		again, _ := run(t, e, Request{RID: "again", InputIDs: ids, MaxNewTokens: 1})
+		if again.CachedTokens != 16384 {
+			t.Fatalf("resend: cached %d, want 16384", again.CachedTokens)
 		}
 		checkDrained(t, e)
 	})

@@ -52,17 +52,29 @@
 //     batch already reserved. A request that does not fit waits at the
 //     head of the queue, and no prefill is tried again until a request
 //     finishes or is retracted.
+//   - Without the radix cache an ignore_eos request is admitted as
+//     SGLang's add_one_req_ignore_eos does: its page-ceiled extend must
+//     fit, and the batch (running and admitted requests and this one),
+//     sorted by the tokens each may still generate (all of max_new_tokens
+//     under ignore_eos, else times the ratio), must be able to run to its
+//     end: for every suffix of k requests, the free KV plus what the ones
+//     before it release must exceed k x (its tokens left + 1). Such a
+//     batch never needs a retraction.
 //   - Running requests can therefore outgrow the pool. When a decode step
 //     does not fit (one token a request, or under speculative decoding
 //     SGLang's reserve of 2 x max(num_steps x topk, num_draft_tokens); the
 //     mock holds no over-allocated draft slots between rounds), SGLang's
 //     retract_decode frees requests, the fewest
-//     outputs (then the longest prompt) first, until it fits or one is
-//     left: their KV is freed without caching their output, they go to the
-//     back of the queue with their output kept, and are prefilled again,
-//     prompt and output, when readmitted (counted in num_retractions; hits
-//     then are not cached tokens). The ratio becomes the remaining
-//     requests' (output + 20 each) / (max_new_tokens + 1).
+//     outputs (then the longest prompt) first, or under speculative
+//     decoding the back of the batch first (SGLang sorts only without it),
+//     until it fits or one is left: their KV is freed without caching
+//     their output, they go to the back of the queue with their output
+//     kept, and are prefilled again, prompt and output, when readmitted
+//     (counted in num_retractions; hits then are not cached tokens). The
+//     ratio becomes the remaining requests' (output + 20 each) /
+//     (max_new_tokens + 1). A last request that still does not fit is
+//     aborted with status 500 and SGLang's "Out of memory even after
+//     retracting all other requests..." (OutOfMemoryMessage).
 //   - The first output token comes out of prefill. Each decode round gives
 //     every running request one token, or k tokens (1 <= k <= num_steps+1)
 //     under speculative decoding, drawn from the request's own RNG seeded by
@@ -71,9 +83,11 @@
 //     string (SGLang's order). Its prompt and output, but the last token,
 //     go into the cache; its lock and private KV are released. An abort
 //     does the same when the step in flight ends, whose tokens come with
-//     it (a chunked prefill stops after the chunk in flight), with
-//     SGLang's "Aborted"; a request only queued ends at once, "Abort in
-//     waiting queue". Abort(rid) takes every request whose rid starts
+//     it, with SGLang's "Aborted"; a request only queued ends at once,
+//     "Abort in waiting queue". A prompt aborted while a chunk other than
+//     its last is in flight runs no later chunk, and that chunk is freed
+//     without being cached: only the chunks before it stay in the cache
+//     (SGLang's process_pending_chunked_abort, PR #28086). Abort(rid) takes every request whose rid starts
 //     with an active rid, as SGLang's scheduler matches them.
 //   - A client that leaves (Stream.Disconnect) has its request aborted
 //     when SGLang's tokenizer manager would: a stream's 2 s later, a

@@ -256,7 +256,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		tokens = slices.Clone(tokens) // the caller keeps its slice
 	}
 	q := &req{
-		internal:  r.Internal,
+		noMetrics: r.NoMetrics,
 		seq:       seq,
 		rid:       r.RID,
 		ns:        r.Namespace,
@@ -277,17 +277,17 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rid = hex.EncodeToString(id[:]) // SGLang's uuid4().hex
 		rngKey = "#" + strconv.FormatUint(seq, 10)
 	}
+	q.ignoreEOS = r.IgnoreEOS
 	if !r.IgnoreEOS {
 		q.stopIDs = slices.Clone(r.StopTokenIDs)
 	}
 	if r.ReturnLogprob && r.LogprobStartLen >= 0 {
 		q.maxCached = r.LogprobStartLen
 	}
-	if spec := e.prof.Speculative; spec != nil {
+	if e.prof.Speculative != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
-		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
-	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
@@ -412,7 +412,7 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			ctxLen, uint64(len(tokens))+uint64(r.MaxNewTokens), len(tokens), r.MaxNewTokens)}
 	case len(tokens) >= maxInput:
-		return &InvalidRequestError{Message: fmt.Sprintf(
+		return &InvalidRequestError{Scheduler: true, Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
 				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -118,7 +119,7 @@ func TestCountersAndThroughput(t *testing.T) {
 		}
 		// A prefill batch sets it; a flush keeps it and the throughput.
 		run(t, e, Request{RID: "c", InputIDs: ids, MaxNewTokens: 1})
-		if err := e.Flush(context.Background(), 0, "test"); err != nil {
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil { // waits out the overlap window
 			t.Fatal(err)
 		}
 		if after := e.Stats(); after.LastCacheHitRate != 999.0/1000 || after.LastGenThroughput != st.LastGenThroughput {
@@ -175,15 +176,32 @@ func TestSGLangLogLines(t *testing.T) {
 		e := startEngine(t, Config{Profile: p, Logger: logger, DecodeLogInterval: 2})
 		defer e.Close()
 		run(t, e, Request{RID: "a", InputIDs: prompt(1, 300), MaxNewTokens: 30})
-		e.Flush(context.Background(), 0, "test")
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil {
+			t.Fatal(err)
+		}
 		for _, re := range []string{
 			`Prefill batch, #new-seq: 1, #new-token: 300, #cached-token: 0, token usage: 0\.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput \(token/s\): \d+\.\d\d"`,
-			`Decode batch, #running-req: 1, #cached-token: 0, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
+			`Decode batch, #running-req: 1, #token: \d+, token usage: 0\.00, accept len: \d\.\d\d, accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"`,
 			`Cache flushed successfully!`,
 		} {
 			if !regexp.MustCompile(re).Match(buf.Bytes()) {
 				t.Errorf("log lacks a line matching %q:\n%s", re, buf.String())
 			}
+		}
+		// SGLang's own log parser (debug_utils/log_parser.py) reads every
+		// decode line by "#running-req: N, #token: N".
+		parser := regexp.MustCompile(`#running-req: \d+, #token: \d+`)
+		decodes := 0
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "Decode batch") {
+				decodes++
+				if !parser.MatchString(line) {
+					t.Errorf("SGLang's log parser cannot read %q", line)
+				}
+			}
+		}
+		if decodes == 0 {
+			t.Fatal("no decode line logged")
 		}
 	})
 }
@@ -210,18 +228,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestInternalRequestsStayOutOfCountersAndOnFinishSeesAll(t *testing.T) {
+// A health check (SGLang's log_metrics=false) stays out of the counters;
+// the warmup request, an ordinary request on SGLang, counts. Both stay
+// out of Truths, which lists the clients' requests; OnFinish sees all.
+func TestInternalRequestsAndCounters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var seen []string
 		e := startEngine(t, Config{Profile: loadProfile(t, "default"), OnFinish: func(tr *Truth) { seen = append(seen, tr.RID) }})
 		defer e.Close()
-		run(t, e, Request{RID: "health", InputIDs: []int32{0}, MaxNewTokens: 1, Internal: true})
+		run(t, e, Request{RID: "health", InputIDs: []int32{0}, MaxNewTokens: 1, Internal: true, NoMetrics: true})
+		run(t, e, Request{RID: "warmup", InputIDs: prompt(2, 5), MaxNewTokens: 1, Internal: true})
 		run(t, e, Request{RID: "user", InputIDs: prompt(1, 10), MaxNewTokens: 2})
-		if st := e.Stats(); st.Counters != (Counters{Requests: 1, PromptTokens: 10, GenerationTokens: 2}) {
-			t.Fatalf("counters: got %+v, want only the user request", st.Counters)
+		if st := e.Stats(); st.Counters != (Counters{Requests: 2, PromptTokens: 15, GenerationTokens: 3}) {
+			t.Fatalf("counters: got %+v, want the warmup and the user request", st.Counters)
 		}
-		if !slices.Equal(seen, []string{"health", "user"}) {
-			t.Fatalf("OnFinish saw %q, want both requests", seen)
+		if !slices.Equal(seen, []string{"health", "warmup", "user"}) {
+			t.Fatalf("OnFinish saw %q, want every request", seen)
+		}
+		var listed []string
+		for _, tr := range e.Truths() {
+			listed = append(listed, tr.RID)
+		}
+		if !slices.Equal(listed, []string{"user"}) {
+			t.Fatalf("Truths lists %q, want the client's request only", listed)
 		}
 	})
 }

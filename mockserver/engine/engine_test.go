@@ -192,8 +192,9 @@ func TestSeedTrapAndFixes(t *testing.T) {
 			t.Fatalf("second leg: %v (reused from %q), want faster than %v and reusing a", tb, b.Truth.ReusedFrom, ta)
 		}
 
-		// Fix 1: flush between the legs; both legs cost the same.
-		if err := e.Flush(context.Background(), 0, "test"); err != nil {
+		// Fix 1: flush between the legs; both legs cost the same. (A flush
+		// right after a response waits out the overlap scheduler's window.)
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil {
 			t.Fatal(err)
 		}
 		c, tc := run(t, e, Request{RID: "c", Text: body, MaxNewTokens: 1})
@@ -216,20 +217,29 @@ func TestSeedTrapAndFixes(t *testing.T) {
 	})
 }
 
-// A request that finishes out of prefill leaves the engine idle at once:
-// no decode round runs for it, so a flush right after its response works.
-func TestIdleRightAfterPrefillOnlyRequest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
-		defer e.Close()
-		for _, maxNew := range []int{0, 1} {
-			run(t, e, Request{InputIDs: prompt(1, 500), MaxNewTokens: maxNew})
-			synctest.Wait()
-			if err := e.Flush(context.Background(), 0, "test"); err != nil {
-				t.Fatalf("max_new_tokens %d: flush right after the response: %v", maxNew, err)
+// A request that finishes out of prefill (max_new_tokens 0 or 1) keeps the
+// server busy for a flush as long as one that decoded: SGLang's overlap
+// scheduler launches the next step before it processes the prefill's
+// result. Without the overlap scheduler (--disable-overlap-schedule, a
+// window of 0) a flush right after its response works.
+func TestFlushRightAfterPrefillOnlyRequest(t *testing.T) {
+	for _, window := range []float64{0.004, 0} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "default")
+			p.FlushBusyAfterFinishS = window
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			for _, maxNew := range []int{0, 1} {
+				run(t, e, Request{InputIDs: prompt(1, 500), MaxNewTokens: maxNew})
+				synctest.Wait()
+				err := e.Flush(context.Background(), 0, "test")
+				if window > 0 && err != ErrFlushSettling || window == 0 && err != nil {
+					t.Fatalf("window %v, max_new_tokens %d: flush right after the response: %v", window, maxNew, err)
+				}
+				time.Sleep(time.Duration(window * float64(time.Second)))
 			}
-		}
-	})
+		})
+	}
 }
 
 // SGLang is not idle for a flush right after a response: its overlap
@@ -299,8 +309,8 @@ func TestFlushRules(t *testing.T) {
 		if err := <-parked; err != nil {
 			t.Fatalf("parked flush: %v", err)
 		}
-		if finished := evs[len(evs)-1].Truth.Finished; flushedAt != finished {
-			t.Fatalf("parked flush answered at %v, want when the request finished (%v)", flushedAt, finished)
+		if settled := evs[len(evs)-1].Truth.Finished + p.FlushBusyAfterFinish(); flushedAt != settled || settled == evs[len(evs)-1].Truth.Finished {
+			t.Fatalf("parked flush answered at %v, want when the server settled, the overlap window after the request finished (%v)", flushedAt, settled)
 		}
 		st := e.Stats()
 		if st.CacheTokens != 0 || st.KVUsed != 0 {
@@ -398,7 +408,7 @@ func TestAbortReleasesEverything(t *testing.T) {
 			t.Fatalf("running abort: got %+v after %d tokens", last.Finish, last.CompletionTokens)
 		}
 		checkDrained(t, e)
-		if err := e.Flush(context.Background(), 0, "test"); err != nil {
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.KVUsed != 0 || st.Aborted != 2 {
@@ -606,7 +616,7 @@ func TestSpeculativeMeanAcceptLength(t *testing.T) {
 		if st := e.Stats(); st.SpecRounds != int64(folded) || math.Abs(st.AvgSpecAcceptLength-float64(tokens)/float64(folded)) > 1e-12 {
 			t.Fatalf("server average accept length: got %v over %d rounds, want %v over %d", st.AvgSpecAcceptLength, st.SpecRounds, float64(tokens)/float64(folded), folded)
 		}
-		if err := e.Flush(context.Background(), 0, "test"); err != nil {
+		if err := e.Flush(context.Background(), time.Second, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if st := e.Stats(); st.SpecRounds != 0 {

@@ -142,6 +142,10 @@ func (s *scheduler) recordDecode(it *iteration) (decodeLog, bool) {
 	return l, true
 }
 
+// logDecode writes SGLang's decode line (metrics_reporter.py,
+// report_decode_stats), which has no #cached-token: only the prefill line
+// does, and SGLang's own log parser (debug_utils/log_parser.py) reads a
+// decode line by its "#running-req: N, #token: N".
 func (s *scheduler) logDecode(l decodeLog) {
 	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
@@ -150,7 +154,7 @@ func (s *scheduler) logDecode(l decodeLog) {
 	if l.spec {
 		accept = fmt.Sprintf("accept len: %.2f, accept rate: %.2f, ", l.acceptLength, l.acceptRate)
 	}
-	s.log.Info(fmt.Sprintf("Decode batch, #running-req: %d, #cached-token: 0, #token: %d, token usage: %.2f, %s"+
+	s.log.Info(fmt.Sprintf("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %s"+
 		"cuda graph: True, gen throughput (token/s): %.2f, #queue-req: %d",
 		l.running, l.tokens, l.usage, accept, l.genThroughput, l.queued))
 }

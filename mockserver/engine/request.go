@@ -24,7 +24,9 @@ type Request struct {
 	MaxNewTokens int
 	// StopTokenIDs and Stop end generation at a token id or once the output
 	// text contains a string. The mock never samples EOS, so IgnoreEOS
-	// changes nothing and is accepted for compatibility.
+	// changes no output; it drops StopTokenIDs, as SGLang does, and
+	// without the radix cache it selects SGLang's stricter admission
+	// (add_one_req_ignore_eos).
 	StopTokenIDs []int32
 	Stop         []string
 	IgnoreEOS    bool
@@ -33,9 +35,13 @@ type Request struct {
 	ReturnLogprob   bool
 	LogprobStartLen int
 	// Internal marks the server's own requests (health checks, warmup):
-	// they run like any other but stay out of Counters, as SGLang's
-	// log_metrics=false keeps them out of its metrics.
+	// they run like any other but stay out of Truths (/sim/requests), which
+	// lists the clients' requests.
 	Internal bool
+	// NoMetrics keeps a request out of Counters and the metrics, as
+	// SGLang's log_metrics=false keeps a health check out of its metrics.
+	// SGLang's warmup request is an ordinary request: it counts.
+	NoMetrics bool
 }
 
 // Finish reasons, as SGLang spells them.
@@ -59,6 +65,11 @@ type Finish struct {
 	// Message explains a FinishAbort: SGLang's "Aborted" for a request in
 	// a batch, "Abort in waiting queue" for a queued one.
 	Message string
+	// StatusCode is the HTTP status a FinishAbort carries when the
+	// scheduler, not a client, aborted the request (SGLang's FINISH_ABORT
+	// status_code): 500 for OutOfMemoryMessage. 0 is a client's abort,
+	// which has none.
+	StatusCode int
 	// InWaitingQueue marks an abort of a request still in the waiting
 	// queue: SGLang's tokenizer manager, not a batch output, answers it,
 	// with a finish_reason of type and message only and a meta_info
@@ -77,7 +88,7 @@ type SpecStats struct {
 	VerifyCt       int   // draft+verify rounds
 	AcceptedDrafts int   // drafts accepted over all rounds (bonus tokens excluded)
 	ProposedDrafts int   // drafts proposed: VerifyCt * (num_draft_tokens-1)
-	Histogram      []int // Histogram[a]: rounds that accepted a drafts
+	Histogram      []int // Histogram[a]: rounds that accepted a drafts; as long as the largest a seen, plus one
 }
 
 // Event is one step of a request's output. The first event comes out of
@@ -88,7 +99,12 @@ type Event struct {
 	PromptTokens     int
 	CachedTokens     int
 	At               time.Duration // simulated time since the engine started
-	Finish           *Finish
+	// Arrival, Admitted and FirstToken are when the request arrived, left
+	// the waiting queue (its first admission) and had its first token from
+	// prefill, as Truth has them; the last event of a request that never
+	// got that far has its Truth say so (Truth.Scheduled, Truth.Prefilled).
+	Arrival, Admitted, FirstToken time.Duration
+	Finish                        *Finish
 	// Retractions counts the times the request was retracted so far
 	// (SGLang's num_retractions).
 	Retractions int
@@ -149,6 +165,7 @@ type Truth struct {
 	// request: its KV was freed, and it was queued and prefilled again.
 	Retractions int
 	Internal    bool
+	NoMetrics   bool
 }
 
 // TTFT is the time from arrival to the first token; it means nothing
@@ -191,6 +208,11 @@ func newStream(e *Engine, r *req) *Stream {
 
 // RID is the request's id.
 func (s *Stream) RID() string { return s.rid }
+
+// WallAt returns the wall time at which the request's engine reaches
+// simulated time sim: when an event stamped sim is delivered, the host
+// keeping up.
+func (s *Stream) WallAt(sim time.Duration) time.Time { return s.engine.wallAt(sim) }
 
 // PromptTokens is the number of prompt tokens after tokenization.
 func (s *Stream) PromptTokens() int { return s.promptTokens }
@@ -315,6 +337,14 @@ var (
 
 // InvalidRequestError is a request SGLang would refuse before scheduling it;
 // its message is SGLang's.
-type InvalidRequestError struct{ Message string }
+type InvalidRequestError struct {
+	Message string
+	// Scheduler marks a refusal of SGLang's scheduler rather than its
+	// tokenizer manager: a prompt of max_req_input_len tokens or more,
+	// which the scheduler queues already aborted (validate_input_length,
+	// status 400, its prompt replaced by one token), so that an OpenAI
+	// stream answers it with HTTP 200 and an error event.
+	Scheduler bool
+}
 
 func (e *InvalidRequestError) Error() string { return e.Message }

@@ -20,11 +20,12 @@ type req struct {
 	hash      uint64 // tokenizer.PromptHash(tokens): picks the output words
 	maxNew    int
 	stopIDs   []int32 // honoured unless ignore_eos, as in SGLang
+	ignoreEOS bool
 	stop      []string
 	maxStop   int // longest stop string
 	maxCached int // the most prompt tokens it may take from the cache
 	stream    *Stream
-	internal  bool       // kept out of Counters
+	noMetrics bool       // kept out of Counters
 	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64                   // arrival order
@@ -293,18 +294,31 @@ func (s *scheduler) planPrefill() *iteration {
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
 		expected := r.expectedNew()
-		if !b.fits(s, extend, expected) {
-			s.unadmit(r) // the head of the queue waits for room; FCFS
-			s.batchFull = true
-			break
-		}
 		m := extend
-		switch {
-		case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
-			m = 0 // without chunking only the first prompt may exceed the budget
-		case chunking && b.ceilPage(extend) > budget:
-			m = budget - budget%page
-			expected = 0
+		if r.ignoreEOS && s.tree == nil {
+			// SGLang's add_one_req_ignore_eos: the same budget, a stricter
+			// test, and a chunk of whatever the chunk budget has left.
+			if !b.fitsIgnoringEOS(s, it, r, extend) {
+				s.batchFull = true
+				break
+			}
+			expected = min(r.maxNew, clipMaxNewTokens)
+			if chunking && extend > budget {
+				m, expected = budget, 0
+			}
+		} else {
+			if !b.fits(s, extend, expected) {
+				s.unadmit(r) // the head of the queue waits for room; FCFS
+				s.batchFull = true
+				break
+			}
+			switch {
+			case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
+				m = 0 // without chunking only the first prompt may exceed the budget
+			case chunking && b.ceilPage(extend) > budget:
+				m = budget - budget%page
+				expected = 0
+			}
 		}
 		if m == 0 {
 			s.unadmit(r)
@@ -416,11 +430,11 @@ func (s *scheduler) planDecode() *iteration {
 	if s.decodeFits(s.running) {
 		s.ratio.decayStep()
 	} else {
-		// A lone request that still lacks the speculative reserve runs:
-		// what a round really adds fits, as max_new_tokens is clipped to
-		// the pool and nothing else holds KV during decode.
 		s.retractDecode()
 		s.batchFull = false
+		if len(s.running) == 0 {
+			return nil // the last request was aborted: out of memory
+		}
 	}
 	it := &s.decodeIt
 	*it = iteration{start: s.now, decode: it.decode[:0]}
@@ -481,10 +495,18 @@ func (s *scheduler) completePrefill(it *iteration) {
 	}()
 	for _, c := range it.prefill {
 		r := c.r
-		r.kvLen += c.tokens
 		r.truth.Prefill = append(r.truth.Prefill, ChunkRecord{
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
 		})
+		if r.abortMsg != "" && r.kvLen+c.tokens < len(r.fill()) {
+			// Aborted while a chunk that is not its last ran: SGLang's
+			// process_pending_chunked_abort releases it before that chunk
+			// is cached (release_kv_cache with is_insert=False, PR #28086),
+			// so the chunk is freed and only the chunks before it stay
+			// cached; no later chunk runs.
+			continue
+		}
+		r.kvLen += c.tokens
 		s.cacheUnfinished(r)
 		if r.remainingFill() > 0 {
 			continue // chunked: the next chunk comes in a later iteration
@@ -543,6 +565,11 @@ func (s *scheduler) completeDecode(it *iteration) {
 			r.spec.VerifyCt++
 			r.spec.AcceptedDrafts += g.n - 1
 			r.spec.ProposedDrafts += spec.NumDraftTokens - 1
+			// SGLang's update_spec_acceptance_histogram: the list grows
+			// to the largest count seen.
+			if accepted := g.n - 1; accepted >= len(r.spec.Histogram) {
+				r.spec.Histogram = append(r.spec.Histogram, make([]int, accepted+1-len(r.spec.Histogram))...)
+			}
 			r.spec.Histogram[g.n-1]++
 		}
 		s.emit(r, g.n)
@@ -577,7 +604,7 @@ func (s *scheduler) emit(r *req, n int) {
 	}
 	s.setPrivate(r, r.seqKV()-r.lockedLen())
 	added := len(r.outputs) - start
-	if !r.internal {
+	if !r.noMetrics {
 		s.counters.GenerationTokens += int64(added)
 	}
 	if fin != nil {
@@ -591,6 +618,9 @@ func (s *scheduler) emit(r *req, n int) {
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
 		At:               s.now,
+		Arrival:          r.truth.Arrival,
+		Admitted:         r.truth.Admitted,
+		FirstToken:       r.truth.FirstToken,
 	})
 }
 
@@ -663,7 +693,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 	}
 	r.truth.Finish = fin
 	r.truth.Spec = r.spec
-	if !r.internal {
+	if !r.noMetrics {
 		s.counters.Requests++
 		s.counters.PromptTokens += int64(len(r.tokens))
 		s.counters.CachedTokens += int64(r.cached)
@@ -681,6 +711,9 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		CachedTokens:     r.cached,
 		Retractions:      r.truth.Retractions,
 		At:               at,
+		Arrival:          r.truth.Arrival,
+		Admitted:         r.truth.Admitted,
+		FirstToken:       r.truth.FirstToken,
 		Finish:           &fin,
 		Truth:            truth,
 	}

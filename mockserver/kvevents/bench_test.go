@@ -87,7 +87,7 @@ func BenchmarkPublisherAtC64(b *testing.B) {
 
 		ln := freePort(b)
 		cfg := Config{Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", ln), BufferSteps: DefaultBufferSteps, HWM: DefaultHWM, MaxQueueSize: DefaultMaxQueueSize}
-		topic := DefaultTopic("127.0.0.1", ln, "bench")
+		topic := RouterTopic("127.0.0.1", ln, "bench")
 		pub, err := Start(cfg, topic, nil)
 		if err != nil {
 			b.Fatal(err)

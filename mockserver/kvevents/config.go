@@ -31,10 +31,9 @@ type Config struct {
 	HWM int `json:"hwm"`
 	// MaxQueueSize bounds the batches waiting for the publisher.
 	MaxQueueSize int `json:"max_queue_size"`
-	// Topic is the first frame of every message. SGLang's default is the
-	// empty topic; without a "topic" key the mock uses DefaultTopic, the
-	// llm-d router's kv@<host>:<port>@<model>, and an explicit "" is
-	// SGLang's empty topic.
+	// Topic is the first frame of every message. Without a "topic" key it
+	// is SGLang's default, the empty topic (sglmock fleet gives each
+	// replica RouterTopic instead).
 	Topic *string `json:"topic"`
 }
 
@@ -143,10 +142,11 @@ func (c Config) Binds() bool {
 		strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
 }
 
-// DefaultTopic is the topic the llm-d router reads a replica's identity
+// RouterTopic is the topic the llm-d router reads a replica's identity
 // and model from: kv@<host>:<port>@<served model name>, host and port
-// being the replica's HTTP address as the router's endpoints name it.
-func DefaultTopic(host string, port int, model string) string {
+// being the replica's HTTP address as the router's endpoints name it, unbracketed.
+// SGLang sets no such topic itself; sglmock fleet gives it to every replica.
+func RouterTopic(host string, port int, model string) string {
 	return "kv@" + host + ":" + strconv.Itoa(port) + "@" + model
 }
 

@@ -71,7 +71,7 @@ func TestParseConfigRefuses(t *testing.T) {
 
 func TestTopic(t *testing.T) {
 	var c Config
-	if got := c.TopicOr(DefaultTopic("127.0.0.2", 30001, "org/m")); got != "kv@127.0.0.2:30001@org/m" {
+	if got := c.TopicOr(RouterTopic("127.0.0.2", 30001, "org/m")); got != "kv@127.0.0.2:30001@org/m" {
 		t.Errorf("default topic: got %q", got)
 	}
 	empty := ""

@@ -9,23 +9,41 @@
 // Each message is three frames: the topic, the batch's sequence number as
 // 8 bytes big-endian (0, 1, 2, ... per publisher), and the msgpack payload
 // [ts, [event...], dp_rank] (KVEventBatch, encoded as msgspec encodes
-// array_like structs; see Batch.Encode). There is one event per page:
+// array_like structs; see Batch.Encode). Events are coalesced as SGLang
+// coalesces them since PR #31479 (KVCacheEventRecorder.enqueue): a radix
+// node's pages are one event, a store whose first page hangs from the last
+// page of the store just before it (pages of the same size) extends that
+// event, and removals in a row are one event:
 //
-//	["BlockStored", [hash], parent_hash | nil, [token...], block_size, nil, "GPU"]
-//	["BlockRemoved", [hash], "GPU"]
+//	["BlockStored", [hash...], parent_hash | nil, [token...], block_size, nil, "GPU"]
+//	["BlockRemoved", [hash...], "GPU"]
 //	["AllBlocksCleared"]
 //
 // A page's hash is SGLang's: SHA-256 over the previous page's digest on
 // the path (none for a page at the root) and the page's token ids as 4-byte
 // little-endian integers, its first 64 bits read as a signed int64
-// (radixcache.Digest). Hashes depend on the tokens alone, not on the cache
+// (radixcache.Digest). Under bigram keys (EAGLE-family speculative
+// decoding) a page's tokens are its bigrams, sent as [first, second] pairs,
+// as SGLang sends its tuples. The radix tree announces a page after the
+// page it hangs from, and removes pages exactly as it evicts leaves,
+// children first. AllBlocksCleared comes when the tree starts empty and
+// after every successful flush.
+//
+// # Salted requests: the form the llm-d router decodes
+//
+// Since PR #30827 SGLang seeds the hash chain of a request with a
+// cache_salt with SHA-256("sglang-cache-salt-v1\0" + salt) and appends an
+// eighth field, the map {"cache_salt": salt}, to its BlockStored events
+// (BlockStoredWithMetadata). The llm-d router v0.10.0 cannot decode that:
+// its SGLang adapter (kvevents/engineadapter/sglang_adapter.go,
+// convertBlockStoredEvent) reads the eighth field as lora_name, a string,
+// and a map there fails msgpack decoding, so the router drops the whole
+// batch, the unsalted events in it included. The mock therefore keeps the
+// form the router decodes, the one before PR #30827: a salted request's
+// pages carry the unsalted hash chain and seven fields, as every other
+// page's do. Hashes depend on the tokens alone, not on the cache
 // namespace: two replicas holding the same prefix announce the same
-// hashes. Under bigram keys (EAGLE-family speculative decoding) a page's
-// tokens are its bigrams, sent as [first, second] pairs, as SGLang sends
-// its tuples. The radix tree announces a page after the page it hangs
-// from, and removes pages exactly as it evicts leaves, children first.
-// AllBlocksCleared comes when the tree starts empty and after every
-// successful flush.
+// hashes, whatever their requests' extra_key or cache_salt.
 //
 // # When batches go out
 //
@@ -44,7 +62,8 @@
 // it comes back. The high-water mark bounds the PUB socket's queue
 // (messages past it are dropped, as ZMQ drops them). An optional replay
 // ROUTER socket resends the last buffer_steps messages from a requested
-// sequence number, then the end marker -1. The topic defaults to
-// kv@<host>:<port>@<served model name>, the llm-d router's convention
-// (SGLang's own default is the empty topic).
+// sequence number, then the end marker -1. The topic defaults to SGLang's,
+// the empty topic, so a router tells replicas apart only by a topic the
+// operator sets; sglmock fleet sets kv@<host>:<port>@<served model name>,
+// the llm-d router's convention, on every replica (DefaultTopic).
 package kvevents

@@ -65,11 +65,11 @@ func (r *replayer) apply(t *testing.T, msgs []Message, topic string) {
 		for _, e := range b.Events {
 			switch e.Kind {
 			case BlockStored:
-				r.stored++
-				err = r.set.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens, Bigram: e.Bigram}})
+				r.stored += len(e.Hashes)
+				err = r.set.Stored(e.Parent, e.HasParent, e.Pages())
 			case BlockRemoved:
-				r.removed++
-				err = r.set.Removed(e.Hash)
+				r.removed += len(e.Hashes)
+				err = r.set.Removed(e.Hashes...)
 			case AllBlocksCleared:
 				r.cleared++
 				r.set.Cleared()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // Kind is an event's type, its tag on the wire.
@@ -37,30 +39,50 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Event is one KV event: one page stored or removed, or every page
-// cleared.
+// Event is one KV event: pages stored or removed, or every page cleared.
+// SGLang coalesces (PR #31479, KVCacheEventRecorder.enqueue): a store whose
+// first page hangs from the last page of the store just before it, with
+// the same block size, extends that event, and removals in a row are one
+// event; so one event carries a run of pages.
 type Event struct {
 	Kind Kind
-	// Hash is the page's block hash (BlockStored, BlockRemoved).
-	Hash int64
-	// Parent is the block hash of the page this one hangs from, absent
-	// (HasParent false) at the root (BlockStored).
+	// Hashes are the pages' block hashes, in path order (BlockStored,
+	// BlockRemoved).
+	Hashes []int64
+	// Parent is the block hash of the page the first one hangs from,
+	// absent (HasParent false) at the root (BlockStored).
 	Parent    int64
 	HasParent bool
-	// Tokens are the page's token ids; under bigram keys, its bigrams as
-	// pairs in a row (BlockStored).
+	// Tokens are the pages' token ids, page after page; under bigram keys,
+	// their bigrams as pairs in a row (BlockStored).
 	Tokens []int32
+	// BlockSize is the tokens, or bigrams, of each page (BlockStored).
+	BlockSize int
 	// Bigram tells that Tokens holds pairs: the wire carries them as
 	// [[a, b], ...], as SGLang's tuples.
 	Bigram bool
 }
 
-// BlockSize is the event's block_size: the page's tokens, or its bigrams.
-func (e *Event) BlockSize() int {
+// unit is the number of ids a page's token (or bigram) takes in Tokens.
+func (e *Event) unit() int {
 	if e.Bigram {
-		return len(e.Tokens) / 2
+		return 2
 	}
-	return len(e.Tokens)
+	return 1
+}
+
+// Pages splits a BlockStored or BlockRemoved event into its pages, as the
+// radix cache announced them (Tokens empty for a removal).
+func (e *Event) Pages() []radixcache.Page {
+	pages := make([]radixcache.Page, len(e.Hashes))
+	per := e.BlockSize * e.unit()
+	for i, h := range e.Hashes {
+		pages[i] = radixcache.Page{Hash: h, Bigram: e.Bigram}
+		if e.Kind == BlockStored {
+			pages[i].Tokens = e.Tokens[i*per : (i+1)*per : (i+1)*per]
+		}
+	}
+	return pages
 }
 
 // Batch is SGLang's KVEventBatch: the events one publication point
@@ -80,8 +102,8 @@ type Batch struct {
 // batch is [ts, [event...], dp_rank], ts a float64 and every integer in its
 // shortest form; an event is
 //
-//	["BlockStored", [hash], parent_hash | nil, [token...], block_size, nil, "GPU"]
-//	["BlockRemoved", [hash], "GPU"]
+//	["BlockStored", [hash...], parent_hash | nil, [token...], block_size, nil, "GPU"]
+//	["BlockRemoved", [hash...], "GPU"]
 //	["AllBlocksCleared"]
 //
 // with the lora_id nil (the mock serves no adapter) and, under bigram
@@ -107,8 +129,7 @@ func (b *Batch) Append(dst []byte) ([]byte, error) {
 		case BlockStored:
 			dst = appendArrayLen(dst, 7)
 			dst = appendStr(dst, "BlockStored")
-			dst = appendArrayLen(dst, 1)
-			dst = appendInt(dst, e.Hash)
+			dst = appendHashes(dst, e.Hashes)
 			if e.HasParent {
 				dst = appendInt(dst, e.Parent)
 			} else {
@@ -127,14 +148,13 @@ func (b *Batch) Append(dst []byte) ([]byte, error) {
 					dst = appendInt(dst, int64(t))
 				}
 			}
-			dst = appendInt(dst, int64(e.BlockSize()))
+			dst = appendInt(dst, int64(e.BlockSize))
 			dst = append(dst, msgpcode.Nil)
 			dst = appendStr(dst, Medium)
 		case BlockRemoved:
 			dst = appendArrayLen(dst, 3)
 			dst = appendStr(dst, "BlockRemoved")
-			dst = appendArrayLen(dst, 1)
-			dst = appendInt(dst, e.Hash)
+			dst = appendHashes(dst, e.Hashes)
 			dst = appendStr(dst, Medium)
 		case AllBlocksCleared:
 			dst = appendArrayLen(dst, 1)
@@ -144,6 +164,14 @@ func (b *Batch) Append(dst []byte) ([]byte, error) {
 		}
 	}
 	return appendInt(dst, int64(b.DPRank)), nil
+}
+
+func appendHashes(dst []byte, hashes []int64) []byte {
+	dst = appendArrayLen(dst, len(hashes))
+	for _, h := range hashes {
+		dst = appendInt(dst, h)
+	}
+	return dst
 }
 
 func appendArrayLen(dst []byte, n int) []byte {
@@ -198,8 +226,9 @@ func appendInt(dst []byte, v int64) []byte {
 var ErrMalformed = errors.New("kvevents: malformed payload")
 
 // Decode reads a payload as a subscriber does, strictly: the exact array
-// lengths, tags and types Encode writes, one hash per block event, and
-// nothing after the batch.
+// lengths, tags and types Encode writes, at least one hash per block event
+// (a store's tokens filling its pages exactly), and nothing after the
+// batch.
 func Decode(payload []byte) (Batch, error) {
 	d := msgpack.NewDecoder(bytes.NewReader(payload))
 	var b Batch
@@ -261,7 +290,7 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 		if n != 7 {
 			return e, fmt.Errorf("%w: BlockStored has %d fields, want 7", ErrMalformed, n)
 		}
-		if e.Hash, err = oneHash(d); err != nil {
+		if e.Hashes, err = decodeHashes(d); err != nil {
 			return e, err
 		}
 		if code, _ := d.PeekCode(); code == msgpcode.Nil {
@@ -277,9 +306,10 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 			return e, err
 		}
 		size, err := d.DecodeInt64()
-		if err != nil || int(size) != e.BlockSize() {
-			return e, fmt.Errorf("%w: block_size %d for %d tokens (%v)", ErrMalformed, size, e.BlockSize(), err)
+		if err != nil || size < 1 || int64(len(e.Tokens)) != size*int64(len(e.Hashes)*e.unit()) {
+			return e, fmt.Errorf("%w: block_size %d for %d pages of %d ids (%v)", ErrMalformed, size, len(e.Hashes), len(e.Tokens), err)
 		}
+		e.BlockSize = int(size)
 		if err := d.DecodeNil(); err != nil {
 			return e, fmt.Errorf("%w: lora_id: %v", ErrMalformed, err)
 		}
@@ -291,7 +321,7 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 		if n != 3 {
 			return e, fmt.Errorf("%w: BlockRemoved has %d fields, want 3", ErrMalformed, n)
 		}
-		if e.Hash, err = oneHash(d); err != nil {
+		if e.Hashes, err = decodeHashes(d); err != nil {
 			return e, err
 		}
 		if err := expectMedium(d); err != nil {
@@ -308,15 +338,21 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 	return e, nil
 }
 
-func oneHash(d *msgpack.Decoder) (int64, error) {
-	if err := expectLen(d, 1, "block_hashes"); err != nil {
-		return 0, err
+// decodeHashes reads block_hashes: one or more block hashes.
+func decodeHashes(d *msgpack.Decoder) ([]int64, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("%w: block_hashes: %d hashes (%v)", ErrMalformed, n, err)
 	}
-	h, err := d.DecodeInt64()
-	if err != nil {
-		return 0, fmt.Errorf("%w: block hash: %v", ErrMalformed, err)
+	var hashes []int64 // grown as hashes are read: a length alone reserves nothing
+	for range n {
+		h, err := d.DecodeInt64()
+		if err != nil {
+			return nil, fmt.Errorf("%w: block hash: %v", ErrMalformed, err)
+		}
+		hashes = append(hashes, h)
 	}
-	return h, nil
+	return hashes, nil
 }
 
 func expectMedium(d *msgpack.Decoder) error {

@@ -24,7 +24,7 @@ type Transport interface {
 
 // Stats are a publisher's counts since it started.
 type Stats struct {
-	Events    int64 // events gathered by the engine
+	Events    int64 // changes gathered from the engine: pages stored or removed, clears (coalesced on the wire)
 	Batches   int64 // batches handed to the queue
 	Published int64 // batches sent on the transport
 	Dropped   int64 // batches dropped because the queue was full
@@ -87,19 +87,58 @@ func NewPublisher(cfg Config, topic string, out Transport, log *slog.Logger) *Pu
 // Topic returns the topic every message carries.
 func (p *Publisher) Topic() string { return string(p.topic) }
 
-// Stored implements radixcache.Observer: one BlockStored per page.
+// Stored implements radixcache.Observer: the node's pages are one
+// BlockStored, or extend the BlockStored just gathered when they hang from
+// its last page with pages of the same size (SGLang's coalescing, PR
+// #31479).
 func (p *Publisher) Stored(parent int64, hasParent bool, pages []radixcache.Page) {
-	for _, pg := range pages {
-		p.pending = append(p.pending, Event{Kind: BlockStored, Hash: pg.Hash, Parent: parent, HasParent: hasParent, Tokens: pg.Tokens, Bigram: pg.Bigram})
-		parent, hasParent = pg.Hash, true
+	if len(pages) == 0 {
+		return
 	}
+	e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pages[0].Bigram}
+	e.BlockSize = len(pages[0].Tokens) / e.unit()
+	if n := len(p.pending); n > 0 && hasParent {
+		if tail := &p.pending[n-1]; tail.Kind == BlockStored && tail.BlockSize == e.BlockSize && tail.Bigram == e.Bigram &&
+			tail.Hashes[len(tail.Hashes)-1] == parent {
+			tail.addPages(pages)
+			p.events.Add(int64(len(pages)))
+			return
+		}
+	}
+	e.addPages(pages)
+	p.pending = append(p.pending, e)
 	p.events.Add(int64(len(pages)))
 }
 
-// Removed implements radixcache.Observer: one BlockRemoved per page.
-func (p *Publisher) Removed(pages []radixcache.Page) {
+// addPages appends pages to a BlockStored event. The event owns its
+// slices: a page's tokens may be a view of the radix tree's key, which an
+// append must never write into.
+func (e *Event) addPages(pages []radixcache.Page) {
 	for _, pg := range pages {
-		p.pending = append(p.pending, Event{Kind: BlockRemoved, Hash: pg.Hash})
+		e.Hashes = append(e.Hashes, pg.Hash)
+		if e.Tokens == nil {
+			e.Tokens = pg.Tokens[:len(pg.Tokens):len(pg.Tokens)] // the first append copies
+			continue
+		}
+		e.Tokens = append(e.Tokens, pg.Tokens...)
+	}
+}
+
+// Removed implements radixcache.Observer: the node's pages are one
+// BlockRemoved, or extend the BlockRemoved just gathered (SGLang's
+// coalescing).
+func (p *Publisher) Removed(pages []radixcache.Page) {
+	if len(pages) == 0 {
+		return
+	}
+	n := len(p.pending)
+	if n == 0 || p.pending[n-1].Kind != BlockRemoved {
+		p.pending = append(p.pending, Event{Kind: BlockRemoved})
+		n++
+	}
+	tail := &p.pending[n-1]
+	for _, pg := range pages {
+		tail.Hashes = append(tail.Hashes, pg.Hash)
 	}
 	p.events.Add(int64(len(pages)))
 }

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/sglmock/sglmock/radixcache"
 )
 
 // debianPython finds a Python with Debian's python3-zmq and python3-msgpack:
@@ -49,9 +47,9 @@ func expectedJSON(t *testing.T, b Batch) string {
 					tokens = append(tokens, e.Tokens[i])
 				}
 			}
-			events = append(events, []any{"BlockStored", []any{e.Hash}, parent, tokens, e.BlockSize(), nil, "GPU"})
+			events = append(events, []any{"BlockStored", e.Hashes, parent, tokens, e.BlockSize, nil, "GPU"})
 		case BlockRemoved:
-			events = append(events, []any{"BlockRemoved", []any{e.Hash}, "GPU"})
+			events = append(events, []any{"BlockRemoved", e.Hashes, "GPU"})
 		case AllBlocksCleared:
 			events = append(events, []any{"AllBlocksCleared"})
 		}
@@ -100,14 +98,12 @@ func TestPythonDecodesEvents(t *testing.T) {
 	batches := []Batch{
 		{TS: 1700000000.25, Events: []Event{
 			{Kind: AllBlocksCleared},
-			{Kind: BlockStored, Hash: 3817746824117602890, Tokens: []int32{1, 2}},
-			{Kind: BlockStored, Hash: -4216701448867210342, Parent: 3817746824117602890, HasParent: true, Tokens: []int32{3, 4}},
+			{Kind: BlockStored, Hashes: []int64{3817746824117602890, -4216701448867210342}, Tokens: []int32{1, 2, 3, 4}, BlockSize: 2},
 		}},
 		{TS: 1700000001, Events: []Event{
-			{Kind: BlockStored, Hash: 1267363100005438100, Tokens: []int32{7, 100, 100, 101}, Bigram: true},
-			{Kind: BlockStored, Hash: 5, Parent: -1, HasParent: true, Tokens: []int32{0, 127, 128, 255, 256, 65535, 65536, 1<<31 - 1}},
-			{Kind: BlockRemoved, Hash: -4216701448867210342},
-			{Kind: BlockRemoved, Hash: 3817746824117602890},
+			{Kind: BlockStored, Hashes: []int64{1267363100005438100}, Tokens: []int32{7, 100, 100, 101}, BlockSize: 2, Bigram: true},
+			{Kind: BlockStored, Hashes: []int64{5}, Parent: -1, HasParent: true, Tokens: []int32{0, 127, 128, 255, 256, 65535, 65536, 1<<31 - 1}, BlockSize: 8},
+			{Kind: BlockRemoved, Hashes: []int64{-4216701448867210342, 3817746824117602890}},
 		}},
 	}
 	for _, bind := range []bool{true, false} {
@@ -120,7 +116,7 @@ func TestPythonDecodesEvents(t *testing.T) {
 			cfg := testConfig(pubEP)
 			replayEP := fmt.Sprintf("tcp://*:%d", replayPort)
 			cfg.ReplayEndpoint = &replayEP
-			topic := DefaultTopic("127.0.0.2", port, "org/"+t.Name())
+			topic := RouterTopic("127.0.0.2", port, "org/"+t.Name())
 			p, err := Start(cfg, topic, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -151,9 +147,9 @@ func TestPythonDecodesEvents(t *testing.T) {
 				for _, e := range b.Events {
 					switch e.Kind {
 					case BlockStored:
-						p.Stored(e.Parent, e.HasParent, []radixcache.Page{{Hash: e.Hash, Tokens: e.Tokens, Bigram: e.Bigram}})
+						p.Stored(e.Parent, e.HasParent, e.Pages())
 					case BlockRemoved:
-						p.Removed([]radixcache.Page{{Hash: e.Hash}})
+						p.Removed(e.Pages())
 					case AllBlocksCleared:
 						p.Cleared()
 					}

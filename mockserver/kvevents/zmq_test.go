@@ -78,7 +78,7 @@ func TestZMQBothModes(t *testing.T) {
 			if cfg.Binds() != bind {
 				t.Fatalf("Binds() of %s: got %v", pubEP, cfg.Binds())
 			}
-			topic := DefaultTopic("127.0.0.1", port, t.Name())
+			topic := RouterTopic("127.0.0.1", port, t.Name())
 			// In connect mode the publisher starts first and waits for the
 			// router: the connection is retried in the background.
 			p, err := Start(cfg, topic, nil)
@@ -110,7 +110,7 @@ func TestZMQBothModes(t *testing.T) {
 func TestZMQReconnectsAfterRouterRestart(t *testing.T) {
 	port := freePort(t)
 	ep := fmt.Sprintf("tcp://127.0.0.1:%d", port)
-	topic := DefaultTopic("127.0.0.1", port, t.Name())
+	topic := RouterTopic("127.0.0.1", port, t.Name())
 	p, err := Start(testConfig(ep), topic, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestZMQHighWaterMarkDrops(t *testing.T) {
 	port := freePort(t)
 	cfg := testConfig(fmt.Sprintf("tcp://*:%d", port))
 	cfg.HWM = 1
-	topic := DefaultTopic("127.0.0.1", port, t.Name())
+	topic := RouterTopic("127.0.0.1", port, t.Name())
 	p, err := Start(cfg, topic, nil)
 	if err != nil {
 		t.Fatal(err)

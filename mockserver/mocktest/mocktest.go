@@ -125,11 +125,16 @@ func Profile(t testing.TB, name string) *profile.Profile {
 
 // Start starts a ready mock (no warmup request: the cache starts empty) and
 // stops it when the test ends. Call it inside a synctest bubble, whose
-// cleanups run before the bubble ends; a nil cfg.Profile means "default".
+// cleanups run before the bubble ends. A nil cfg.Profile means "default"
+// with SGLang's overlap scheduler off (flush_busy_after_finish_s 0, as
+// --disable-overlap-schedule): the server is idle for a flush the moment a
+// response is out, so a test meets the flush race only when it asks for
+// it, with Profile(t, "default") as served or a window of its own.
 func Start(t testing.TB, cfg api.Config) *Mock {
 	t.Helper()
 	if cfg.Profile == nil {
 		cfg.Profile = Profile(t, "default")
+		cfg.Profile.FlushBusyAfterFinishS = 0
 	}
 	s, err := api.New(cfg)
 	if err != nil {

@@ -38,8 +38,13 @@
 // are taken as they are.
 //
 // flush_busy_after_finish_s is how long the server stays busy for
-// /flush_cache after an iteration that finished a request (0, exact, by
-// default; kimi-k2.6-rtx6000 assumes 50 ms).
+// /flush_cache after an iteration that finished a request: SGLang's overlap
+// scheduler, on by default, runs one more decode step with the finished
+// request before it is idle. Each built-in profile sets one decode round of
+// a lone short request of its model (default 4 ms, llama-8b-eagle3-h100
+// 7.5 ms, kimi-k2.6-rtx6000 33 ms); --disable-overlap-schedule sets 0, as
+// SGLang's flag removes the window. /server_info reports
+// disable_overlap_schedule true when the window is 0.
 //
 // # Output without max_tokens
 //

@@ -29,6 +29,7 @@ type Flags struct {
 	maxTotal, specSteps, specTopK, specDraft                 int
 	specAlgorithm                                            string
 	seed                                                     uint64
+	disableOverlap                                           bool
 }
 
 // RegisterFlags defines the profile flags on fs.
@@ -46,6 +47,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.specSteps, "speculative-num-steps", 0, "override the draft depth")
 	fs.IntVar(&f.specTopK, "speculative-eagle-topk", 0, "override the draft branching")
 	fs.IntVar(&f.specDraft, "speculative-num-draft-tokens", 0, "override the tokens verified per round")
+	fs.BoolVar(&f.disableOverlap, "disable-overlap-schedule", false, "disable SGLang's overlap scheduler, which keeps the last batch "+
+		"busy for /flush_cache about one decode step after a response: sets flush_busy_after_finish_s to 0")
 	seedUsage := "override the profile's seed (acceptance draws, jitter)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
@@ -76,6 +79,9 @@ func (f *Flags) Apply(p *Profile) error {
 	}
 	if set["seed"] || set["random-seed"] {
 		p.Seed = f.seed
+	}
+	if f.disableOverlap {
+		p.FlushBusyAfterFinishS = 0
 	}
 	if set["speculative-algorithm"] || set["speculative-num-steps"] || set["speculative-eagle-topk"] || set["speculative-num-draft-tokens"] {
 		if p.Speculative == nil {

@@ -49,6 +49,18 @@ func TestFlagsApply(t *testing.T) {
 			}
 			return ""
 		}},
+		{"every built-in profile has SGLang's overlap flush window", "default", nil, "", func(p *Profile) string {
+			if p.FlushBusyAfterFinishS != 0.004 {
+				return "no window"
+			}
+			return ""
+		}},
+		{"--disable-overlap-schedule removes the flush window", "kimi-k2.6-rtx6000", []string{"--disable-overlap-schedule"}, "", func(p *Profile) string {
+			if p.FlushBusyAfterFinishS != 0 {
+				return "window kept"
+			}
+			return ""
+		}},
 		{"--seed", "default", []string{"--seed", "7"}, "", func(p *Profile) string {
 			if p.Seed != 7 {
 				return "seed not set"

@@ -47,9 +47,11 @@ type Profile struct {
 
 	// FlushBusyAfterFinishS is how long, in simulated seconds, the server
 	// stays busy for /flush_cache after an iteration that finished a
-	// request: SGLang's idle check also waits for the overlap scheduler's
-	// last batch and result queue, so a flush sent right after a response
-	// can be refused. 0 (exact) means idle the moment the iteration ends.
+	// request: SGLang's overlap scheduler (on by default) launches one more
+	// decode step with the finished request, and its idle check waits for
+	// that step's result, so a flush sent right after a response is
+	// refused. Each built-in profile sets about one decode step of its
+	// model; 0 is SGLang with --disable-overlap-schedule.
 	FlushBusyAfterFinishS float64 `yaml:"flush_busy_after_finish_s,omitempty" json:"flush_busy_after_finish_s"`
 
 	Seed   uint64  `yaml:"seed" json:"seed"`

@@ -219,8 +219,8 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"draft tokens with topk 1", "num_draft_tokens: 4", "num_draft_tokens: 8", "speculative.num_draft_tokens = 8"},
 		{"unknown key", "jitter: 0", "jitter: 0\nturbo: true", "field turbo not found"},
 		{"jitter out of range", "jitter: 0", "jitter: 1.5", "jitter = 1.5"},
-		{"negative flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: -0.1", "flush_busy_after_finish_s = -0.1"},
-		{"huge flush window", "jitter: 0", "jitter: 0\nflush_busy_after_finish_s: 1e9", "flush_busy_after_finish_s = 1e+09"},
+		{"negative flush window", "flush_busy_after_finish_s: 0.0075", "flush_busy_after_finish_s: -0.1", "flush_busy_after_finish_s = -0.1"},
+		{"huge flush window", "flush_busy_after_finish_s: 0.0075", "flush_busy_after_finish_s: 1e9", "flush_busy_after_finish_s = 1e+09"},
 		{"zero round factor", "round_cost_factor: 1.25", "round_cost_factor: 0", "speculative.round_cost_factor = 0"},
 		{"running requests", "max_running_requests: 256", "max_running_requests: 0", "max_running_requests = 0"},
 		{"prefill budget below a page", "page_size: 1\nchunked_prefill_size: 8192\nmax_prefill_tokens: 16384",
@@ -286,5 +286,21 @@ func TestOutputCap(t *testing.T) {
 	p.MaxOutputTokens = 300
 	if got := p.OutputCap(); got != 300 {
 		t.Fatalf("set: got %d, want 300", got)
+	}
+}
+
+// SGLang's overlap scheduler is on in every default deployment, so every
+// built-in profile has a flush window of about one decode round of a lone
+// short request (see flush_busy_after_finish_s).
+func TestBuiltinsHaveTheOverlapFlushWindow(t *testing.T) {
+	for _, b := range Builtins() {
+		p, err := Load(b.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		round := p.DecodeRoundSeconds(1, 1407) // a draft+verify round under speculative decoding
+		if w := p.FlushBusyAfterFinishS; w <= 0 || math.Abs(w-round) > 0.0005 {
+			t.Errorf("%s: flush_busy_after_finish_s %v, want one decode round of a short request, %.4f s", b.Name, w, round)
+		}
 	}
 }
