@@ -287,7 +287,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 		q.spec.Histogram = make([]int, spec.NumSteps+1)
 	}
-	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, Route: r.Route, PromptHash: q.hash}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))

@@ -36,6 +36,9 @@ type Request struct {
 	// they run like any other but stay out of Counters, as SGLang's
 	// log_metrics=false keeps them out of its metrics.
 	Internal bool
+	// Route labels the endpoint and prompt form that sent the request
+	// (sim's Route values); the engine only keeps it in the truth.
+	Route string
 }
 
 // Finish reasons, as SGLang spells them.
@@ -149,6 +152,11 @@ type Truth struct {
 	// request: its KV was freed, and it was queued and prefilled again.
 	Retractions int
 	Internal    bool
+	// Route is the Request's; PromptHash identifies its prompt tokens
+	// (tokenizer.PromptHash), so a client can tell a repeated prompt from
+	// one that only shares a prefix.
+	Route      string
+	PromptHash uint64
 }
 
 // TTFT is the time from arrival to the first token; it means nothing
