@@ -109,7 +109,7 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &harness.Client{HTTP: &http.Client{Timeout: 30 * time.Second}, BaseURL: m.URL, Backend: harness.SGLang}
-	rep, err := harness.Audit(context.Background(), c, o.allowShared)
+	rep, err := harness.Audit(context.Background(), c, harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Tokens: o.allowShared}})
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock audit:", err)
 		return 2

@@ -110,7 +110,7 @@ func TestAuditRepeatedPrompt(t *testing.T) {
 	if len(rep.Requests) != 2 || rep.Requests[1].ReusedFrom != "leg-a" || rep.Requests[1].CachedTokens != rep.Requests[1].PromptTokens-1 {
 		t.Fatalf("report: %+v", rep.Requests)
 	}
-	want := fmt.Sprintf("POISONED: reused %d of %d prompt tokens from leg-a (sent at", rep.Requests[1].CachedTokens, rep.Requests[1].PromptTokens)
+	want := "POISONED: repeats the prompt of leg-a (sent at"
 	if !strings.Contains(stdout, want) || !strings.Contains(stdout, "no flush between them") || !strings.Contains(stdout, "verdict: POISONED: 1 of 2 requests") {
 		t.Errorf("stdout lacks %q and the verdict:\n%s", want, stdout)
 	}
