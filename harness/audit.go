@@ -385,7 +385,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		var kinds []string
 		for _, p := range []Pattern{Repeat, NearRepeat, SharedPrefix} {
 			if counts[p] > 0 {
-				kinds = append(kinds, plural(counts[p], string(p)))
+				kinds = append(kinds, plural(counts[p], strings.ReplaceAll(string(p), "-", " ")))
 			}
 		}
 		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused an earlier prompt's prefix enough to cut their TTFT by %s %% or more (%s)",
@@ -476,7 +476,7 @@ func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string 
 		}
 		fmt.Fprintf(&b, ", TTFT %s s instead of %s s (%.1f %% shorter)", sig(ttft), sig(ttft+r.Saved), r.Impact)
 	} else {
-		fmt.Fprintf(&b, " (%.1f %% of it beyond the floor)", r.Impact)
+		fmt.Fprintf(&b, " (%.1f %% of its prompt beyond the floor came from the cache)", r.Impact)
 	}
 	if src != nil {
 		b.WriteString(flushesBetween(flushes, src.Arrival, r.Arrival))

@@ -2,12 +2,14 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
 
+	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
@@ -75,6 +77,36 @@ func TestAuditBoundsSimAnswers(t *testing.T) {
 		_, err := Audit(context.Background(), c, AuditOptions{})
 		if err == nil || !strings.Contains(err.Error(), "GET /sim/requests: the answer is longer than 65536 bytes") {
 			t.Fatalf("got %v, want the bound's error", err)
+		}
+	})
+}
+
+// Past the bound on the request bodies kept for after the run, each body
+// is read at once and only its prompt's head kept: a repeat is still
+// found by the whole prompt's hash.
+func TestProxyPastItsBodyBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		rec, err := NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.maxRequestBytes = 0
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		prompt := strings.Repeat("a long shared prompt of many words ", 400)
+		for _, rid := range []string{"first", "again"} {
+			body := fmt.Sprintf(`{"rid": %q, "text": %q, "stream": true, "sampling_params": {"max_new_tokens": 4}}`, rid, prompt)
+			if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+				t.Fatalf("%d %s", code, resp)
+			}
+		}
+		rep, err := AuditUpstream(context.Background(), rec, &Client{HTTP: m.Client, BaseURL: m.URL, Backend: SGLang}, AuditOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rep.Requests[1]; r.Pattern != Repeat || r.Source != "first" || len(rec.records[1].key) != promptHead {
+			t.Fatalf("again: pattern %q from %q, key of %d bytes; want a repeat of first, a key of %d", r.Pattern, r.Source, len(rec.records[1].key), promptHead)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -69,16 +70,22 @@ type load struct {
 	warmup  bool
 	prompts []string
 	output  int
+	// stream asks for streams (with usage, as vLLM's benchmark does).
+	stream bool
 }
 
 func (l load) body(prompt, rid string, output int) string {
+	stream := fmt.Sprintf(`"stream": %v`, l.stream)
+	if l.stream && l.route != "/generate" {
+		stream += `, "stream_options": {"include_usage": true}`
+	}
 	switch l.route {
 	case "/generate":
-		return fmt.Sprintf(`{"rid": %q, "text": %s, "sampling_params": {"max_new_tokens": %d, "ignore_eos": true}}`, rid, quote(prompt), output)
+		return fmt.Sprintf(`{"rid": %q, "text": %s, "sampling_params": {"max_new_tokens": %d, "ignore_eos": true}, %s}`, rid, quote(prompt), output, stream)
 	case "/v1/completions":
-		return fmt.Sprintf(`{"rid": %q, "model": "m", "prompt": %s, "max_tokens": %d}`, rid, quote(prompt), output)
+		return fmt.Sprintf(`{"rid": %q, "model": "m", "prompt": %s, "max_tokens": %d, %s}`, rid, quote(prompt), output, stream)
 	}
-	return fmt.Sprintf(`{"rid": %q, "model": "m", "messages": [{"role": "user", "content": %s}], "max_tokens": %d}`, rid, quote(prompt), output)
+	return fmt.Sprintf(`{"rid": %q, "model": "m", "messages": [{"role": "user", "content": %s}], "max_tokens": %d, %s}`, rid, quote(prompt), output, stream)
 }
 
 func quote(s string) string {
@@ -86,7 +93,13 @@ func quote(s string) string {
 	return string(b)
 }
 
-func (l load) run(t *testing.T, m *mocktest.Mock) {
+// server is where a load sends: a mock, or the recording proxy in front
+// of one.
+type server interface {
+	Do(t testing.TB, method, path, body string, header ...string) (int, string, *http.Response)
+}
+
+func (l load) run(t *testing.T, m server) {
 	t.Helper()
 	send := func(prompt, rid string, output int) {
 		if code, body, _ := m.Do(t, "POST", l.route, l.body(prompt, rid, output)); code != 200 {
@@ -275,7 +288,8 @@ func TestAuditSharedPrefixAuto(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
 		}
 		// A second audit's floor probes must not repeat the first's.
-		fixed := audit(t, m, harness.AuditOptions{NewID: func() string { return "again-" + counter()() }})
+		next := counter()
+		fixed := audit(t, m, harness.AuditOptions{NewID: func() string { return "again-" + next() }})
 		// The repeat, and the 6 requests after each group's first.
 		wantPoisoned(t, fixed, "req-00", "req-02", "req-03", "req-04", "req-05", "req-06", "req-07")
 	})
