@@ -87,9 +87,9 @@ type proxyRecord struct {
 	key, hash string
 	batch     bool
 	// request is the request's body, until it is read.
-	request []byte
-	stream  bool
-	status  int
+	request  []byte
+	stream   bool
+	status   int
 	line     []byte // a stream's partial line
 	overlong bool   // a line or body past its bound was skipped
 	head     []streamLine
