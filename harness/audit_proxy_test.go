@@ -61,15 +61,15 @@ func TestProxyGivesTheMocksVerdicts(t *testing.T) {
 		name string
 		load load
 		opt  harness.AuditOptions
-		// fit: enough requests reuse nothing for a prefill cost to be
-		// fitted to their timings.
+		// fit: enough requests for a prefill cost to be fitted to their
+		// timings.
 		fit bool
 	}{
 		{"bench_serving warm-up", streamed(load{route: "/generate", warmup: true, prompts: randomPrompts(20, 1), output: 64}), harness.AuditOptions{}, true},
 		{"vLLM test prompt on completions", streamed(load{route: "/v1/completions", warmup: true, prompts: randomPrompts(20, 2), output: 32}), harness.AuditOptions{}, true},
 		{"shared system prompts, auto", streamed(load{route: "/generate", warmup: true, prompts: sharedPrefixPrompts(2, 4), output: 16}),
-			harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Auto: true}}, false},
-		{"shared system prompts, 0", streamed(load{route: "/generate", warmup: true, prompts: sharedPrefixPrompts(2, 4), output: 16}), harness.AuditOptions{}, false},
+			harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Auto: true}}, true},
+		{"shared system prompts, 0", streamed(load{route: "/generate", warmup: true, prompts: sharedPrefixPrompts(2, 4), output: 16}), harness.AuditOptions{}, true},
 		{"suffix nonce", streamed(load{route: "/generate", prompts: []string{randomPrompts(1, 5)[0] + " Qwxzy Vbnmk", randomPrompts(1, 5)[0] + " Plokij Uhygt"}, output: 16}),
 			harness.AuditOptions{}, false},
 	}

@@ -70,8 +70,12 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 		if c.MaxTokens != c.MinTokens {
 			span += "-" + strconv.Itoa(c.MaxTokens)
 		}
-		fmt.Fprintf(&b, "%s shared %s head tokens beyond the floor with earlier prompts: no measurable effect (each cut its TTFT by at most %.2f %%)\n",
-			plural(c.Requests, "request"), span, c.MaxImpact)
+		tokens := "head tokens"
+		if c.MaxTokens == 1 {
+			tokens = "head token"
+		}
+		fmt.Fprintf(&b, "%s shared %s %s beyond the floor with earlier prompts: no measurable effect (each cut its TTFT by at most %.2f %%)\n",
+			plural(c.Requests, "request"), span, tokens, c.MaxImpact)
 	}
 	if line := a.sharedPrefixLine(); line != "" {
 		b.WriteString(line + "\n")

@@ -281,7 +281,7 @@ func truthITL(ctx context.Context, c *Client, rs []AuditRequest, scale float64) 
 const maxRoundsPerRun = 1 << 24
 
 func (tc *ToolComparison) write(b *strings.Builder) {
-	fmt.Fprintf(b, "the tool's own figures (%s, %s) against the %s: %s\n", tc.Tool, tc.File, tc.Against, tc.Match)
+	fmt.Fprintf(b, "the tool's own figures (%s, %s) against the %s, on the wall clock: %s\n", tc.Tool, tc.File, tc.Against, tc.Match)
 	if len(tc.Figures) > 0 {
 		t := &table{head: []string{"figure", "tool says", tc.Against, "difference"}, alignLast: true}
 		for _, f := range tc.Figures {

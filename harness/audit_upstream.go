@@ -86,7 +86,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			silent++
 		}
 	}
-	m := fitPrefill(rs, floorOf)
+	m := fitPrefill(rs)
 	if err := judge(ctx, rep, rs, floors, m, upstreamPage(ctx, c), opt); err != nil {
 		return nil, err
 	}
@@ -184,22 +184,24 @@ func upstreamPage(ctx context.Context, c *Client) int {
 }
 
 // prefillFit is a prefill cost fitted to the proxy's timings: TTFT =
-// overhead + perToken x computed tokens, by least squares over the
-// streamed requests that reused nothing beyond their floor.
+// overhead + perToken x computed tokens (the prompt's tokens not served
+// from the cache), by least squares over the streamed requests whose
+// cached tokens the server reported: a repeat, which computes one token,
+// pins the overhead, and the cold prompts the cost per token.
 type prefillFit struct {
 	perToken, overhead float64
 	n                  int
 }
 
-// minFit is the fewest cold streamed requests, of at least two prompt
-// lengths, a fit needs.
+// minFit is the fewest streamed requests, of at least two lengths
+// computed, a fit needs.
 const minFit = 3
 
-func fitPrefill(rs []AuditRequest, floorOf map[string]int) *prefillFit {
+func fitPrefill(rs []AuditRequest) *prefillFit {
 	var xs, ys []float64
 	for i := range rs {
 		r := &rs[i]
-		if r.TTFT == nil || !r.CachedReported || impossibleCounts(r) != "" || r.CachedTokens > max(floorOf[routeKey(r.Route)], 0) {
+		if r.TTFT == nil || !r.CachedReported || impossibleCounts(r) != "" {
 			continue
 		}
 		xs, ys = append(xs, float64(r.PromptTokens-r.CachedTokens)), append(ys, *r.TTFT)
@@ -235,9 +237,9 @@ func (f *prefillFit) saved(_ context.Context, r *AuditRequest) (float64, bool, e
 
 func (f *prefillFit) describe() (string, string) {
 	if f.perToken <= 0 {
-		return ImpactTokenShare, fmt.Sprintf("no prefill cost could be fitted to the proxy's timings: %s reused nothing, where %d of two prompt lengths or more are needed; "+
-			"the cache's effect on the run is not known", plural(f.n, "streamed request"), minFit)
+		return ImpactTokenShare, fmt.Sprintf("no prefill cost could be fitted to the proxy's timings: %s with cached tokens reported, where %d computing "+
+			"prompts of two lengths or more are needed; the cache's effect on the run is not known", plural(f.n, "streamed request"), minFit)
 	}
-	return ImpactTimingFit, fmt.Sprintf("prefill %s us a prompt token and %s ms besides, fitted to the TTFT the proxy saw of %s that reused nothing",
+	return ImpactTimingFit, fmt.Sprintf("prefill %s us a computed prompt token and %s ms besides, fitted to the TTFT the proxy saw of %s",
 		sig(f.perToken*1e6), sig(f.overhead*1e3), plural(f.n, "streamed request"))
 }
