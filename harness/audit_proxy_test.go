@@ -185,3 +185,34 @@ func TestProxyBoundsWhatItReads(t *testing.T) {
 		}
 	})
 }
+
+// Counts no server can report are SUSPECT through the proxy too, with the
+// numbers.
+func TestProxyImpossibleCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(b), "hello") {
+				io.WriteString(w, `{"text": "a", "meta_info": {"id": "odd", "prompt_tokens": 100, "completion_tokens": 1, "cached_tokens": 1000000000}}`)
+				return
+			}
+			io.WriteString(w, `{"text": "a", "meta_info": {"prompt_tokens": 800, "completion_tokens": 1, "cached_tokens": 0}}`)
+		}))
+		defer upstream.Close()
+		rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		ps.Do(t, "POST", "/generate", `{"text": "hello"}`)
+		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang}, harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of prompt_tokens 100, completion_tokens 1"
+		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" {
+			t.Fatalf("%s: got %q, want %q", rep.Requests[0].RID, got, want)
+		}
+	})
+}

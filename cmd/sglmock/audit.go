@@ -95,8 +95,8 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	o := &auditOptions{}
 	profileName := fs.String("profile", "default", "cost profile: a built-in name (see 'sglmock profiles') or a YAML file")
 	floatFlag(fs, &o.speedup, "speedup", 1, "`S` simulated seconds per wall second")
-	fs.Var(allowanceFlag{&o.allow}, "allow-shared-prefix", "`auto`: a prefix 3 or more requests share is the workload's own (a system prompt) and does not poison;\n"+
-		"or N: reuse of up to N tokens beyond the floor does not poison")
+	fs.Var(allowanceFlag{&o.allow}, "allow-shared-prefix", "`auto|N`: auto takes a prefix 3 or more requests share for the workload's own (a system prompt),\n"+
+		"which does not poison (repeats and near-repeats still do); N tolerates reuse of up to N tokens beyond the floor")
 	floatFlag(fs, &o.minImpact, "min-impact", harness.DefaultMinImpact, "a reuse poisons a request when it cuts its TTFT by at least `PERCENT`")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to this file (for CI)")
 	fs.StringVar(&o.toolPath, "tool-result", "", "the load tool's result `FILE` (bench_serving --output-file, vLLM --save-result): its figures against the truth")
