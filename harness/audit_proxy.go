@@ -122,6 +122,12 @@ func NewRecorder(upstream string, transport http.RoundTripper) (*Recorder, error
 		FlushInterval:  -1, // every write goes out at once
 		ModifyResponse: rec.modifyResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if pr, ok := r.Context().Value(recordKey{}).(*proxyRecord); ok {
+				pr.mu.Lock()
+				pr.status = http.StatusBadGateway
+				pr.mu.Unlock()
+				pr.finish(rec.since())
+			}
 			http.Error(w, "sglmock audit's proxy cannot reach "+u.String()+": "+err.Error(), http.StatusBadGateway)
 		},
 	}
@@ -320,7 +326,7 @@ func (rec *Recorder) serveFlush(w http.ResponseWriter, r *http.Request) {
 	f.Answered = rec.since().Seconds()
 	f.OK = rw.status == http.StatusOK
 	f.Outcome = fmt.Sprintf("HTTP %d %s", rw.status, strings.TrimSpace(string(rw.body)))
-	if f.OK && r.URL.Path == "/flush_cache" {
+	if f.OK {
 		f.Outcome = sim.OutcomeFlushed
 	}
 	rec.mu.Lock()

@@ -251,7 +251,9 @@ func startAuditTarget(o *auditOptions, addr string) (*auditTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	up := &harness.Client{HTTP: httpClient, BaseURL: rec.Upstream(), Backend: harness.SGLang}
+	// The probes of a server started with --api-key need the key the
+	// command is given.
+	up := &harness.Client{HTTP: httpClient, BaseURL: rec.Upstream(), Backend: harness.SGLang, APIKey: os.Getenv("OPENAI_API_KEY")}
 	if err := checkUpstream(up); err != nil {
 		return nil, err
 	}
@@ -279,6 +281,9 @@ func checkUpstream(c *harness.Client) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/models", nil)
 	if err != nil {
 		return err
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
