@@ -4,41 +4,218 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/sglmock/sglmock/sim"
 )
 
-// AuditRequest is one request a benchmark sent, as the server recorded it.
+// DefaultMinImpact is the TTFT cut, in percent, from which reuse poisons a
+// request: below it the cache changed nothing a benchmark can measure.
+const DefaultMinImpact = 1.0
+
+// SharedPrefixAllowance is --allow-shared-prefix: a number of reused tokens
+// beyond a route's floor that never poisons, or Auto: a prefix that 3 or
+// more of the run's requests start with is the workload's own (a system
+// prompt by design).
+type SharedPrefixAllowance struct {
+	Auto   bool
+	Tokens int
+}
+
+// AutoGroup is how many requests must share a prefix for
+// --allow-shared-prefix auto to take it for the workload's.
+const AutoGroup = 3
+
+// ParseSharedPrefixAllowance reads "auto" or a whole number >= 0.
+func ParseSharedPrefixAllowance(s string) (SharedPrefixAllowance, error) {
+	if s == "auto" {
+		return SharedPrefixAllowance{Auto: true}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return SharedPrefixAllowance{}, fmt.Errorf("--allow-shared-prefix %q: want auto or a number of tokens >= 0", s)
+	}
+	return SharedPrefixAllowance{Tokens: n}, nil
+}
+
+func (a SharedPrefixAllowance) String() string {
+	if a.Auto {
+		return "auto"
+	}
+	return strconv.Itoa(a.Tokens)
+}
+
+// MarshalJSON writes "auto" or the number.
+func (a SharedPrefixAllowance) MarshalJSON() ([]byte, error) {
+	if a.Auto {
+		return []byte(`"auto"`), nil
+	}
+	return []byte(strconv.Itoa(a.Tokens)), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (a *SharedPrefixAllowance) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := ParseSharedPrefixAllowance(s)
+		*a = v
+		return err
+	}
+	return json.Unmarshal(b, &a.Tokens)
+}
+
+// AuditOptions say what reuse counts as poison.
+type AuditOptions struct {
+	// MinImpact is the TTFT cut, in percent, from which a reuse poisons
+	// (0 means DefaultMinImpact).
+	MinImpact         float64
+	AllowSharedPrefix SharedPrefixAllowance
+	// NewID makes the floor probes' nonces; nil means random UUIDs.
+	NewID func() string
+}
+
+func (o AuditOptions) withDefaults() AuditOptions {
+	if o.MinImpact == 0 {
+		o.MinImpact = DefaultMinImpact
+	}
+	if o.NewID == nil {
+		o.NewID = newID
+	}
+	return o
+}
+
+// Pattern names how a request came to reuse an earlier one's prefix.
+type Pattern string
+
+// The patterns of reuse.
+const (
+	// Repeat: the same prompt as an earlier request (a warm-up, a retry,
+	// a two-point leg); the cache covers it up to its last page.
+	Repeat Pattern = "repeat"
+	// NearRepeat: all but a short tail shared (a nonce at the end of the
+	// prompt: the suffix-nonce trap).
+	NearRepeat Pattern = "near-repeat"
+	// SharedPrefix: a prefix several prompts start with (a system prompt,
+	// few-shot examples, chat history, or chance).
+	SharedPrefix Pattern = "shared-prefix"
+)
+
+// nearRepeatTail and nearRepeatShare bound the tail, beyond a page, that
+// makes a prompt a near-repeat of the one it shares the rest with.
+const (
+	nearRepeatTail  = 32
+	nearRepeatShare = 0.05
+)
+
+// AuditRequest is one request the command sent, as the server recorded it
+// (or the proxy saw it), with what its reuse did to it.
 type AuditRequest struct {
 	sim.RequestSummary
+	// CachedReported is false when the server gave no cached_tokens for
+	// this request (through the proxy); CachedTokens is then 0.
+	CachedReported bool `json:"cached_reported"`
+	// Floor is what every prompt shares on this request's route.
+	Floor int `json:"floor_tokens"`
+	// Saved is the TTFT, in the server's seconds, that the reuse beyond the
+	// floor saved this request: with only the floor cached, at the same
+	// moment, its TTFT would have been TTFT+Saved. Impact is Saved as a
+	// percentage of that TTFT.
+	Saved  float64 `json:"saved_s"`
+	Impact float64 `json:"impact_pct"`
+	// Pattern is how the reuse came about ("" when nothing beyond the
+	// floor was reused); Material says it cut the TTFT by at least
+	// --min-impact.
+	Pattern  Pattern `json:"pattern"`
+	Material bool    `json:"material"`
+	// Source is the earlier request the pattern names ("" when unknown).
+	Source string `json:"source"`
+	// Group is the number of the run's requests that share this request's
+	// prefix (with SharedPrefix).
+	Group   int     `json:"group"`
 	Verdict Verdict `json:"verdict"`
 }
 
-// AuditReport is what a mock saw a benchmark do: every request, every
-// flush, and whether any request was served from a prefix an earlier one
-// left in the cache.
-type AuditReport struct {
-	Profile           string  `json:"profile"`
-	Speedup           float64 `json:"speedup"`
-	AllowSharedPrefix int     `json:"allow_shared_prefix"`
-	// SharedFloor is what two unrelated prompts share on this server (a
-	// BOS token), measured after the command's requests were read.
-	SharedFloor int            `json:"shared_floor"`
-	Requests    []AuditRequest `json:"requests"`
-	Flushes     []sim.Flush    `json:"flushes"`
-	Verdict     Verdict        `json:"verdict"`
+// RouteFloor is what two unrelated prompts share on one route, measured
+// after the command's run with two unrelated nonce prompts.
+type RouteFloor struct {
+	Route    string `json:"route"`
+	Requests int    `json:"requests"`
+	// Floor is -1 when the server reports no cached tokens on the route.
+	Floor int `json:"floor_tokens"`
 }
 
-// Audit reads the server's records (GET /sim/requests and /sim/flushes)
-// and flags every request that reused more than allow prompt tokens beyond
-// the shared floor from the cache: a prefix it shares with an earlier
-// request, with no accepted flush between them (an accepted flush empties
-// the cache, so any reuse means none came between). The floor (a BOS token
-// every text prompt starts with) is measured afterwards with two unrelated
-// nonce prompts, as the methods measure it. The server must be sglmock.
-func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
+// SharedPrefixGroup is a prefix several requests of the run start with.
+type SharedPrefixGroup struct {
+	Requests int `json:"requests"`
+	// Tokens is the shortest reuse among them: about the prefix's length.
+	Tokens int `json:"tokens"`
+	// PromptTokens and CachedTokens sum the group's prompts and the part
+	// of them served from the cache.
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	// Workload: --allow-shared-prefix auto takes it for the workload's own.
+	Workload bool     `json:"workload"`
+	RIDs     []string `json:"rids"`
+}
+
+// ChanceReuse counts the requests whose reuse changed nothing measurable.
+type ChanceReuse struct {
+	Requests int `json:"requests"`
+	// MinTokens and MaxTokens bound their reuse beyond the floor;
+	// MaxImpact is the largest TTFT cut among them, in percent.
+	MinTokens int     `json:"min_tokens"`
+	MaxTokens int     `json:"max_tokens"`
+	MaxImpact float64 `json:"max_impact_pct"`
+}
+
+// Impact sources: how a request's saved TTFT was found.
+const (
+	// ImpactModel: the mock's own cost model (its prefill costs).
+	ImpactModel = "model"
+	// ImpactTimingFit: the proxy's timings: a prefill cost per token fitted
+	// to the TTFTs of requests that reused nothing.
+	ImpactTimingFit = "timing fit"
+	// ImpactTokenShare: no timing to fit: the share of the prompt that
+	// came from the cache stands for the TTFT cut.
+	ImpactTokenShare = "token share"
+)
+
+// AuditReport is what a benchmark command did: every request, every flush,
+// which reuse changed a figure and how, and what the cache did to the run.
+type AuditReport struct {
+	// Profile and Speedup are the mock's; Upstream is the real server the
+	// proxy stood in front of (Speedup 1).
+	Profile           string                `json:"profile,omitempty"`
+	Upstream          string                `json:"upstream,omitempty"`
+	Speedup           float64               `json:"speedup"`
+	MinImpact         float64               `json:"min_impact_pct"`
+	AllowSharedPrefix SharedPrefixAllowance `json:"allow_shared_prefix"`
+	Floors            []RouteFloor          `json:"floors"`
+	// ImpactFrom says how impacts were found (Impact* constants), with
+	// the detail of a timing fit.
+	ImpactFrom     string              `json:"impact_from"`
+	ImpactDetail   string              `json:"impact_detail,omitempty"`
+	Requests       []AuditRequest      `json:"requests"`
+	Flushes        []sim.Flush         `json:"flushes"`
+	SharedPrefixes []SharedPrefixGroup `json:"shared_prefixes"`
+	Chance         ChanceReuse         `json:"chance_reuse"`
+	CacheEffect    *CacheEffect        `json:"cache_effect"`
+	Tool           *ToolComparison     `json:"tool,omitempty"`
+	// Checked is false when the audit could not vouch for the run: no
+	// request reached the server, the server let records go, or it
+	// reports no cached tokens. The verdict says why.
+	Checked bool    `json:"checked"`
+	Verdict Verdict `json:"verdict"`
+}
+
+// Audit reads a mock's records after a command ran against it (GET
+// /sim/requests, /sim/flushes, /sim/stats), measures each route's floor
+// with two unrelated nonce prompts, and judges every request's reuse by
+// what it did to its modelled TTFT. The server must be sglmock.
+func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, error) {
+	opt = opt.withDefaults()
 	p, err := c.SimInfo(ctx)
 	if err != nil {
 		return nil, err
@@ -54,53 +231,257 @@ func Audit(ctx context.Context, c *Client, allow int) (*AuditReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Read before the floor is measured, which adds requests of its own.
+	// Read before the floors are measured, which adds requests of their own.
 	stats, err := c.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s, err := startSession(ctx, c, Options{})
+	rep := &AuditReport{Profile: p.Name, Speedup: p.Speedup, MinImpact: opt.MinImpact, AllowSharedPrefix: opt.AllowSharedPrefix,
+		Flushes: flushes, ImpactFrom: ImpactModel, Checked: true}
+	rs := make([]AuditRequest, len(reqs))
+	for i, r := range reqs {
+		rs[i] = AuditRequest{RequestSummary: r, CachedReported: true}
+	}
+	floors, err := measureFloors(ctx, c, routesOf(rs), true, opt.NewID)
 	if err != nil {
 		return nil, err
 	}
-	floor := max(s.server.SharedFloor, 0)
-	rep := &AuditReport{Profile: p.Name, Speedup: p.Speedup, AllowSharedPrefix: allow, SharedFloor: floor, Flushes: flushes}
-	byRID := map[string]sim.RequestSummary{}
-	poisoned := 0
-	for _, r := range reqs {
-		ar := AuditRequest{RequestSummary: r}
-		if r.CachedTokens > floor+allow {
-			poisoned++
-			text := fmt.Sprintf("reused %d of %d prompt tokens", r.CachedTokens, r.PromptTokens)
-			if from, ok := byRID[r.ReusedFrom]; ok {
-				text += fmt.Sprintf(" from %s (sent at %.3f s)", from.RID, from.Arrival)
-				text += flushesBetween(flushes, from.Arrival, r.Arrival)
-			} else if r.ReusedFrom != "" {
-				text += " from " + r.ReusedFrom
+	m := &modelImpact{c: c, cost: map[[2]int]float64{}}
+	if err := judge(ctx, rep, rs, floors, m, pageSize(p), opt); err != nil {
+		return nil, err
+	}
+	switch n := int64(len(reqs)); {
+	case n == 0 && stats.Requests == 0:
+		rep.uncheck("no request reached the server: nothing was checked (does the command read the server's address " +
+			"from SGLANG_URL or OPENAI_BASE_URL? a script with a fixed URL needs audit's --port)")
+	case n < stats.Requests:
+		// The server keeps a bounded history: what it let go is unaudited.
+		rep.uncheck(fmt.Sprintf("the server kept the records of only the last %d of %d requests: the rest were not checked "+
+			"(raise serve's --sim-truth-bytes; at most 10000 are kept)", n, stats.Requests))
+	}
+	rep.CacheEffect = cacheEffect(rep.Requests, p.Speedup, ImpactModel)
+	return rep, nil
+}
+
+// uncheck records why the audit cannot vouch for the run.
+func (a *AuditReport) uncheck(why string) {
+	a.Checked = false
+	a.Verdict.add(Suspect, why)
+}
+
+// pageSize is the profile's page size, 1 when it says none.
+func pageSize(p *sim.Profile) int {
+	var prof struct {
+		PageSize int `json:"page_size"`
+	}
+	if p == nil || json.Unmarshal(p.Profile, &prof) != nil {
+		return 1
+	}
+	return max(prof.PageSize, 1)
+}
+
+// impactModel says how much TTFT a request's reuse beyond its floor saved.
+type impactModel interface {
+	// saved returns the seconds saved; ok is false when it cannot tell.
+	saved(ctx context.Context, r *AuditRequest) (seconds float64, ok bool, err error)
+}
+
+// modelImpact is the mock's model: what prefilling the prompt with only
+// the floor cached costs (the profile's evaluator, /sim/expect), against
+// what the request's own prefill cost as it ran.
+type modelImpact struct {
+	c    *Client
+	cost map[[2]int]float64
+}
+
+func (m *modelImpact) saved(ctx context.Context, r *AuditRequest) (float64, bool, error) {
+	base := r.ColdPrefillCost
+	if r.Floor > 0 {
+		k := [2]int{r.PromptTokens, r.Floor}
+		v, ok := m.cost[k]
+		if !ok {
+			e, err := m.c.Expect(ctx, r.PromptTokens, r.Floor, 1)
+			if err != nil {
+				return 0, false, fmt.Errorf("the model's cost of rid %s's prompt: %w", r.RID, err)
 			}
-			ar.Verdict.add(Poisoned, text)
+			v = e.TTFT
+			m.cost[k] = v
 		}
-		byRID[r.RID] = r
-		rep.Requests = append(rep.Requests, ar)
+		base = v
+	}
+	return max(base-r.PrefillCost, 0), true, nil
+}
+
+// impossibleCounts describes counts no server can report, "" when they
+// are possible.
+func impossibleCounts(r *AuditRequest) string {
+	if r.PromptTokens < 0 || r.CachedTokens < 0 || r.CachedTokens > r.PromptTokens || r.CompletionTokens < 0 {
+		return fmt.Sprintf("the server reported impossible counts: cached_tokens %d of prompt_tokens %d, completion_tokens %d",
+			r.CachedTokens, r.PromptTokens, r.CompletionTokens)
+	}
+	return ""
+}
+
+// judge fills in each request's floor, impact, pattern and verdict, the
+// groups of shared prefixes, the chance reuse, and the run's verdict.
+func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []RouteFloor, m impactModel, page int, opt AuditOptions) error {
+	rep.Floors = floors
+	floorOf := map[string]int{}
+	for _, f := range floors {
+		floorOf[f.Route] = f.Floor
+	}
+	impossible := 0
+	for i := range rs {
+		r := &rs[i]
+		r.Floor = max(floorOf[routeKey(r.Route)], 0)
+		if why := impossibleCounts(r); why != "" {
+			impossible++
+			r.Verdict.add(Suspect, why)
+			continue
+		}
+		if !r.CachedReported || r.CachedTokens <= r.Floor {
+			continue
+		}
+		saved, ok, err := m.saved(ctx, r)
+		if err != nil {
+			return err
+		}
+		r.Impact = impactOf(r, saved, ok)
+		if ok {
+			r.Saved = saved
+		}
+		r.Material = r.Impact >= opt.MinImpact
+	}
+	classify(rs, page)
+	rep.SharedPrefixes = groupSharedPrefixes(rs, opt.AllowSharedPrefix)
+	byRID := map[string]*AuditRequest{}
+	for i := range rs {
+		byRID[rs[i].RID] = &rs[i]
+	}
+	counts := map[Pattern]int{}
+	tolerated := 0
+	for i := range rs {
+		r := &rs[i]
+		if r.Pattern == "" {
+			continue
+		}
+		if !r.Material {
+			rep.Chance.add(r)
+			continue
+		}
+		cause := reuseCause(r, byRID[r.Source], rs[0].RID, rep.Flushes)
+		switch {
+		case !opt.AllowSharedPrefix.Auto && r.CachedTokens <= r.Floor+opt.AllowSharedPrefix.Tokens:
+			tolerated++
+			r.Verdict.add(OK, cause+fmt.Sprintf(" (tolerated: --allow-shared-prefix %d)", opt.AllowSharedPrefix.Tokens))
+		case opt.AllowSharedPrefix.Auto && r.Pattern == SharedPrefix && r.Group >= AutoGroup:
+			r.Verdict.add(OK, cause+" (the workload's own: --allow-shared-prefix auto)")
+		default:
+			counts[r.Pattern]++
+			r.Verdict.add(Poisoned, cause)
+		}
+	}
+	if n := counts[Repeat] + counts[NearRepeat] + counts[SharedPrefix]; n > 0 {
+		var kinds []string
+		for _, p := range []Pattern{Repeat, NearRepeat, SharedPrefix} {
+			if counts[p] > 0 {
+				kinds = append(kinds, plural(counts[p], strings.ReplaceAll(string(p), "-", " ")))
+			}
+		}
+		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused an earlier prompt's prefix enough to cut their TTFT by %s %% or more (%s)",
+			n, len(rs), trimFloat(opt.MinImpact), strings.Join(kinds, ", ")))
+	}
+	if tolerated > 0 {
+		rep.Verdict.add(OK, fmt.Sprintf("%d requests reused up to %d tokens beyond the floor, tolerated by --allow-shared-prefix", tolerated, opt.AllowSharedPrefix.Tokens))
+	}
+	for _, g := range rep.SharedPrefixes {
+		if g.Workload {
+			rep.Verdict.add(OK, "shared prefixes are the workload's own (--allow-shared-prefix auto)")
+			break
+		}
+	}
+	if impossible > 0 {
+		rep.Verdict.add(Suspect, fmt.Sprintf("%d requests carry impossible counts from the server and were not judged", impossible))
 	}
 	refused := 0
-	for _, f := range flushes {
-		if !f.OK {
+	for _, f := range rep.Flushes {
+		if !f.OK && !f.Pending {
 			refused++
 		}
 	}
-	if poisoned > 0 {
-		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused more than %d cached prompt tokens", poisoned, len(reqs), floor+allow))
-	}
 	if refused > 0 {
-		rep.Verdict.add(OK, fmt.Sprintf("%d of %d flushes were refused", refused, len(flushes)))
+		rep.Verdict.add(OK, fmt.Sprintf("%d of %d flushes were refused", refused, len(rep.Flushes)))
 	}
-	if n := int64(len(reqs)); n < stats.Requests {
-		// The server keeps a bounded history: what it let go is unaudited.
-		rep.Verdict.add(Suspect, fmt.Sprintf("the server kept the records of only the last %d of %d requests "+
-			"(raise serve's --sim-truth-bytes; at most 10000 are kept)", n, stats.Requests))
+	rep.Requests = rs
+	return nil
+}
+
+// impactOf is the percentage of the TTFT the reuse cut: its saved time
+// against the TTFT with only the floor cached, or the share of the prompt
+// beyond the floor that came from the cache when no time is known.
+func impactOf(r *AuditRequest, saved float64, timed bool) float64 {
+	if !timed {
+		return 100 * float64(r.CachedTokens-r.Floor) / float64(max(r.PromptTokens-r.Floor, 1))
 	}
-	return rep, nil
+	ttft := r.E2E
+	if r.TTFT != nil {
+		ttft = *r.TTFT
+	}
+	if saved <= 0 || ttft+saved <= 0 {
+		return 0
+	}
+	return 100 * saved / (ttft + saved)
+}
+
+func (c *ChanceReuse) add(r *AuditRequest) {
+	n := r.CachedTokens - r.Floor
+	if c.Requests == 0 || n < c.MinTokens {
+		c.MinTokens = n
+	}
+	c.MaxTokens = max(c.MaxTokens, n)
+	c.MaxImpact = max(c.MaxImpact, r.Impact)
+	c.Requests++
+}
+
+// reuseCause names a material reuse: its pattern, its source, the numbers
+// and the flushes between them. A repeat of the run's first request is
+// the load tools' warm-up, and the cause says how to keep it out.
+func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string {
+	var b strings.Builder
+	from := "an earlier request"
+	if src != nil {
+		from = fmt.Sprintf("%s (sent at %.3f s)", src.RID, src.Arrival)
+	} else if r.Source != "" {
+		from = r.Source
+	}
+	switch r.Pattern {
+	case Repeat:
+		fmt.Fprintf(&b, "repeats the prompt of %s: a warm-up, a retry or a two-point leg", from)
+		if r.Source == first {
+			b.WriteString(" (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
+				"or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0)")
+		}
+	case NearRepeat:
+		fmt.Fprintf(&b, "shares all but its last %d tokens with %s: a nonce at the end of a prompt keeps nothing cold (put it first)",
+			r.PromptTokens-r.CachedTokens, from)
+	default:
+		fmt.Fprintf(&b, "starts with the same %d tokens as %s, a prefix %s of the run share: a system prompt, few-shot examples or chat history",
+			r.CachedTokens, from, plural(max(r.Group, 2), "request"))
+	}
+	fmt.Fprintf(&b, "; reused %d of %d prompt tokens", r.CachedTokens, r.PromptTokens)
+	if r.Saved > 0 {
+		ttft := r.E2E
+		if r.TTFT != nil {
+			ttft = *r.TTFT
+		}
+		fmt.Fprintf(&b, ", TTFT %s s instead of %s s (%.1f %% shorter)", sig(ttft), sig(ttft+r.Saved), r.Impact)
+	} else {
+		fmt.Fprintf(&b, " (%.1f %% of its prompt beyond the floor came from the cache)", r.Impact)
+	}
+	if src != nil {
+		b.WriteString(flushesBetween(flushes, src.Arrival, r.Arrival))
+	}
+	return b.String()
 }
 
 // flushesBetween describes the flushes between two times: none, or the
@@ -121,45 +502,25 @@ func flushesBetween(fs []sim.Flush, from, to float64) string {
 	return fmt.Sprintf("; the %d flushes between them were refused (first %s)", len(refused), refused[0])
 }
 
-// WriteTable prints the report: every request, every flush, the verdict.
-func (a *AuditReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "audit: %d requests and %d flushes on sglmock profile %s (x%g; times are simulated seconds);\n", len(a.Requests), len(a.Flushes), a.Profile, a.Speedup)
-	fmt.Fprintf(w, "reuse beyond %d tokens is flagged (every prompt shares %d on this server, and --allow-shared-prefix is %d)\n\n",
-		a.SharedFloor+a.AllowSharedPrefix, a.SharedFloor, a.AllowSharedPrefix)
-	t := &table{head: []string{"arrival_s", "rid", "prompt_tok", "cached_tok", "reused_from", "verdict"}}
-	for _, r := range a.Requests {
-		from := r.ReusedFrom
-		if from == "" {
-			from = "-"
-		}
-		t.add(f3(r.Arrival), r.RID, strconv.Itoa(r.PromptTokens), strconv.Itoa(r.CachedTokens), from, r.Verdict.String())
+// plural is "1 request", "2 requests", "2 flushes".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
 	}
-	if len(a.Requests) == 0 {
-		fmt.Fprintln(w, "no request reached the server")
-	} else {
-		fmt.Fprintln(w, "requests, in arrival order:")
-		if err := t.write(w); err != nil {
-			return err
+	for _, end := range []string{"s", "x", "sh", "ch"} {
+		if strings.HasSuffix(what, end) {
+			return strconv.Itoa(n) + " " + what + "es"
 		}
 	}
-	if len(a.Flushes) > 0 {
-		fmt.Fprintln(w, "\nflushes (/flush_cache calls) and their outcomes:")
-		ft := &table{head: []string{"at_s", "answered_s", "timeout_s", "queued", "running", "outcome"}}
-		for _, f := range a.Flushes {
-			ft.add(f3(f.At), f3(f.Answered), f3(f.Timeout), strconv.Itoa(f.Queued), strconv.Itoa(f.Running), f.Outcome)
-		}
-		if err := ft.write(w); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "verdict:", a.Verdict.String())
-	return nil
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// WriteJSON writes the report for CI.
-func (a *AuditReport) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(a)
+// sig renders seconds with four significant digits.
+func sig(x float64) string {
+	if x == 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(x, 'f', max(3-int(math.Floor(math.Log10(math.Abs(x)))), 0), 64)
 }
+
+func trimFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

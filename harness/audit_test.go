@@ -1,8 +1,13 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -10,7 +15,328 @@ import (
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/sim"
 )
+
+// vocabulary for the load's random prompts.
+var vocabulary = strings.Fields(`time person year way day thing man world life hand part child eye woman place work week case
+point government company number group problem fact river stone cloud garden window letter engine market bridge
+silver thunder orange marble candle forest harbor ladder pepper saddle tunnel velvet walnut yellow zipper anchor`)
+
+// heads are the first words of the random prompts: four, so that prompts
+// often start alike by chance, as bench_serving's random prompts do.
+var heads = []string{"Alpha", "Bravo", "Charlie", "Delta"}
+
+// randomPrompts are n prompts of a few hundred words, each with its own
+// filler, the first word drawn from heads.
+func randomPrompts(n int, seed uint64) []string { return prompts(n, seed, 200, 500) }
+
+// prompts are n prompts of lo to hi words.
+func prompts(n int, seed uint64, lo, hi int) []string {
+	x := seed
+	next := func() uint64 { x = x*6364136223846793005 + 1442695040888963407; return x >> 33 }
+	out := make([]string, n)
+	for i := range out {
+		words := []string{heads[next()%uint64(len(heads))]}
+		for range uint64(lo) + next()%uint64(hi-lo+1) {
+			words = append(words, vocabulary[next()%uint64(len(vocabulary))])
+		}
+		out[i] = strings.Join(words, " ")
+	}
+	return out
+}
+
+// sharedPrefixPrompts are bench_serving's generated-shared-prefix dataset:
+// groups of prompts that start with their group's system prompt, the
+// groups interleaved.
+func sharedPrefixPrompts(groups, perGroup int) []string {
+	system := prompts(groups, 7, 400, 400)
+	questions := prompts(groups*perGroup, 11, 100, 100)
+	var out []string
+	for q := range perGroup {
+		for g := range groups {
+			out = append(out, system[g]+"\n\n"+questions[g*perGroup+q])
+		}
+	}
+	return out
+}
+
+// load sends prompts one at a time the way the load tools do: first, as
+// their warm-up, the first prompt again (bench_serving: at most 32 output
+// tokens; vLLM's test prompt: all of them).
+type load struct {
+	route   string // "/generate", "/v1/completions" or "/v1/chat/completions"
+	warmup  bool
+	prompts []string
+	output  int
+	// stream asks for streams (with usage, as vLLM's benchmark does).
+	stream bool
+}
+
+func (l load) body(prompt, rid string, output int) string {
+	stream := fmt.Sprintf(`"stream": %v`, l.stream)
+	if l.stream && l.route != "/generate" {
+		stream += `, "stream_options": {"include_usage": true}`
+	}
+	switch l.route {
+	case "/generate":
+		return fmt.Sprintf(`{"rid": %q, "text": %s, "sampling_params": {"max_new_tokens": %d, "ignore_eos": true}, %s}`, rid, quote(prompt), output, stream)
+	case "/v1/completions":
+		return fmt.Sprintf(`{"rid": %q, "model": "m", "prompt": %s, "max_tokens": %d, %s}`, rid, quote(prompt), output, stream)
+	}
+	return fmt.Sprintf(`{"rid": %q, "model": "m", "messages": [{"role": "user", "content": %s}], "max_tokens": %d, %s}`, rid, quote(prompt), output, stream)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// server is where a load sends: a mock, or the recording proxy in front
+// of one.
+type server interface {
+	Do(t testing.TB, method, path, body string, header ...string) (int, string, *http.Response)
+}
+
+func (l load) run(t *testing.T, m server) {
+	t.Helper()
+	send := func(prompt, rid string, output int) {
+		if code, body, _ := m.Do(t, "POST", l.route, l.body(prompt, rid, output)); code != 200 {
+			t.Fatalf("%s %s: %d %s", l.route, rid, code, body)
+		}
+	}
+	if l.warmup {
+		send(l.prompts[0], "warmup", min(l.output, 32))
+	}
+	for i, p := range l.prompts {
+		send(p, fmt.Sprintf("req-%02d", i), l.output)
+	}
+}
+
+// audited runs the load on a fresh mock of the profile and audits it.
+func audited(t *testing.T, name string, l load) (*profile.Profile, *harness.AuditReport) {
+	t.Helper()
+	p := mocktest.Profile(t, name)
+	m := mocktest.Start(t, api.Config{Profile: p})
+	l.run(t, m)
+	return p, audit(t, m, harness.AuditOptions{})
+}
+
+func audit(t *testing.T, m *mocktest.Mock, opt harness.AuditOptions) *harness.AuditReport {
+	t.Helper()
+	if opt.NewID == nil {
+		opt.NewID = counter()
+	}
+	rep, err := harness.Audit(context.Background(), client(m), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// wantPoisoned fails the test unless exactly the requests rids are
+// POISONED.
+func wantPoisoned(t *testing.T, rep *harness.AuditReport, rids ...string) {
+	t.Helper()
+	if got := poisoned(rep); !slices.Equal(got, rids) {
+		t.Fatalf("POISONED %v, want %v\n%s", got, rids, text(t, rep))
+	}
+}
+
+// poisoned lists the rids of the POISONED requests.
+func poisoned(rep *harness.AuditReport) []string {
+	var out []string
+	for _, r := range rep.Requests {
+		if r.Verdict.Level() == harness.Poisoned {
+			out = append(out, r.RID)
+		}
+	}
+	return out
+}
+
+// prefillCost is what the profile charges to prefill prompt tokens after
+// cached ones, chunk by chunk, rounded as the engine rounds.
+func prefillCost(p *profile.Profile, prompt, cached int) float64 {
+	return p.Expect(prompt, cached, 1).TTFT.Seconds()
+}
+
+func request(t *testing.T, rep *harness.AuditReport, rid string) harness.AuditRequest {
+	t.Helper()
+	for _, r := range rep.Requests {
+		if r.RID == rid {
+			return r
+		}
+	}
+	t.Fatalf("no request %s in the report", rid)
+	return harness.AuditRequest{}
+}
+
+// A bench_serving-like run whose warm-up is its first prompt: exactly that
+// prompt's measured copy is POISONED, as a repeat of the warm-up, with the
+// TTFT cut the model gives; the chance overlaps of the prompts' first
+// words are counted and dismissed; and the report says what the cache did
+// to the run's TTFT.
+func TestAuditWarmupRepeatOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, rep := audited(t, "default", load{route: "/generate", warmup: true, prompts: randomPrompts(20, 1), output: 64})
+		wantPoisoned(t, rep, "req-00")
+		r := request(t, rep, "req-00")
+		// Alone on an idle server the request's TTFT is its own prefill:
+		// its last token; with nothing cached it would be the whole prompt.
+		cold, own := prefillCost(p, r.PromptTokens, 0), prefillCost(p, r.PromptTokens, r.PromptTokens-1)
+		wantImpact := 100 * (cold - own) / cold
+		if r.Pattern != harness.Repeat || r.Source != "warmup" || r.CachedTokens != r.PromptTokens-1 || *r.TTFT != own ||
+			r.Saved != cold-own || math.Abs(r.Impact-wantImpact) > 1e-9 {
+			t.Fatalf("req-00: pattern %s from %q, cached %d of %d, ttft %v, saved %v, impact %v; want a repeat of warmup, %d cached, ttft %v, saved %v, impact %v",
+				r.Pattern, r.Source, r.CachedTokens, r.PromptTokens, *r.TTFT, r.Saved, r.Impact, r.PromptTokens-1, own, cold-own, wantImpact)
+		}
+		if rep.Floors[0] != (harness.RouteFloor{Route: sim.RouteGenerate, Requests: 21, Floor: 0}) {
+			t.Errorf("floors %+v, want /generate with 21 requests and floor 0", rep.Floors)
+		}
+		if rep.Chance.Requests != 16 || rep.Chance.MinTokens != 1 || rep.Chance.MaxImpact >= 1 {
+			t.Errorf("chance reuse %+v, want 16 requests from 1 token, each under 1 %%", rep.Chance)
+		}
+		out := text(t, rep)
+		for _, want := range []string{
+			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
+			fmt.Sprintf("16 requests shared %d-%d head tokens beyond the floor with earlier prompts: no measurable effect", rep.Chance.MinTokens, rep.Chance.MaxTokens),
+			"the prefix cache made this run's mean TTFT ",
+			"verdict: POISONED: 1 of 21 requests reused an earlier prompt's prefix enough to cut their TTFT by 1 % or more (1 repeat)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the report lacks %q:\n%s", want, out)
+			}
+		}
+		// The run's effect: each request's TTFT as run against its TTFT
+		// with its cold prefill, over all 21.
+		var run, without float64
+		for _, r := range rep.Requests {
+			run += *r.TTFT
+			without += *r.TTFT + r.ColdPrefillCost - r.PrefillCost
+		}
+		e := rep.CacheEffect
+		if want := 100 * (without - run) / without; e.TTFT.Requests != 21 || math.Abs(e.TTFT.LowerPct.Mean-want) > 1e-9 || e.TTFT.LowerPct.Mean <= 0 {
+			t.Errorf("cache effect on the mean TTFT %v %% over %d, want %v %% over 21", e.TTFT.LowerPct.Mean, e.TTFT.Requests, want)
+		}
+		if e.TTFT.AsRunWall != e.TTFT.AsRun {
+			t.Errorf("at speedup 1 the wall figures %+v must be the simulated ones %+v", e.TTFT.AsRunWall, e.TTFT.AsRun)
+		}
+	})
+}
+
+func text(t *testing.T, rep *harness.AuditReport) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// The same run with its warm-up off is clean: chance overlaps are no
+// verdict.
+func TestAuditNoWarmupIsClean(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		load{route: "/generate", prompts: randomPrompts(20, 1), output: 64}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{})
+		if rep.Verdict.Level() != harness.OK || !rep.Checked || rep.Chance.Requests != 16 {
+			t.Fatalf("verdict %s, checked %v, chance %d; want ok, checked, 16\n%s", rep.Verdict, rep.Checked, rep.Chance.Requests, text(t, rep))
+		}
+	})
+}
+
+// A vLLM-bench-like run (its test prompt is its first prompt, with the
+// whole output) on the completions route of a Llama profile, whose text
+// prompts all start with BOS and whose EAGLE3 cache is keyed by bigrams:
+// the repeat reuses all but 2 tokens.
+func TestAuditVLLMTestPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, rep := audited(t, "llama-8b-eagle3-h100", load{route: "/v1/completions", warmup: true, prompts: randomPrompts(20, 2), output: 32})
+		wantPoisoned(t, rep, "req-00")
+		r := request(t, rep, "req-00")
+		// Every text prompt starts with BOS, but bigram keys share nothing
+		// of two prompts that share only BOS: the floor is 0.
+		base, own := prefillCost(p, r.PromptTokens, 0), prefillCost(p, r.PromptTokens, r.PromptTokens-2)
+		if r.Floor != 0 || r.CachedTokens != r.PromptTokens-2 || r.Route != sim.RouteCompletions || r.Saved != base-own {
+			t.Fatalf("req-00: floor %d, cached %d of %d, route %s, saved %v; want 0, %d, %s, %v",
+				r.Floor, r.CachedTokens, r.PromptTokens, r.Route, r.Saved, r.PromptTokens-2, sim.RouteCompletions, base-own)
+		}
+		if rep.Chance.Requests == 0 {
+			t.Errorf("chance %+v: want overlaps of BOS and the first word", rep.Chance)
+		}
+	})
+}
+
+// A shared-system-prompt dataset (2 groups of 4) with a warm-up: under
+// --allow-shared-prefix auto only the repeat poisons, and the groups are
+// reported as the workload's; with a number the shared prefixes poison
+// too.
+func TestAuditSharedPrefixAuto(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		load{route: "/generate", warmup: true, prompts: sharedPrefixPrompts(2, 4), output: 16}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Auto: true}})
+		wantPoisoned(t, rep, "req-00")
+		if len(rep.SharedPrefixes) != 2 || rep.SharedPrefixes[0].Requests != 4 || rep.SharedPrefixes[1].Requests != 4 || !rep.SharedPrefixes[0].Workload {
+			t.Fatalf("shared prefixes %+v, want 2 groups of 4, the workload's", rep.SharedPrefixes)
+		}
+		g := rep.SharedPrefixes[0]
+		want := fmt.Sprintf("2 shared prefixes of about %d tokens, 4 requests each; ", g.Tokens)
+		if out := text(t, rep); !strings.Contains(out, want) || !strings.Contains(out, "came from the cache (the workload's own: --allow-shared-prefix auto)") {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+		// A second audit's floor probes must not repeat the first's.
+		next := counter()
+		fixed := audit(t, m, harness.AuditOptions{NewID: func() string { return "again-" + next() }})
+		// The repeat, and the 6 requests after each group's first.
+		wantPoisoned(t, fixed, "req-00", "req-02", "req-03", "req-04", "req-05", "req-06", "req-07")
+	})
+}
+
+// A correct chat benchmark, a fresh UUID first in each user message and no
+// flush, is clean: the chat template's head is the chat route's floor.
+func TestAuditChatWithNonceFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		prompts := randomPrompts(12, 3)
+		for i := range prompts {
+			prompts[i] = fmt.Sprintf("%08x-1f2e-4d3c-8b7a-%012x %s", 0x9e3779b9*uint32(i+1), i*7919, prompts[i])
+		}
+		load{route: "/v1/chat/completions", prompts: prompts, output: 16}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{})
+		if rep.Verdict.Level() != harness.OK || rep.Floors[0].Route != sim.RouteChat || rep.Floors[0].Floor == 0 {
+			t.Fatalf("verdict %s, floors %+v: want ok and a chat floor (the template's head)\n%s", rep.Verdict, rep.Floors, text(t, rep))
+		}
+		for _, r := range rep.Requests[1:] {
+			if r.CachedTokens < r.Floor {
+				t.Errorf("%s: cached %d under the floor %d", r.RID, r.CachedTokens, r.Floor)
+			}
+		}
+	})
+}
+
+// A two-point run with its nonce at the end of the prompt: the second leg
+// is a near-repeat, which --allow-shared-prefix auto does not excuse.
+func TestAuditSuffixNonceIsNearRepeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		body := randomPrompts(1, 5)[0]
+		var prompts []string
+		for _, nonce := range []string{"Qwxzy Vbnmk", "Plokij Uhygt"} {
+			prompts = append(prompts, body+" "+nonce)
+		}
+		load{route: "/generate", prompts: prompts, output: 16}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Auto: true}})
+		r := request(t, rep, "req-01")
+		tail := r.PromptTokens - r.CachedTokens
+		want := fmt.Sprintf("POISONED: shares all but its last %d tokens with req-00 (sent at 0.000 s): a nonce at the end", tail)
+		if r.Pattern != harness.NearRepeat || !strings.HasPrefix(r.Verdict.String(), want) {
+			t.Fatalf("req-01: pattern %s, verdict %q; want a near-repeat: %q", r.Pattern, r.Verdict, want)
+		}
+	})
+}
 
 // A server that kept only part of its history says so: the audit cannot
 // vouch for requests whose records are gone.
@@ -24,14 +350,25 @@ func TestAuditSaysWhenRecordsWereLetGo(t *testing.T) {
 				t.Fatalf("got %d %s", code, resp)
 			}
 		}
-		rep, err := harness.Audit(context.Background(), client(m), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := audit(t, m, harness.AuditOptions{})
 		kept := len(rep.Requests)
 		want := fmt.Sprintf("the server kept the records of only the last %d of 40 requests", kept)
-		if kept >= 40 || rep.Verdict.Level() != harness.Suspect || !strings.HasPrefix(rep.Verdict.String(), "SUSPECT: "+want) {
-			t.Fatalf("got %d records and verdict %q, want fewer than 40 and %q", kept, rep.Verdict, want)
+		if kept >= 40 || rep.Checked || rep.Verdict.Level() != harness.Suspect || !strings.HasPrefix(rep.Verdict.String(), "SUSPECT: "+want) {
+			t.Fatalf("got %d records, checked %v and verdict %q, want fewer than 40, unchecked and %q", kept, rep.Checked, rep.Verdict, want)
+		}
+	})
+}
+
+// A run in which nothing reached the server is not ok.
+func TestAuditNothingReachedTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		rep := audit(t, m, harness.AuditOptions{})
+		if rep.Checked || !strings.HasPrefix(rep.Verdict.String(), "SUSPECT: no request reached the server: nothing was checked") {
+			t.Fatalf("checked %v, verdict %q: want unchecked, no request", rep.Checked, rep.Verdict)
+		}
+		if out := text(t, rep); !strings.Contains(out, "no request reached the server\n") {
+			t.Errorf("report:\n%s", out)
 		}
 	})
 }

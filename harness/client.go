@@ -66,6 +66,8 @@ type Client struct {
 	// APIKey, when set, goes out as "Authorization: Bearer KEY" (a server
 	// launched with --api-key wants it).
 	APIKey string
+	// maxAnswer bounds an answer read whole; 0 means maxAnswerBytes.
+	maxAnswer int64
 }
 
 // Prompt is what one leg sends: text, or token ids when the client sends
@@ -180,9 +182,9 @@ func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := readAnswer(resp.Body, c.answerLimit())
 	if err != nil {
-		return resp.StatusCode, &ConnError{err}
+		return resp.StatusCode, fmt.Errorf("GET %s: %w", route, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, &HTTPError{Route: "GET " + route, Status: resp.StatusCode, Body: string(b)}
@@ -191,6 +193,31 @@ func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
 		return resp.StatusCode, fmt.Errorf("GET %s: %w", route, err)
 	}
 	return resp.StatusCode, nil
+}
+
+// maxAnswerBytes bounds an answer the harness reads whole: far beyond the
+// JSON of 10,000 records, and small enough that no server can exhaust the
+// client's memory.
+const maxAnswerBytes = 256 << 20
+
+func (c *Client) answerLimit() int64 {
+	if c.maxAnswer > 0 {
+		return c.maxAnswer
+	}
+	return maxAnswerBytes
+}
+
+// readAnswer reads a whole answer of at most limit bytes; a longer one is
+// an error, not an allocation.
+func readAnswer(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, &ConnError{err}
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("the answer is longer than %d bytes", limit)
+	}
+	return b, nil
 }
 
 // generateBody is the request body of one leg for the client's backend.

@@ -89,4 +89,35 @@
 // of the legs done, or, against a server without /sim/, from a cost fitted
 // to the legs done. Audit reads a mock's records after a benchmark command
 // ran against it.
+//
+// # Audit
+//
+// Audit reads a mock's records after someone else's benchmark command ran
+// against it; AuditUpstream reads what the recording proxy (Recorder) saw
+// the command send to a real server. Both judge each request the same way:
+//
+//   - its floor is what two unrelated nonce prompts share on its route
+//     (/generate text or input_ids, completions, chat), measured after
+//     the run: a BOS token, a chat template's head;
+//   - its impact is the TTFT its reuse beyond the floor saved, against its
+//     TTFT with only the floor cached at the same moment: on the mock from
+//     the model (the request's own prefill cost as run, and the profile's
+//     cost of the prompt after the floor, /sim/expect); through the proxy
+//     from a prefill cost per token fitted by least squares to the TTFTs
+//     it saw, or, with no timing to fit, the share of the prompt the cache
+//     served;
+//   - reuse poisons only when it cut the TTFT by MinImpact percent or more;
+//     the rest is counted as chance;
+//   - its pattern: a repeat (the same prompt as an earlier one, by hash),
+//     a near-repeat (all but a tail of at most 32 tokens beyond a page and
+//     5 % of the prompt), else a shared prefix; requests linked by shared
+//     prefixes form groups, and under --allow-shared-prefix auto a group
+//     of 3 or more is the workload's.
+//
+// The run's cache effect puts every request's TTFT and E2E beside the same
+// with nothing cached (each request on its own), and CompareTool puts a
+// load tool's own result file beside the truth of the requests it
+// measured. What the audit could not check (no request, records let go, no
+// cached tokens reported, answers it could not read) leaves the report
+// unchecked, never ok.
 package harness

@@ -44,7 +44,36 @@ type RequestSummary struct {
 	Arrival          float64 `json:"arrival_s"`
 	Finished         float64 `json:"finished_s"`
 	FinishReason     string  `json:"finish_reason"`
+	// Route is the endpoint and prompt form that sent the request, one of
+	// the Route values ("" for the server's own requests).
+	Route string `json:"route"`
+	// PromptHash identifies the prompt's tokens: two requests with the same
+	// hash sent the same prompt.
+	PromptHash string `json:"prompt_hash"`
+	// TTFT and E2E are the modelled times from arrival to the first token
+	// (null for a request that never had one) and to the finish.
+	TTFT *float64 `json:"ttft_s"`
+	E2E  float64  `json:"e2e_s"`
+	// PrefillCost is the modelled cost of the request's own prefill
+	// chunks up to its first token (its share of each batch), and
+	// ColdPrefillCost what prefilling its whole prompt with nothing cached
+	// costs, chunk by chunk, on the same profile. Their difference is what
+	// the prefix cache saved this request: with none of its prompt cached,
+	// at the same moment, its TTFT and E2E would have been that much
+	// longer.
+	PrefillCost     float64 `json:"prefill_cost_s"`
+	ColdPrefillCost float64 `json:"cold_prefill_cost_s"`
 }
+
+// Route values of RequestSummary.Route: what floor a prompt starts with
+// depends on them (a BOS token on text, a chat template's head on chat).
+const (
+	RouteGenerate          = "/generate"                 // text
+	RouteGenerateIDs       = "/generate input_ids"       // token ids
+	RouteCompletions       = "/v1/completions"           // a text prompt
+	RouteCompletionsTokens = "/v1/completions token ids" // a prompt of token ids
+	RouteChat              = "/v1/chat/completions"
+)
 
 // Truth is GET /sim/requests/{rid}: a finished request's modelled timeline.
 type Truth struct {

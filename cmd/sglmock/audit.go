@@ -6,12 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
+	"slices"
 	"strconv"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/sglmock/sglmock/harness"
@@ -21,34 +21,72 @@ import (
 
 const auditUsage = `Usage: sglmock audit [flags] -- CMD [ARGS...]
 
-Starts a mock SGLang server on a free loopback port with an empty prefix
-cache (no warmup request), runs CMD with the server's address in its
-environment, forwarding CMD's output and the signals sglmock gets, then
-reports from the server's own records every request (rid, prompt tokens,
-cached tokens, the earlier request whose prefix it reused) and every
-/flush_cache with its outcome.
+Starts a mock SGLang server with an empty prefix cache (no warmup request),
+or with --upstream a recording proxy in front of a real SGLang or vLLM
+server, runs CMD with the server's address in its environment, forwarding
+CMD's output and the signals sglmock gets to CMD's process group, then
+judges from the server's records every request the command sent:
+
+  - a request whose reuse of an earlier prompt's prefix cut its TTFT by
+    --min-impact or more is POISONED, the cause naming its pattern with the
+    numbers: a repeat (a warm-up, a retry, a two-point leg), a near-repeat
+    (all but a short tail: a nonce at the end), or a shared prefix;
+  - smaller reuse (prompts that start alike by chance) is one summary line;
+  - reuse up to what every prompt shares on its route (a BOS token, a chat
+    template's head; measured afterwards with two unrelated nonces) is none;
+  - the report says what the cache did to the run's TTFT and E2E, and with
+    --tool-result, the tool's own error on each of its figures.
 
 CMD's environment gets:
-  SGLANG_URL, SGLANG_BASE_URL   http://127.0.0.1:PORT
-  OPENAI_BASE_URL, OPENAI_API_BASE   http://127.0.0.1:PORT/v1
-  SGLANG_HOST, SGLANG_PORT      127.0.0.1 and PORT
+  SGLANG_URL, SGLANG_BASE_URL   http://HOST:PORT
+  OPENAI_BASE_URL, OPENAI_API_BASE   http://HOST:PORT/v1
+  SGLANG_HOST, SGLANG_PORT      HOST and PORT
   OPENAI_API_KEY                "sglmock", unless already set
+  NO_PROXY, no_proxy            HOST, 127.0.0.1 and localhost added, when
+                                HTTP(S)_PROXY is set
+A script with a fixed URL (http://127.0.0.1:30000) is audited with --port.
 
-Exit status: CMD's own when CMD failed; 1 (POISONED) when a request reused
-more of an earlier request's prefix than every prompt shares on the server
-(a BOS token, measured afterwards) plus --allow-shared-prefix, which means no
-accepted flush came between them; 0 when clean; 2 for a usage error.
+Exit status: CMD's own when CMD failed; 1 when a request is POISONED; 2 for
+a usage error or a server that cannot be reached; 3 when nothing was
+checked (no request reached the server, the server let records go, or it
+reports no cached tokens); 0 when clean.
 
 Flags:
 `
 
 type auditOptions struct {
-	profile     *profile.Profile
-	speedup     float64
-	allowShared int
-	jsonPath    string
-	cfg         api.Config
-	command     []string
+	profile   *profile.Profile
+	speedup   float64
+	allow     harness.SharedPrefixAllowance
+	minImpact float64
+	jsonPath  string
+	toolPath  string
+	host      string
+	port      int
+	upstream  string
+	cfg       api.Config
+	command   []string
+}
+
+// allowanceFlag is --allow-shared-prefix: auto or a number of tokens.
+type allowanceFlag struct {
+	p *harness.SharedPrefixAllowance
+}
+
+func (f allowanceFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return f.p.String()
+}
+
+func (f allowanceFlag) Set(s string) error {
+	v, err := harness.ParseSharedPrefixAllowance(s)
+	if err != nil {
+		return errors.New("want auto or a number of tokens >= 0")
+	}
+	*f.p = v
+	return nil
 }
 
 func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
@@ -57,8 +95,14 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	o := &auditOptions{}
 	profileName := fs.String("profile", "default", "cost profile: a built-in name (see 'sglmock profiles') or a YAML file")
 	floatFlag(fs, &o.speedup, "speedup", 1, "`S` simulated seconds per wall second")
-	fs.IntVar(&o.allowShared, "allow-shared-prefix", 0, "tolerate a reused prefix of up to N tokens (a shared system prompt)")
+	fs.Var(allowanceFlag{&o.allow}, "allow-shared-prefix", "`auto|N`: auto takes a prefix 3 or more requests share for the workload's own (a system prompt),\n"+
+		"which does not poison (repeats and near-repeats still do); N tolerates reuse of up to N tokens beyond the floor")
+	floatFlag(fs, &o.minImpact, "min-impact", harness.DefaultMinImpact, "a reuse poisons a request when it cuts its TTFT by at least `PERCENT`")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to this file (for CI)")
+	fs.StringVar(&o.toolPath, "tool-result", "", "the load tool's result `FILE` (bench_serving --output-file, vLLM --save-result): its figures against the truth")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "bind the mock (or the proxy) to this address")
+	fs.IntVar(&o.port, "port", 0, "bind the mock (or the proxy) to this port, where a script with a fixed URL looks (0: a free one)")
+	fs.StringVar(&o.upstream, "upstream", "", "a real server's `URL` (http://HOST:PORT): audit it through a recording proxy instead of a mock")
 	fs.BoolVar(&o.cfg.DisableRadixCache, "disable-radix-cache", false, "disable prefix caching: cached_tokens is always 0")
 	fs.BoolVar(&o.cfg.EnableCacheReport, "enable-cache-report", false, "report usage.prompt_tokens_details.cached_tokens in OpenAI responses")
 	fs.BoolVar(&o.cfg.EnableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
@@ -78,10 +122,26 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	switch {
 	case o.speedup <= 0 || o.speedup > 1e6:
 		return nil, fmt.Errorf("--speedup %v: must be in (0, 1e6]", o.speedup)
-	case o.allowShared < 0:
-		return nil, fmt.Errorf("--allow-shared-prefix %d: must be >= 0", o.allowShared)
+	case o.minImpact <= 0 || o.minImpact > 100:
+		return nil, fmt.Errorf("--min-impact %v: must be a percentage in (0, 100]", o.minImpact)
+	case o.port < 0 || o.port > 65535:
+		return nil, fmt.Errorf("--port %d: must be in 0..65535", o.port)
 	case o.cfg.StreamInterval < 1:
 		return nil, fmt.Errorf("--stream-interval %d: must be >= 1", o.cfg.StreamInterval)
+	}
+	if o.upstream != "" {
+		var mockOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "upstream", "allow-shared-prefix", "min-impact", "json", "tool-result", "host", "port":
+			default:
+				mockOnly = append(mockOnly, "--"+f.Name)
+			}
+		})
+		if len(mockOnly) > 0 {
+			return nil, fmt.Errorf("%s configure the mock, which --upstream replaces with the real server", strings.Join(mockOnly, ", "))
+		}
+		return o, nil
 	}
 	p, err := loadProfile(*profileName, profileFlags)
 	if err != nil {
@@ -91,28 +151,60 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	return o, nil
 }
 
+// auditTarget is what the command talks to: the mock, or the proxy.
+type auditTarget struct {
+	url   string // what the command is given
+	close func()
+	// client reads the records (the mock) or probes the server itself
+	// (the real one).
+	client *harness.Client
+	rec    *harness.Recorder
+}
+
 func runAudit(args []string, stdout, stderr io.Writer) int {
 	o, err := parseAuditFlags(args, stderr)
 	if code, done := flagExit("audit", err, stderr); done {
 		return code
 	}
-	m, err := startLocalMock(o.profile, o.speedup, o.cfg)
+	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
+	t, err := startAuditTarget(o, addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock audit:", err)
 		return 2
 	}
-	defer m.Close()
-	fmt.Fprintf(stderr, "sglmock audit: mock %s (profile %s, x%g) at %s; running %q\n", api.SimVersion, o.profile.Name, o.speedup, m.URL, o.command)
-	status, runErr := runCommand(o.command, m, stdout, stderr)
+	defer t.close()
+	if o.upstream != "" {
+		fmt.Fprintf(stderr, "sglmock audit: recording proxy at %s in front of %s; running %q\n", t.url, o.upstream, o.command)
+	} else {
+		fmt.Fprintf(stderr, "sglmock audit: mock %s (profile %s, x%g) at %s; running %q\n", api.SimVersion, o.profile.Name, o.speedup, t.url, o.command)
+	}
+	status, runErr := runCommand(o.command, commandEnv(os.Environ(), t.url), stdout, stderr)
 	if runErr != nil {
 		fmt.Fprintln(stderr, "sglmock audit:", runErr)
 		return 2
 	}
-	c := &harness.Client{HTTP: &http.Client{Timeout: 30 * time.Second}, BaseURL: m.URL, Backend: harness.SGLang}
-	rep, err := harness.Audit(context.Background(), c, o.allowShared)
+	ctx := context.Background()
+	opt := harness.AuditOptions{MinImpact: o.minImpact, AllowSharedPrefix: o.allow}
+	var rep *harness.AuditReport
+	if t.rec != nil {
+		rep, err = harness.AuditUpstream(ctx, t.rec, t.client, opt)
+	} else {
+		rep, err = harness.Audit(ctx, t.client, opt)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock audit:", err)
 		return 2
+	}
+	if o.toolPath != "" {
+		res, err := readToolResult(o.toolPath)
+		if err != nil {
+			fmt.Fprintln(stderr, "sglmock audit: --tool-result:", err)
+			return 2
+		}
+		if rep.Tool, err = harness.CompareTool(ctx, t.client, rep, o.toolPath, res); err != nil {
+			fmt.Fprintln(stderr, "sglmock audit: --tool-result:", err)
+			return 2
+		}
 	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)
@@ -122,60 +214,139 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if status != 0 {
+	switch {
+	case status != 0:
 		fmt.Fprintf(stderr, "sglmock audit: the command failed with exit status %d; its figures are not to be trusted whatever the verdict\n", status)
 		return status
-	}
-	if rep.Verdict.Level() == harness.Poisoned {
+	case rep.Verdict.Level() == harness.Poisoned:
 		return 1
+	case !rep.Checked:
+		return 3
 	}
 	return 0
 }
 
-// runCommand runs CMD with the mock's address in its environment,
-// forwarding its output and the signals this process gets, and returns its
-// exit status (128+N when a signal N ended it). An error means CMD could
-// not be started.
-func runCommand(command []string, m *localMock, stdout, stderr io.Writer) (int, error) {
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(),
-		"SGLANG_URL="+m.URL, "SGLANG_BASE_URL="+m.URL,
-		"OPENAI_BASE_URL="+m.URL+"/v1", "OPENAI_API_BASE="+m.URL+"/v1",
-		"SGLANG_HOST=127.0.0.1", "SGLANG_PORT="+strconv.Itoa(m.Port))
-	if os.Getenv("OPENAI_API_KEY") == "" {
-		cmd.Env = append(cmd.Env, "OPENAI_API_KEY=sglmock")
+func readToolResult(path string) (*harness.ToolResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting %q: %w", command[0], err)
+	defer f.Close()
+	return harness.ReadToolResult(f)
+}
+
+// startAuditTarget starts the mock, or the recording proxy in front of
+// --upstream (which must answer first), at addr.
+func startAuditTarget(o *auditOptions, addr string) (*auditTarget, error) {
+	httpClient := &http.Client{Timeout: 60 * time.Second}
+	if o.upstream == "" {
+		m, err := startLocalMockAt(addr, o.profile, o.speedup, o.cfg)
+		if err != nil {
+			return nil, bindError(addr, err)
+		}
+		return &auditTarget{url: commandURL(o.host, m.Port), close: m.Close,
+			client: &harness.Client{HTTP: httpClient, BaseURL: m.URL, Backend: harness.SGLang}}, nil
 	}
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				cmd.Process.Signal(s)
-			case <-done:
-				return
+	rec, err := harness.NewRecorder(o.upstream, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The probes of a server started with --api-key need the key the
+	// command is given.
+	up := &harness.Client{HTTP: httpClient, BaseURL: rec.Upstream(), Backend: harness.SGLang, APIKey: os.Getenv("OPENAI_API_KEY")}
+	if err := checkUpstream(up); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, bindError(addr, err)
+	}
+	hs := &http.Server{Handler: rec, ReadHeaderTimeout: 30 * time.Second}
+	go hs.Serve(ln)
+	return &auditTarget{url: commandURL(o.host, ln.Addr().(*net.TCPAddr).Port), rec: rec, client: up,
+		close: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if hs.Shutdown(ctx) != nil {
+				hs.Close()
+			}
+		}}, nil
+}
+
+// checkUpstream asks the real server for /v1/models, which SGLang and vLLM
+// both serve, before the command runs against it.
+func checkUpstream(c *harness.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/models", nil)
+	if err != nil {
+		return err
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("--upstream %s: cannot reach the server: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("--upstream %s: GET /v1/models answered HTTP %d: is it an SGLang or vLLM server?", c.BaseURL, resp.StatusCode)
+	}
+	return nil
+}
+
+func bindError(addr string, err error) error {
+	return fmt.Errorf("cannot listen on %s (another server there? --port 0 picks a free port): %w", addr, err)
+}
+
+// commandURL is the base URL the command is given: a wildcard bind is
+// reached on loopback.
+func commandURL(host string, port int) string {
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// commandEnv is the command's environment: the server's address under the
+// names clients read, and, when a proxy is set for HTTP, the server's host
+// and loopback in NO_PROXY, so that the command's requests reach it.
+func commandEnv(environ []string, base string) []string {
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+	env := append([]string(nil), environ...)
+	get := func(name string) string {
+		for i := len(env) - 1; i >= 0; i-- {
+			if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+				return v
 			}
 		}
-	}()
-	err := cmd.Wait()
-	close(done)
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return exit.ExitCode(), nil
+		return ""
 	}
-	return 0, err
+	proxied := false
+	for _, name := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"} {
+		proxied = proxied || get(name) != ""
+	}
+	if proxied {
+		var hosts []string
+		for _, list := range []string{get("NO_PROXY"), get("no_proxy"), host + ",127.0.0.1,localhost"} {
+			for _, h := range strings.Split(list, ",") {
+				if h = strings.TrimSpace(h); h != "" && !slices.Contains(hosts, h) {
+					hosts = append(hosts, h)
+				}
+			}
+		}
+		noProxy := strings.Join(hosts, ",")
+		env = append(env, "NO_PROXY="+noProxy, "no_proxy="+noProxy)
+	}
+	env = append(env, "SGLANG_URL="+base, "SGLANG_BASE_URL="+base,
+		"OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_BASE="+base+"/v1",
+		"SGLANG_HOST="+host, "SGLANG_PORT="+port)
+	if get("OPENAI_API_KEY") == "" {
+		env = append(env, "OPENAI_API_KEY=sglmock")
+	}
+	return env
 }
 
 // writeFile creates path and writes it with f.

@@ -5,16 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // childEnv makes the test binary, run as audit's CMD, play a benchmark
@@ -28,16 +32,26 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// childPrompt is long enough that reusing it cuts a request's TTFT by far
+// more than 1 %.
+var childPrompt = strings.Repeat("A prompt the two legs of a two-point benchmark share, long enough to matter. ", 40)
+
 // auditChild is a small benchmark script: "repeat" sends one prompt twice
 // (the seed's bug), "flush" flushes between the legs (the fix), "fail"
-// exits 3 after one request. It finds the server in the environment audit
-// sets.
+// exits 3 after one request, "fixed" sends the repeat to the fixed URL
+// $FIXED_URL, "none" sends nothing, "env" prints its proxy settings,
+// "signal" waits for SIGTERM, "tree" starts a "signal" child and waits for
+// it, "orphan" starts one and exits at once. It finds the server in the
+// environment audit sets.
 func auditChild(behaviour string) int {
 	base := os.Getenv("SGLANG_URL")
 	if os.Getenv("SGLANG_BASE_URL") != base || os.Getenv("OPENAI_BASE_URL") != base+"/v1" ||
 		os.Getenv("OPENAI_API_BASE") != base+"/v1" || !strings.HasSuffix(base, ":"+os.Getenv("SGLANG_PORT")) {
 		fmt.Fprintln(os.Stderr, "child: the environment lacks the server's address")
 		return 4
+	}
+	if behaviour == "fixed" {
+		base = os.Getenv("FIXED_URL")
 	}
 	post := func(path, body string) (int, string) {
 		resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
@@ -50,17 +64,51 @@ func auditChild(behaviour string) int {
 		return resp.StatusCode, string(b)
 	}
 	leg := func(rid string) {
-		body := fmt.Sprintf(`{"rid": %q, "text": "A prompt the two legs of a two-point benchmark share, long enough to matter.", "sampling_params": {"max_new_tokens": 4}}`, rid)
+		body := fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 4}}`, rid, childPrompt)
 		if code, b := post("/generate", body); code != 200 {
 			fmt.Fprintln(os.Stderr, "child:", code, b)
 			os.Exit(6)
 		}
 	}
-	if behaviour == "signal" {
+	switch behaviour {
+	case "none":
+		fmt.Println("child: no server needed")
+		return 0
+	case "env":
+		fmt.Printf("child: NO_PROXY=%s no_proxy=%s\n", os.Getenv("NO_PROXY"), os.Getenv("no_proxy"))
+		return 0
+	case "signal":
 		got := make(chan os.Signal, 1)
 		signal.Notify(got, syscall.SIGTERM)
-		fmt.Println("child: ready")
-		fmt.Printf("child: got %v\n", <-got)
+		fmt.Printf("child %d: ready\n", os.Getpid())
+		if os.Getenv("READY_FD") != "" {
+			// The parent waits for this before it goes on.
+			ready := os.NewFile(3, "ready")
+			ready.Write([]byte("ready\n"))
+			ready.Close()
+		}
+		fmt.Printf("child %d: got %v\n", os.Getpid(), <-got)
+		return 0
+	case "tree", "orphan":
+		r, w, err := os.Pipe()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 7
+		}
+		grandchild := exec.Command(os.Args[0], "-test.run=^$")
+		grandchild.Env = append(os.Environ(), childEnv+"=signal", "READY_FD=3")
+		grandchild.Stdout, grandchild.ExtraFiles = os.Stdout, []*os.File{w}
+		if err := grandchild.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 7
+		}
+		w.Close()
+		io.ReadAll(r) // until the grandchild is ready
+		fmt.Printf("child: started %d\n", grandchild.Process.Pid)
+		if behaviour == "orphan" {
+			return 0
+		}
+		grandchild.Wait()
 		return 0
 	}
 	leg("leg-a")
@@ -98,7 +146,7 @@ func audit(t *testing.T, behaviour string, extra ...string) (int, string, string
 }
 
 // A script that repeats its prompt is POISONED (exit 1), and the report
-// names the request it reused; one that flushes between the legs passes.
+// names the request it repeated; one that flushes between the legs passes.
 func TestAuditRepeatedPrompt(t *testing.T) {
 	code, stdout, stderr, rep := audit(t, "repeat")
 	if code != 1 {
@@ -107,12 +155,14 @@ func TestAuditRepeatedPrompt(t *testing.T) {
 	if !strings.Contains(stdout, "child: sent two legs") {
 		t.Errorf("the child's output is not forwarded:\n%s", stdout)
 	}
-	if len(rep.Requests) != 2 || rep.Requests[1].ReusedFrom != "leg-a" || rep.Requests[1].CachedTokens != rep.Requests[1].PromptTokens-1 {
+	b := rep.Requests[1]
+	if len(rep.Requests) != 2 || b.ReusedFrom != "leg-a" || b.CachedTokens != b.PromptTokens-1 || b.Pattern != harness.Repeat || b.Route != "/generate" ||
+		!b.Material || b.Saved != b.ColdPrefillCost-b.PrefillCost {
 		t.Fatalf("report: %+v", rep.Requests)
 	}
-	want := fmt.Sprintf("POISONED: reused %d of %d prompt tokens from leg-a (sent at", rep.Requests[1].CachedTokens, rep.Requests[1].PromptTokens)
-	if !strings.Contains(stdout, want) || !strings.Contains(stdout, "no flush between them") || !strings.Contains(stdout, "verdict: POISONED: 1 of 2 requests") {
-		t.Errorf("stdout lacks %q and the verdict:\n%s", want, stdout)
+	if !strings.Contains(stdout, "POISONED: repeats the prompt of leg-a (sent at") || !strings.Contains(stdout, "no flush between them") ||
+		!strings.Contains(stdout, "verdict: POISONED: 1 of 2 requests") {
+		t.Errorf("stdout lacks the cause and the verdict:\n%s", stdout)
 	}
 }
 
@@ -129,10 +179,16 @@ func TestAuditFlushBetweenLegs(t *testing.T) {
 	}
 }
 
-// A shared system prompt within --allow-shared-prefix is tolerated.
+// A number of tokens keeps today's meaning: reuse up to it is tolerated.
+// auto excuses shared prefixes, never a repeat.
 func TestAuditAllowSharedPrefix(t *testing.T) {
-	if code, stdout, stderr, _ := audit(t, "repeat", "--allow-shared-prefix", "100"); code != 0 {
-		t.Fatalf("exit %d, want 0\n%s%s", code, stdout, stderr)
+	for _, tt := range []struct {
+		allow string
+		code  int
+	}{{"100000", 0}, {"100", 1}, {"auto", 1}} {
+		if code, stdout, stderr, _ := audit(t, "repeat", "--allow-shared-prefix", tt.allow); code != tt.code {
+			t.Errorf("--allow-shared-prefix %s: exit %d, want %d\n%s%s", tt.allow, code, tt.code, stdout, stderr)
+		}
 	}
 }
 
@@ -144,8 +200,60 @@ func TestAuditCommandFails(t *testing.T) {
 	}
 }
 
+// A command that sends nothing to the server leaves nothing checked: exit
+// 3, and the verdict says so.
+func TestAuditNothingReachedTheServer(t *testing.T) {
+	code, stdout, stderr, rep := audit(t, "none")
+	if code != 3 || rep.Checked || !strings.Contains(stdout, "verdict: SUSPECT: no request reached the server: nothing was checked") {
+		t.Fatalf("exit %d, checked %v, want 3 and unchecked\n%s%s", code, rep.Checked, stdout, stderr)
+	}
+}
+
+// --port binds the mock where a script with a fixed URL looks.
+func TestAuditFixedPort(t *testing.T) {
+	port := mocktest.FreePort(t)
+	t.Setenv("FIXED_URL", fmt.Sprintf("http://127.0.0.1:%d", port))
+	if code, stdout, stderr, rep := audit(t, "fixed", "--port", strconv.Itoa(port)); code != 1 || len(rep.Requests) != 2 {
+		t.Fatalf("exit %d with %d requests, want 1 and the 2 legs\n%s%s", code, len(rep.Requests), stdout, stderr)
+	}
+	// A port taken is a clear error before the command runs.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	code, stdout, stderr, _ := audit(t, "none", "--port", taken)
+	if want := "sglmock audit: cannot listen on 127.0.0.1:" + taken + " (another server there? --port 0 picks a free port)"; code != 2 || !strings.HasPrefix(stderr, want) || stdout != "" {
+		t.Fatalf("exit %d, stderr %q, stdout %q: want 2 and %q", code, stderr, stdout, want)
+	}
+}
+
+// When a proxy is set for HTTP, the command's NO_PROXY keeps what it had
+// and adds the server's host and loopback, so its requests reach the mock.
+func TestAuditNoProxy(t *testing.T) {
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:1")
+	t.Setenv("NO_PROXY", "example.com,localhost")
+	t.Setenv("no_proxy", "internal.example")
+	code, stdout, stderr, _ := audit(t, "env")
+	want := "child: NO_PROXY=example.com,localhost,internal.example,127.0.0.1 no_proxy=example.com,localhost,internal.example,127.0.0.1"
+	if code != 3 || !strings.Contains(stdout, want) {
+		t.Fatalf("exit %d, want 3 and %q\n%s%s", code, want, stdout, stderr)
+	}
+}
+
 func TestAuditUsage(t *testing.T) {
-	for _, args := range [][]string{{"audit"}, {"audit", "--speedup", "0", "--", "true"}, {"audit", "--", "/nonexistent/cmd"}} {
+	for _, args := range [][]string{
+		{"audit"},
+		{"audit", "--speedup", "0", "--", "true"},
+		{"audit", "--min-impact", "0", "--", "true"},
+		{"audit", "--allow-shared-prefix", "some", "--", "true"},
+		{"audit", "--port", "70000", "--", "true"},
+		{"audit", "--upstream", "http://127.0.0.1:1", "--profile", "kimi-k2.6-rtx6000", "--", "true"},
+		{"audit", "--upstream", "ftp://x", "--", "true"},
+		{"audit", "--upstream", "http://127.0.0.1:1", "--", "true"}, // nothing listens there
+		{"audit", "--", "/nonexistent/cmd"},
+	} {
 		var stderr bytes.Buffer
 		if code := run(args, io.Discard, &stderr); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, stderr.String())
@@ -153,10 +261,11 @@ func TestAuditUsage(t *testing.T) {
 	}
 }
 
-// readyWriter collects output and closes ready when it sees "child: ready".
+// readyWriter collects output and closes ready when it has seen want.
 type readyWriter struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
+	want  string
 	ready chan struct{}
 	once  sync.Once
 }
@@ -165,7 +274,7 @@ func (w *readyWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf.Write(b)
-	if strings.Contains(w.buf.String(), "child: ready") {
+	if strings.Count(w.buf.String(), w.want) > 0 {
 		w.once.Do(func() { close(w.ready) })
 	}
 	return len(b), nil
@@ -177,10 +286,12 @@ func (w *readyWriter) String() string {
 	return w.buf.String()
 }
 
-// A SIGTERM to audit reaches the command.
-func TestAuditForwardsSignals(t *testing.T) {
-	t.Setenv(childEnv, "signal")
-	out := &readyWriter{ready: make(chan struct{})}
+// runUntilReady runs audit over the test binary playing behaviour and
+// waits for want in its output.
+func runUntilReady(t *testing.T, behaviour, want string) (*readyWriter, chan int) {
+	t.Helper()
+	t.Setenv(childEnv, behaviour)
+	out := &readyWriter{want: want, ready: make(chan struct{})}
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"audit", "--", os.Args[0], "-test.run=^$"}, out, io.Discard) }()
 	select {
@@ -188,10 +299,59 @@ func TestAuditForwardsSignals(t *testing.T) {
 	case code := <-done:
 		t.Fatalf("audit ended before the child was ready: exit %d\n%s", code, out.String())
 	}
+	return out, done
+}
+
+// A SIGTERM to audit reaches the command and its children: the whole
+// process group.
+func TestAuditForwardsSignals(t *testing.T) {
+	out, done := runUntilReady(t, "tree", "child: started")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := <-done; code != 0 || !strings.Contains(out.String(), "child: got terminated") {
-		t.Fatalf("exit %d, want 0 and the child's report of the signal\n%s", code, out.String())
+	code := <-done
+	pid := startedPID(t, out.String())
+	// The child, which does not catch it, ends by the signal: its status
+	// is audit's.
+	if want := fmt.Sprintf("child %d: got terminated", pid); code != 128+int(syscall.SIGTERM) || !strings.Contains(out.String(), want) {
+		t.Fatalf("exit %d, want %d and the grandchild's %q\n%s", code, 128+int(syscall.SIGTERM), want, out.String())
 	}
+}
+
+func startedPID(t *testing.T, out string) int {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "child: started ")
+	pid, err := strconv.Atoi(strings.Fields(rest + " ")[0])
+	if !ok || err != nil {
+		t.Fatalf("no started pid in %q", out)
+	}
+	return pid
+}
+
+// A command that forks and exits leaves no child behind: what is left in
+// its process group is ended when it ends.
+func TestAuditLeavesNoChildBehind(t *testing.T) {
+	out, done := runUntilReady(t, "orphan", "child: started")
+	code := <-done
+	pid := startedPID(t, out.String())
+	if code != 3 || !gone(pid) {
+		t.Fatalf("exit %d, grandchild %d gone %v: want 3 and gone\n%s", code, pid, gone(pid), out.String())
+	}
+	if want := fmt.Sprintf("child %d: got terminated", pid); !strings.Contains(out.String(), want) {
+		t.Errorf("the grandchild was not ended by a SIGTERM (%q):\n%s", want, out.String())
+	}
+}
+
+// gone tells whether pid no longer runs: no such process, or a zombie
+// waiting for its new parent to reap it.
+func gone(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X")
 }

@@ -22,13 +22,18 @@ type localMock struct {
 
 // startLocalMock starts a mock of profile p at the given speedup.
 func startLocalMock(p *profile.Profile, speedup float64, cfg api.Config) (*localMock, error) {
+	return startLocalMockAt("127.0.0.1:0", p, speedup, cfg)
+}
+
+// startLocalMockAt starts it at addr (HOST:PORT; port 0 for a free one).
+func startLocalMockAt(addr string, p *profile.Profile, speedup float64, cfg api.Config) (*localMock, error) {
 	cfg.Profile, cfg.Speedup, cfg.SpinWindow = p, speedup, engine.DefaultSpinWindow
 	cfg.ReadHeaderTimeout, cfg.IdleTimeout, cfg.BodyTimeout = 30*time.Second, 5*time.Second, 60*time.Second
 	srv, err := api.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		srv.Close()
 		return nil, err

@@ -21,7 +21,9 @@
 // hashes the blocks the replica's KV events announce.
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
-// model evaluator; its counts are bounded by the context length), /sim/requests (finished requests), /sim/requests/{rid}
+// model evaluator; its counts are bounded by the context length), /sim/requests (finished requests,
+// each with its route, prompt hash, modelled TTFT and E2E, and its prefill
+// cost as run beside the cost with nothing cached: audit's impact), /sim/requests/{rid}
 // (a request's ground truth), /sim/flushes (flush history) and /sim/stats
 // (load, cache size and lifetime hit rate), with the
 // JSON of package sim. SGLang has none of these; the harness uses

@@ -2,6 +2,8 @@ package api
 
 import (
 	json "github.com/goccy/go-json"
+
+	"github.com/sglmock/sglmock/sim"
 )
 
 // samplingParams are the sampling_params a mock honours; the rest are
@@ -162,9 +164,9 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 		}
 		it := s.itemFrom(params[i])
 		if texts != nil {
-			it.req.Text = texts[i]
+			it.req.Text, it.req.Route = texts[i], sim.RouteGenerate
 		} else {
-			it.req.InputIDs = ids[i]
+			it.req.InputIDs, it.req.Route = ids[i], sim.RouteGenerateIDs
 		}
 		// Parallel samples get fresh rids (SGLang regenerates them), so a
 		// client's rid names a sequence only when n is 1.

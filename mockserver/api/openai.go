@@ -13,6 +13,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/sim"
 )
 
 func (s *Server) completions(c *gin.Context) {
@@ -74,7 +75,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	var prompt engine.Request
+	prompt := engine.Request{Route: sim.RouteChat}
 	if body.InputIDs != nil {
 		prompt.InputIDs = body.InputIDs
 	} else {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/sim"
 )
 
 type streamOptions struct {
@@ -121,25 +122,25 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
-		return []engine.Request{{Text: one}}, nil
+		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
 	}
 	var texts []string
 	if err := json.Unmarshal(raw, &texts); err == nil && len(texts) > 0 {
 		out := make([]engine.Request, len(texts))
 		for i, t := range texts {
-			out[i].Text = t
+			out[i].Text, out[i].Route = t, sim.RouteCompletions
 		}
 		return out, nil
 	}
 	var ids []int32
 	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
-		return []engine.Request{{InputIDs: ids}}, nil
+		return []engine.Request{{InputIDs: ids, Route: sim.RouteCompletionsTokens}}, nil
 	}
 	var batch [][]int32
 	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) > 0 {
 		out := make([]engine.Request, len(batch))
 		for i, b := range batch {
-			out[i].InputIDs = b
+			out[i].InputIDs, out[i].Route = b, sim.RouteCompletionsTokens
 		}
 		return out, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -145,9 +146,35 @@ func (s *Server) simRequests(c *gin.Context) {
 			Arrival:          t.Arrival.Seconds(),
 			Finished:         t.Finished.Seconds(),
 			FinishReason:     t.Finish.Reason,
+			Route:            t.Route,
+			PromptHash:       strconv.FormatUint(t.PromptHash, 16),
+			E2E:              t.E2E().Seconds(),
+		}
+		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)
+		if t.Prefilled {
+			ttft := t.TTFT().Seconds()
+			out[i].TTFT = &ttft
 		}
 	}
 	writeJSON(c, http.StatusOK, out)
+}
+
+// prefillCosts is what a request's own prefill cost as it ran, its chunks
+// up to its first token (a retracted request's later refill excluded), and
+// what its whole prompt costs with nothing cached, chunk by chunk: the
+// profile's own evaluator, as for a lone request.
+func (s *Server) prefillCosts(t *engine.Truth) (own, cold float64) {
+	var d time.Duration
+	for _, c := range t.Prefill {
+		if t.Prefilled && c.Start >= t.FirstToken {
+			break
+		}
+		d += c.Cost
+	}
+	if t.PromptTokens > 0 {
+		cold = s.cfg.Profile.Expect(t.PromptTokens, 0, 1).TTFT.Seconds()
+	}
+	return d.Seconds(), cold
 }
 
 func (s *Server) simRequest(c *gin.Context) {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -160,6 +161,62 @@ func TestSimRunsGolden(t *testing.T) {
 		}
 		if len(truth.Rounds) != 3 || rounds != 299 || tokens != truth.CompletionTokens {
 			t.Fatalf("runs %+v: %d rounds, %d tokens; want 3 runs, 299 rounds, %d tokens", truth.Rounds, rounds, tokens, truth.CompletionTokens)
+		}
+	})
+}
+
+// /sim/requests labels each request with the route and prompt form that
+// sent it, tells repeated prompts by their hash, and carries each
+// request's modelled prefill cost as it ran beside its cost with nothing
+// cached: a chunked cold prompt costs the same both ways, its repeat only
+// its last token's chunk.
+func TestSimRequestsRoutesAndCosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default") // chunked_prefill_size 8192
+		ts := mocktest.Start(t, api.Config{Profile: p})
+		long := jsonOf(ids(0, 20000))
+		bodies := []struct{ path, body, route string }{
+			{"/generate", `{"rid": "cold", "input_ids": ` + long + `, "sampling_params": {"max_new_tokens": 2}}`, sim.RouteGenerateIDs},
+			{"/generate", `{"rid": "repeat", "input_ids": ` + long + `, "sampling_params": {"max_new_tokens": 2}}`, sim.RouteGenerateIDs},
+			{"/generate", `{"rid": "text", "text": "Hello there", "sampling_params": {"max_new_tokens": 2}}`, sim.RouteGenerate},
+			{"/v1/completions", `{"rid": "comp", "model": "m", "prompt": "Hello there", "max_tokens": 2}`, sim.RouteCompletions},
+			{"/v1/completions", `{"rid": "compids", "model": "m", "prompt": [5, 6, 7], "max_tokens": 2}`, sim.RouteCompletionsTokens},
+			{"/v1/chat/completions", `{"rid": "chat", "model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}`, sim.RouteChat},
+		}
+		for _, b := range bodies {
+			if code, resp, _ := ts.Do(t, "POST", b.path, b.body); code != 200 {
+				t.Fatalf("%s: %d %s", b.path, code, resp)
+			}
+		}
+		var reqs []sim.RequestSummary
+		_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+		if err := json.Unmarshal([]byte(body), &reqs); err != nil || len(reqs) != len(bodies) {
+			t.Fatalf("got %d requests (%v), want %d", len(reqs), err, len(bodies))
+		}
+		for i, b := range bodies {
+			if reqs[i].Route != b.route {
+				t.Errorf("%s: route %q, want %q", reqs[i].RID, reqs[i].Route, b.route)
+			}
+			if reqs[i].TTFT == nil || *reqs[i].TTFT != reqs[i].PrefillCost {
+				t.Errorf("%s: ttft %v, want its prefill cost %v (alone on an idle server)", reqs[i].RID, reqs[i].TTFT, reqs[i].PrefillCost)
+			}
+		}
+		cold, repeat := reqs[0], reqs[1]
+		var want time.Duration
+		done := 0
+		for _, m := range p.Chunks(20000) {
+			want += time.Duration(math.Round(p.PrefillChunkSeconds(done, m) * 1e9))
+			done += m
+		}
+		if len(p.Chunks(20000)) != 3 || cold.PrefillCost != want.Seconds() || cold.ColdPrefillCost != want.Seconds() {
+			t.Errorf("cold: prefill %v and cold %v, want both %v over 3 chunks", cold.PrefillCost, cold.ColdPrefillCost, want.Seconds())
+		}
+		last := time.Duration(math.Round(p.PrefillChunkSeconds(19999, 1) * 1e9)).Seconds()
+		if repeat.CachedTokens != 19999 || repeat.PrefillCost != last || repeat.ColdPrefillCost != want.Seconds() {
+			t.Errorf("repeat: cached %d, prefill %v, cold %v; want 19999, %v, %v", repeat.CachedTokens, repeat.PrefillCost, repeat.ColdPrefillCost, last, want.Seconds())
+		}
+		if cold.PromptHash != repeat.PromptHash || cold.PromptHash == reqs[2].PromptHash || reqs[2].PromptHash != reqs[3].PromptHash {
+			t.Errorf("prompt hashes %q %q %q %q: the same prompt must hash alike, another differently", cold.PromptHash, repeat.PromptHash, reqs[2].PromptHash, reqs[3].PromptHash)
 		}
 	})
 }

@@ -219,8 +219,13 @@ func (e *Engine) wallAt(sim time.Duration) time.Time {
 // step, with the simulated time it was asked at; it does not wait for op
 // to run.
 func (e *Engine) send(op func(s *scheduler, at time.Duration)) error {
+	return e.sendAt(e.Now(), op)
+}
+
+// sendAt is send with the simulated time the call counts from.
+func (e *Engine) sendAt(at time.Duration, op func(s *scheduler, at time.Duration)) error {
 	select {
-	case e.inbox <- call{at: e.Now(), run: op}:
+	case e.inbox <- call{at: at, run: op}:
 		return nil
 	case <-e.done:
 		return ErrClosed
@@ -287,7 +292,7 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	if e.prof.Speculative != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 	}
-	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics, Route: r.Route, PromptHash: q.hash}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
@@ -304,7 +309,9 @@ func (e *Engine) Submit(r Request) (*Stream, error) {
 	}
 	// Hand the request over without waiting for the loop to run it: the
 	// loop takes it before its next step, and the stream reports the rest.
-	if err := e.send(func(s *scheduler, _ time.Duration) { s.enqueue(q) }); err != nil {
+	// It counts from its arrival: the time this goroutine spent tokenizing
+	// is the mock's own CPU, which the model does not charge.
+	if err := e.sendAt(arrival, func(s *scheduler, _ time.Duration) { s.enqueue(q) }); err != nil {
 		e.ridsMu.Lock()
 		delete(e.rids, q.rid)
 		e.ridsMu.Unlock()

@@ -569,3 +569,29 @@ func TestEngineCopiesItsProfile(t *testing.T) {
 		}
 	})
 }
+
+// tickingClock moves its reading forward by step on every read: as if the
+// host spent step of wall time between any two looks at the clock.
+type tickingClock struct {
+	base time.Time
+	step time.Duration
+	n    atomic.Int64
+}
+
+func (c *tickingClock) Now() time.Time { return c.base.Add(time.Duration(c.n.Add(1)) * c.step) }
+
+// The time Submit spends on the caller's goroutine (tokenizing, validating)
+// is the mock's own CPU, not the model's: an idle engine admits a request
+// at its arrival however long that took on the wall.
+func TestSubmitsOwnTimeIsNotQueueTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := &tickingClock{base: time.Now(), step: time.Millisecond}
+		e := startEngine(t, Config{Profile: loadProfile(t, "default"), Clock: clock})
+		defer e.Close()
+		evs := drain(t, submit(t, e, Request{RID: "a", Text: strings.Repeat("Once upon a time ", 50), MaxNewTokens: 1}))
+		tr := evs[len(evs)-1].Truth
+		if tr.Admitted != tr.Arrival {
+			t.Fatalf("arrived at %v, admitted at %v: want admitted at its arrival", tr.Arrival, tr.Admitted)
+		}
+	})
+}

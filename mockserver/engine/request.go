@@ -42,6 +42,9 @@ type Request struct {
 	// SGLang's log_metrics=false keeps a health check out of its metrics.
 	// SGLang's warmup request is an ordinary request: it counts.
 	NoMetrics bool
+	// Route labels the endpoint and prompt form that sent the request
+	// (sim's Route values); the engine only keeps it in the truth.
+	Route string
 }
 
 // Finish reasons, as SGLang spells them.
@@ -166,6 +169,11 @@ type Truth struct {
 	Retractions int
 	Internal    bool
 	NoMetrics   bool
+	// Route is the Request's; PromptHash identifies its prompt tokens
+	// (tokenizer.PromptHash), so a client can tell a repeated prompt from
+	// one that only shares a prefix.
+	Route      string
+	PromptHash uint64
 }
 
 // TTFT is the time from arrival to the first token; it means nothing

@@ -113,6 +113,18 @@ type Mock struct {
 	Client *http.Client
 }
 
+// FreePort returns a loopback TCP port nothing listens on, for the few
+// tests that need a real socket at a known port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // Profile loads a built-in profile or fails the test.
 func Profile(t testing.TB, name string) *profile.Profile {
 	t.Helper()

@@ -1,0 +1,136 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Summary is the mean, median and 99th percentile of a figure, computed as
+// the load tools compute theirs (numpy's mean, median and percentile with
+// linear interpolation), so the two compare.
+type Summary struct {
+	Mean   float64 `json:"mean"`
+	Median float64 `json:"median"`
+	P99    float64 `json:"p99"`
+}
+
+func summarize(xs []float64) Summary {
+	if len(xs) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	return Summary{Mean: sum / float64(len(s)), Median: percentile(s, 50), P99: percentile(s, 99)}
+}
+
+// percentile of sorted values, numpy's default (linear) method.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	at := p / 100 * float64(len(sorted)-1)
+	lo := int(math.Floor(at))
+	hi := min(lo+1, len(sorted)-1)
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(at-float64(lo))
+}
+
+func (s Summary) scale(f float64) Summary {
+	return Summary{Mean: s.Mean * f, Median: s.Median * f, P99: s.P99 * f}
+}
+
+// lowerBy is how much lower, in percent, each statistic of s is than
+// the same of base.
+func (s Summary) lowerBy(base Summary) Summary {
+	f := func(x, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return 100 * (b - x) / b
+	}
+	return Summary{Mean: f(s.Mean, base.Mean), Median: f(s.Median, base.Median), P99: f(s.P99, base.P99)}
+}
+
+// EffectFigure is one figure of the run as it ran and as it would have run
+// with no prompt token served from the cache: in the server's seconds and,
+// at its speedup, on the wall clock.
+type EffectFigure struct {
+	Requests         int     `json:"requests"`
+	AsRun            Summary `json:"as_run_s"`
+	WithoutCache     Summary `json:"without_cache_s"`
+	AsRunWall        Summary `json:"as_run_wall_s"`
+	WithoutCacheWall Summary `json:"without_cache_wall_s"`
+	// LowerPct is how much lower, in percent, each statistic is for the
+	// cache.
+	LowerPct Summary `json:"lower_pct"`
+}
+
+func effectFigure(asRun, without []float64, speedup float64) EffectFigure {
+	e := EffectFigure{Requests: len(asRun), AsRun: summarize(asRun), WithoutCache: summarize(without)}
+	e.AsRunWall, e.WithoutCacheWall = e.AsRun.scale(1/speedup), e.WithoutCache.scale(1/speedup)
+	e.LowerPct = e.AsRun.lowerBy(e.WithoutCache)
+	return e
+}
+
+// CacheEffect is what the prefix cache did to the run: each request's TTFT
+// and E2E as run, against the same with every cached token computed
+// instead, at the same moment (each request on its own: the time its
+// longer prefill would have cost the requests batched with it is not
+// counted).
+type CacheEffect struct {
+	// From says where the saved time comes from (Impact* constants).
+	From    string       `json:"from"`
+	Speedup float64      `json:"speedup"`
+	TTFT    EffectFigure `json:"ttft"`
+	E2E     EffectFigure `json:"e2e"`
+}
+
+// cacheEffect computes the effect from each request's saved time with
+// nothing cached: ColdPrefillCost - PrefillCost on the mock, a fitted cost
+// per cached token through the proxy (savedAll).
+func cacheEffect(rs []AuditRequest, speedup float64, from string) *CacheEffect {
+	return cacheEffectOf(rs, speedup, from, func(r *AuditRequest) float64 { return max(r.ColdPrefillCost-r.PrefillCost, 0) })
+}
+
+func cacheEffectOf(rs []AuditRequest, speedup float64, from string, savedAll func(*AuditRequest) float64) *CacheEffect {
+	var ttft, ttftCold, e2e, e2eCold []float64
+	for i := range rs {
+		r := &rs[i]
+		if impossibleCounts(r) != "" {
+			continue
+		}
+		saved := savedAll(r)
+		if r.TTFT != nil {
+			ttft = append(ttft, *r.TTFT)
+			ttftCold = append(ttftCold, *r.TTFT+saved)
+		}
+		e2e = append(e2e, r.E2E)
+		e2eCold = append(e2eCold, r.E2E+saved)
+	}
+	if len(e2e) == 0 {
+		return nil
+	}
+	return &CacheEffect{From: from, Speedup: speedup, TTFT: effectFigure(ttft, ttftCold, speedup), E2E: effectFigure(e2e, e2eCold, speedup)}
+}
+
+// Line says the effect plainly, in one line.
+func (e *CacheEffect) Line() string {
+	f := func(x float64) string {
+		if math.Abs(x) < 0.05 {
+			return "0.0 %"
+		}
+		return fmt.Sprintf("%.1f %%", x)
+	}
+	ttft := "no request had a first token"
+	if e.TTFT.Requests > 0 {
+		l := e.TTFT.LowerPct
+		ttft = fmt.Sprintf("mean TTFT %s lower (median %s, p99 %s)", f(l.Mean), f(l.Median), f(l.P99))
+	}
+	l := e.E2E.LowerPct
+	return fmt.Sprintf("the prefix cache made this run's %s and its mean E2E latency %s lower (median %s, p99 %s)",
+		ttft, f(l.Mean), f(l.Median), f(l.P99))
+}

@@ -1,0 +1,112 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+)
+
+// fakeSim is a server that says it is sglmock and reports what it is given
+// under /sim/requests.
+func fakeSim(requests string) http.Handler {
+	mux := http.NewServeMux()
+	answer := func(path, body string) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
+	}
+	answer("/sim/profile", `{"name": "fake", "speedup": 1, "profile": {}}`)
+	answer("/sim/flushes", `[]`)
+	answer("/sim/stats", `{"requests": 3}`)
+	answer("/generate", `{"text": "x", "meta_info": {"prompt_tokens": 800, "cached_tokens": 0, "completion_tokens": 1}}`)
+	answer("/sim/requests/", `{"cached_tokens": 0}`)
+	mux.HandleFunc("/sim/requests", func(w http.ResponseWriter, r *http.Request) {
+		if requests == "endless" {
+			w.Write([]byte("["))
+			for {
+				if _, err := w.Write([]byte(strings.Repeat(" ", 4096))); err != nil {
+					return
+				}
+			}
+		}
+		io.WriteString(w, requests)
+	})
+	return mux
+}
+
+// Counts no server can report are SUSPECT with the numbers, never judged
+// as reuse nor counted in the cache's effect.
+func TestAuditImpossibleCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mocktest.NewServer(fakeSim(`[
+			{"rid": "neg-cached", "prompt_tokens": 100, "cached_tokens": -5, "e2e_s": 1},
+			{"rid": "huge-cached", "prompt_tokens": 100, "cached_tokens": 1000000000, "e2e_s": 1},
+			{"rid": "neg-prompt", "prompt_tokens": -3, "cached_tokens": 0, "e2e_s": 1}]`))
+		defer s.Close()
+		rep, err := Audit(context.Background(), &Client{HTTP: s.Client, BaseURL: s.URL, Backend: SGLang}, AuditOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"SUSPECT: the server reported impossible counts: cached_tokens -5 of prompt_tokens 100, completion_tokens 0",
+			"SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of prompt_tokens 100, completion_tokens 0",
+			"SUSPECT: the server reported impossible counts: cached_tokens 0 of prompt_tokens -3, completion_tokens 0",
+		}
+		for i, r := range rep.Requests {
+			if got := r.Verdict.String(); got != want[i] || r.Pattern != "" {
+				t.Errorf("%s: got %q (pattern %q), want %q", r.RID, got, r.Pattern, want[i])
+			}
+		}
+		if got := rep.Verdict.String(); got != "SUSPECT: 3 requests carry impossible counts from the server and were not judged" || rep.CacheEffect != nil {
+			t.Errorf("verdict %q, cache effect %+v: want SUSPECT and no effect", got, rep.CacheEffect)
+		}
+	})
+}
+
+// A /sim/ answer longer than the bound is an error, not an allocation.
+func TestAuditBoundsSimAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mocktest.NewServer(fakeSim("endless"))
+		defer s.Close()
+		c := &Client{HTTP: s.Client, BaseURL: s.URL, Backend: SGLang, maxAnswer: 1 << 16}
+		_, err := Audit(context.Background(), c, AuditOptions{})
+		if err == nil || !strings.Contains(err.Error(), "GET /sim/requests: the answer is longer than 65536 bytes") {
+			t.Fatalf("got %v, want the bound's error", err)
+		}
+	})
+}
+
+// Past the bound on the request bodies kept for after the run, each body
+// is read at once and only its prompt's head kept: a repeat is still
+// found by the whole prompt's hash.
+func TestProxyPastItsBodyBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		rec, err := NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.maxRequestBytes = 0
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		prompt := strings.Repeat("a long shared prompt of many words ", 400)
+		for _, rid := range []string{"first", "again"} {
+			body := fmt.Sprintf(`{"rid": %q, "text": %q, "stream": true, "sampling_params": {"max_new_tokens": 4}}`, rid, prompt)
+			if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+				t.Fatalf("%d %s", code, resp)
+			}
+		}
+		rep, err := AuditUpstream(context.Background(), rec, &Client{HTTP: m.Client, BaseURL: m.URL, Backend: SGLang}, AuditOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rep.Requests[1]; r.Pattern != Repeat || r.Source != "first" || len(rec.records[1].key) != promptHead {
+			t.Fatalf("again: pattern %q from %q, key of %d bytes; want a repeat of first, a key of %d", r.Pattern, r.Source, len(rec.records[1].key), promptHead)
+		}
+	})
+}

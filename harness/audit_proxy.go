@@ -1,0 +1,617 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sglmock/sglmock/sim"
+)
+
+// Bounds of what the recording proxy keeps. It forwards everything, but
+// reads (and keeps) only bounded parts of it.
+const (
+	// maxProxyRecords is the generation requests recorded; later ones are
+	// forwarded and counted as let go.
+	maxProxyRecords = 100_000
+	// maxInspectBody is the largest request body read to learn its prompt;
+	// a longer one is forwarded unread and not audited.
+	maxInspectBody = 64 << 20
+	// maxRequestBytes is the request bodies kept over the whole run, to be
+	// read after it (the prompt, to find which earlier prompt a request
+	// reused); past it each is read at once and only its prompt's first
+	// promptHead bytes kept (its hash stays exact).
+	maxRequestBytes = 256 << 20
+	promptHead      = 4 << 10
+	// maxEventLine is the longest stream line parsed; a longer one is
+	// forwarded but not read.
+	maxEventLine = 4 << 20
+	// headEvents are the first stream events kept to find the first one
+	// with output.
+	headEvents = 8
+	// maxAnswerBody is the most of a whole (not streamed) answer read.
+	maxAnswerBody = 64 << 20
+	// maxFlushAnswer is the most of a flush's answer kept.
+	maxFlushAnswer = 1 << 10
+)
+
+// Recorder is a recording reverse proxy in front of a real SGLang or vLLM
+// server. It forwards every request unchanged and passes each answer
+// through as it arrives (a stream's events unbuffered), and it records
+// each generation request (/generate, /v1/completions,
+// /v1/chat/completions: route, rid, prompt, the counts and cached_tokens
+// the server reports, when its first output and its end went by) and each
+// flush (/flush_cache, /reset_prefix_cache) with its answer. Parsing is
+// left for after the answer ends; while it streams the proxy only splits
+// lines and keeps a few.
+type Recorder struct {
+	upstream *url.URL
+	proxy    *httputil.ReverseProxy
+	start    time.Time
+	// maxRequestBytes is maxRequestBytes but in tests.
+	maxRequestBytes int64
+
+	// inspecting counts the request bodies still being read; recording
+	// waits for them.
+	inspecting sync.WaitGroup
+
+	mu        sync.Mutex
+	records   []*proxyRecord
+	flushes   []sim.Flush
+	letGo     int
+	bodyBytes int64
+}
+
+// proxyRecord is one generation request as the proxy saw it.
+type proxyRecord struct {
+	start time.Duration
+
+	// The rest is filled in as the answer passes, and the request's body
+	// is read after it, under the record's lock.
+	mu         sync.Mutex
+	route, rid string
+	// key is the prompt as text ("" when the body was not read), hash
+	// the whole prompt's; batch marks a request of several prompts or
+	// samples.
+	key, hash string
+	batch     bool
+	// request is the request's body, until it is read.
+	request  []byte
+	stream   bool
+	status   int
+	line     []byte // a stream's partial line
+	overlong bool   // a line or body past its bound was skipped
+	head     []streamLine
+	tail     [2]streamLine
+	events   int
+	body     []byte // a whole answer, up to maxAnswerBody
+	end      time.Duration
+	done     bool
+}
+
+type streamLine struct {
+	at   time.Duration
+	data []byte
+}
+
+// NewRecorder returns a proxy to upstream (http://HOST:PORT) that reaches
+// it with transport (nil: a transport like http.DefaultTransport's).
+func NewRecorder(upstream string, transport http.RoundTripper) (*Recorder, error) {
+	u, err := url.Parse(strings.TrimRight(upstream, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--upstream %q: want http://HOST:PORT", upstream)
+	}
+	if transport == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	rec := &Recorder{upstream: u, start: time.Now(), maxRequestBytes: maxRequestBytes}
+	rec.proxy = &httputil.ReverseProxy{
+		Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:      transport,
+		FlushInterval:  -1, // every write goes out at once
+		ModifyResponse: rec.modifyResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if pr, ok := r.Context().Value(recordKey{}).(*proxyRecord); ok {
+				pr.mu.Lock()
+				pr.status = http.StatusBadGateway
+				pr.mu.Unlock()
+				pr.finish(rec.since())
+			}
+			http.Error(w, "sglmock audit's proxy cannot reach "+u.String()+": "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	return rec, nil
+}
+
+// Upstream is the server the proxy forwards to.
+func (rec *Recorder) Upstream() string { return rec.upstream.String() }
+
+func (rec *Recorder) since() time.Duration { return time.Since(rec.start) }
+
+// generationRoute is the route a generation request's path names.
+func generationRoute(path string) (string, bool) {
+	switch path {
+	case "/generate":
+		return sim.RouteGenerate, true
+	case "/v1/completions":
+		return sim.RouteCompletions, true
+	case "/v1/chat/completions":
+		return sim.RouteChat, true
+	}
+	return "", false
+}
+
+type recordKey struct{}
+
+// contextWith carries the record to modifyResponse.
+func contextWith(r *http.Request, pr *proxyRecord) context.Context {
+	return context.WithValue(r.Context(), recordKey{}, pr)
+}
+
+// ServeHTTP forwards r, recording it when it generates or flushes.
+func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/flush_cache" || r.URL.Path == "/reset_prefix_cache" {
+		rec.serveFlush(w, r)
+		return
+	}
+	route, ok := generationRoute(r.URL.Path)
+	if !ok || r.Method != http.MethodPost {
+		rec.proxy.ServeHTTP(w, r)
+		return
+	}
+	pr := &proxyRecord{route: route, start: rec.since()}
+	var body []byte
+	if r.ContentLength <= maxInspectBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxInspectBody+1))
+		if err != nil {
+			http.Error(w, "sglmock audit's proxy: reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(b) > maxInspectBody {
+			// Too long to read: forwarded as it comes, its prompt unknown.
+			r.Body = readCloser{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
+		} else {
+			// Read whole: forwarded from memory, the request's own body
+			// done with (net/http's server may discard what is left of a
+			// body once the answer starts).
+			body = b
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		}
+	}
+	rec.mu.Lock()
+	if len(rec.records) >= maxProxyRecords {
+		rec.letGo++
+		rec.mu.Unlock()
+		rec.proxy.ServeHTTP(w, r)
+		return
+	}
+	rec.records = append(rec.records, pr)
+	rec.mu.Unlock()
+	rec.proxy.ServeHTTP(w, r.WithContext(contextWith(r, pr)))
+	if body == nil {
+		return
+	}
+	// What the request asked is read after the run, costing the run
+	// nothing, while the bodies kept fit their bound; past it, each is
+	// read apart from its answer (whose last bytes go out only once this
+	// returns) and only its prompt's head kept.
+	rec.mu.Lock()
+	keep := rec.bodyBytes+int64(len(body)) <= rec.maxRequestBytes
+	if keep {
+		rec.bodyBytes += int64(len(body))
+	}
+	rec.mu.Unlock()
+	if keep {
+		pr.mu.Lock()
+		pr.request = body
+		pr.mu.Unlock()
+		return
+	}
+	rec.inspecting.Add(1)
+	go func() {
+		defer rec.inspecting.Done()
+		inspect(pr, body, true)
+	}()
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// inspect reads the prompt and rid of a request body, keeping only the
+// prompt's head when truncate; a request of several prompts or samples
+// (n > 1) is marked a batch, forwarded but not audited.
+func inspect(pr *proxyRecord, b []byte, truncate bool) {
+	var body struct {
+		RID      json.RawMessage `json:"rid"`
+		Text     json.RawMessage `json:"text"`
+		InputIDs json.RawMessage `json:"input_ids"`
+		Prompt   json.RawMessage `json:"prompt"`
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+		N              *int            `json:"n"`
+		SamplingParams json.RawMessage `json:"sampling_params"`
+	}
+	if json.Unmarshal(b, &body) != nil {
+		return // the server answered it; no prompt to match
+	}
+	var rid, key, text string
+	route, batch := pr.route, false
+	json.Unmarshal(body.RID, &rid)
+	var sp struct {
+		N *int `json:"n"`
+	}
+	json.Unmarshal(body.SamplingParams, &sp)
+	var ids []int64
+	switch {
+	case body.N != nil && *body.N > 1 || sp.N != nil && *sp.N > 1:
+		batch = true
+	case len(body.Messages) > 0:
+		var sb strings.Builder
+		sb.WriteString("chat\x00")
+		for _, m := range body.Messages {
+			sb.WriteString(m.Role + "\x00" + messageContent(m.Content) + "\x01")
+		}
+		key = sb.String()
+	case json.Unmarshal(body.Text, &text) == nil && len(body.Text) > 0 && body.Text[0] == '"',
+		json.Unmarshal(body.Prompt, &text) == nil && len(body.Prompt) > 0 && body.Prompt[0] == '"':
+		key = "text\x00" + text
+	case json.Unmarshal(body.InputIDs, &ids) == nil && len(ids) > 0, json.Unmarshal(body.Prompt, &ids) == nil && len(ids) > 0:
+		var sb strings.Builder
+		sb.WriteString("ids\x00")
+		for _, id := range ids {
+			sb.WriteString(strconv.FormatInt(id, 10) + ",")
+		}
+		key = sb.String()
+		route = sim.RouteCompletionsTokens
+		if pr.route == sim.RouteGenerate {
+			route = sim.RouteGenerateIDs
+		}
+	case len(body.Text) > 0 || len(body.Prompt) > 0 || len(body.InputIDs) > 0:
+		batch = true // a list of prompts
+	}
+	var hash string
+	if key != "" {
+		h := sha256.Sum256([]byte(key))
+		hash = hex.EncodeToString(h[:8])
+	}
+	if len(key) > promptHead && truncate {
+		key = key[:promptHead]
+	}
+	pr.mu.Lock()
+	pr.rid, pr.key, pr.hash, pr.route, pr.batch = rid, key, hash, route, batch
+	pr.mu.Unlock()
+}
+
+// messageContent is a chat message's text: a string, or its text parts.
+func messageContent(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	json.Unmarshal(raw, &parts)
+	var sb strings.Builder
+	for _, p := range parts {
+		sb.WriteString(p.Type + "\x02" + p.Text)
+	}
+	return sb.String()
+}
+
+// serveFlush forwards a flush and records it with its answer.
+func (rec *Recorder) serveFlush(w http.ResponseWriter, r *http.Request) {
+	f := sim.Flush{At: rec.since().Seconds(), Origin: r.RemoteAddr}
+	if t, err := strconv.ParseFloat(r.URL.Query().Get("timeout"), 64); err == nil {
+		f.Timeout = t
+	}
+	rw := &flushWriter{ResponseWriter: w}
+	rec.proxy.ServeHTTP(rw, r)
+	f.Answered = rec.since().Seconds()
+	f.OK = rw.status == http.StatusOK
+	f.Outcome = fmt.Sprintf("HTTP %d %s", rw.status, strings.TrimSpace(string(rw.body)))
+	if f.OK {
+		f.Outcome = sim.OutcomeFlushed
+	}
+	rec.mu.Lock()
+	rec.flushes = append(rec.flushes, f)
+	rec.mu.Unlock()
+}
+
+// flushWriter keeps a flush answer's status and its first bytes.
+type flushWriter struct {
+	http.ResponseWriter
+	status int
+	body   []byte
+}
+
+func (w *flushWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *flushWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if room := maxFlushAnswer - len(w.body); room > 0 {
+		w.body = append(w.body, b[:min(room, len(b))]...)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *flushWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// modifyResponse wraps a generation answer's body in the recording reader.
+func (rec *Recorder) modifyResponse(resp *http.Response) error {
+	pr, ok := resp.Request.Context().Value(recordKey{}).(*proxyRecord)
+	if !ok {
+		return nil
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.status = resp.StatusCode
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		pr.overlong = true // compressed: forwarded, not read
+		return nil
+	}
+	pr.stream = strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	resp.Body = &recordingBody{ReadCloser: resp.Body, rec: rec, pr: pr}
+	return nil
+}
+
+// recordingBody passes an answer's bytes through and notes them.
+type recordingBody struct {
+	io.ReadCloser
+	rec *Recorder
+	pr  *proxyRecord
+}
+
+func (b *recordingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.pr.note(p[:n], b.rec.since())
+	}
+	if err != nil {
+		b.pr.finish(b.rec.since())
+	}
+	return n, err
+}
+
+func (b *recordingBody) Close() error {
+	b.pr.finish(b.rec.since())
+	return b.ReadCloser.Close()
+}
+
+// note takes the answer's next bytes: a stream's complete lines that carry
+// data are kept (the first few, and the last two); a whole answer is kept
+// up to its bound.
+func (pr *proxyRecord) note(p []byte, at time.Duration) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if !pr.stream {
+		if room := maxAnswerBody - len(pr.body); room >= len(p) {
+			pr.body = append(pr.body, p...)
+		} else {
+			pr.overlong = true
+		}
+		return
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			pr.addToLine(p)
+			return
+		}
+		pr.addToLine(p[:i])
+		pr.endLine(at)
+		p = p[i+1:]
+	}
+}
+
+func (pr *proxyRecord) addToLine(p []byte) {
+	if len(pr.line)+len(p) > maxEventLine {
+		pr.overlong = true
+		pr.line = pr.line[:0]
+		return
+	}
+	pr.line = append(pr.line, p...)
+}
+
+func (pr *proxyRecord) endLine(at time.Duration) {
+	data, ok := bytes.CutPrefix(bytes.TrimSpace(pr.line), []byte("data:"))
+	pr.line = pr.line[:0]
+	if !ok {
+		return
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || string(data) == "[DONE]" {
+		return
+	}
+	pr.events++
+	if len(pr.head) < headEvents {
+		pr.head = append(pr.head, streamLine{at: at, data: bytes.Clone(data)})
+	}
+	// The last two lines, in buffers reused from line to line.
+	pr.tail[0], pr.tail[1] = pr.tail[1], pr.tail[0]
+	pr.tail[1].at, pr.tail[1].data = at, append(pr.tail[1].data[:0], data...)
+}
+
+func (pr *proxyRecord) finish(at time.Duration) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if !pr.done {
+		pr.done, pr.end = true, at
+	}
+}
+
+// proxyAnswer is the union of what a /generate answer or event and an
+// OpenAI answer or chunk say about a request.
+type proxyAnswer struct {
+	ID       string `json:"id"`
+	Text     string `json:"text"`
+	MetaInfo *struct {
+		ID               string          `json:"id"`
+		PromptTokens     int             `json:"prompt_tokens"`
+		CompletionTokens int             `json:"completion_tokens"`
+		CachedTokens     *int            `json:"cached_tokens"`
+		FinishReason     json.RawMessage `json:"finish_reason"`
+		E2ELatency       *float64        `json:"e2e_latency"`
+	} `json:"meta_info"`
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+// output tells whether an event carries generated text.
+func (a *proxyAnswer) output() bool {
+	if a.MetaInfo != nil {
+		return a.Text != ""
+	}
+	return len(a.Choices) > 0 && (a.Choices[0].Text != "" || a.Choices[0].Delta.Content != "")
+}
+
+// proxyCounts is what the server said of one request.
+type proxyCounts struct {
+	prompt, completion, cached int
+	usage, cachedKnown         bool
+	finish, id                 string
+}
+
+func (c *proxyCounts) apply(a *proxyAnswer) {
+	if a.ID != "" {
+		c.id = a.ID
+	}
+	switch {
+	case a.MetaInfo != nil:
+		c.usage, c.prompt, c.completion = true, a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens
+		if a.MetaInfo.CachedTokens != nil {
+			c.cached, c.cachedKnown = *a.MetaInfo.CachedTokens, true
+		}
+		if a.MetaInfo.ID != "" {
+			c.id = a.MetaInfo.ID
+		}
+		var fr struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(a.MetaInfo.FinishReason, &fr) == nil && fr.Type != "" {
+			c.finish = fr.Type
+		}
+	case a.Usage != nil:
+		c.usage, c.prompt, c.completion = true, a.Usage.PromptTokens, a.Usage.CompletionTokens
+		if d := a.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+			c.cached, c.cachedKnown = *d.CachedTokens, true
+		}
+	}
+	if len(a.Choices) > 0 && a.Choices[0].FinishReason != nil {
+		c.finish = *a.Choices[0].FinishReason
+	}
+}
+
+// seen is what a record says once its answer has ended: the request,
+// the counts the server reported, and when its first output went by.
+type seen struct {
+	route, rid, key, hash string
+	batch, readable       bool
+	start, end, first     time.Duration
+	counts                proxyCounts
+	// unread says why the answer could not be read.
+	unread string
+}
+
+func (pr *proxyRecord) seen() seen {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	v := seen{route: pr.route, rid: pr.rid, key: pr.key, hash: pr.hash, batch: pr.batch, start: pr.start, end: pr.end}
+	switch {
+	case !pr.done:
+		v.unread = fmt.Sprintf("HTTP %d: it had not ended when the command did", pr.status)
+	case pr.overlong:
+		v.unread = fmt.Sprintf("HTTP %d: compressed, or a line or body past the proxy's bound", pr.status)
+	case pr.status != http.StatusOK:
+		v.unread = fmt.Sprintf("HTTP %d", pr.status)
+	case !pr.stream:
+		var a proxyAnswer
+		if json.Unmarshal(pr.body, &a) != nil {
+			v.unread = "HTTP 200: not JSON"
+			break
+		}
+		v.counts.apply(&a)
+	case pr.events == 0:
+		v.unread = "HTTP 200: a stream without data events"
+	default:
+		for _, l := range pr.head {
+			var a proxyAnswer
+			if json.Unmarshal(l.data, &a) == nil && a.output() {
+				v.first = l.at
+				break
+			}
+		}
+		for _, l := range pr.tail {
+			var a proxyAnswer
+			if l.data != nil && json.Unmarshal(l.data, &a) == nil {
+				v.counts.apply(&a)
+			}
+		}
+	}
+	v.readable = v.unread == ""
+	return v
+}
+
+// recording is what the proxy has recorded, copied out.
+type recording struct {
+	records []*proxyRecord
+	flushes []sim.Flush
+	letGo   int
+}
+
+func (rec *Recorder) recording() recording {
+	rec.inspecting.Wait()
+	rec.mu.Lock()
+	got := recording{records: append([]*proxyRecord(nil), rec.records...), flushes: append([]sim.Flush(nil), rec.flushes...), letGo: rec.letGo}
+	rec.mu.Unlock()
+	for _, pr := range got.records {
+		pr.mu.Lock()
+		body := pr.request
+		pr.request = nil
+		pr.mu.Unlock()
+		if body != nil {
+			inspect(pr, body, false)
+		}
+	}
+	return got
+}
