@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -54,15 +55,17 @@ func describeWant(want string) string {
 }
 
 // Every subcommand with flags follows one rule (parseFlags, flagExit): a
-// bad flag exits 2 with the flag package's message, once; a stray argument
-// or a bad value exits 2 with the command's message; --help exits 0.
+// bad flag exits 2 with one line that names it and points at --help, never
+// the usage; a stray argument or a bad value exits 2 with the command's
+// message; --help exits 0 with the usage.
 func TestFlagRule(t *testing.T) {
 	for _, cmd := range [][]string{{"serve"}, {"bench", "twopoint"}, {"bench", "stream"}, {"audit"}, {"calibrate"}, {"health"},
 		{"scenario", "run"}, {"fleet", "status"}} {
 		var stdout, stderr bytes.Buffer
+		want := "unknown flag --nope (sglmock " + strings.Join(cmd, " ") + " --help lists the flags)\n"
 		if code := run(append(slices.Clone(cmd), "--nope"), &stdout, &stderr); code != 2 ||
-			strings.Count(stderr.String(), "flag provided but not defined: -nope") != 1 {
-			t.Errorf("%q --nope: got exit %d and stderr %q, want 2 and the flag package's message once", cmd, code, stderr.String())
+			strings.Count(stderr.String(), "\n") != 1 || !strings.HasSuffix(stderr.String(), want) {
+			t.Errorf("%q --nope: got exit %d and stderr %q, want 2 and one line ending %q", cmd, code, stderr.String(), want)
 		}
 		stderr.Reset()
 		if code := run(append(slices.Clone(cmd), "--help"), &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "Usage") {
@@ -75,6 +78,48 @@ func TestFlagRule(t *testing.T) {
 		if code := run(append(slices.Clone(cmd), "stray"), &stdout, &stderr); code != 2 ||
 			!strings.Contains(stderr.String(), `unexpected argument "stray"`) {
 			t.Errorf("%q stray: got exit %d and stderr %q, want 2 and the stray argument named", cmd, code, stderr.String())
+		}
+	}
+}
+
+// A typo gets the nearest flag; a bad value one line with the flag spelled
+// as a user types it.
+func TestFlagMistakes(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--page-sise", "16"}, "sglmock serve: unknown flag --page-sise: did you mean --page-size? (sglmock serve --help lists the flags)\n"},
+		{[]string{"bench", "twopoint", "--repet", "3"}, "sglmock bench: unknown flag --repet: did you mean --repeat? (sglmock bench twopoint --help lists the flags)\n"},
+		{[]string{"health", "--prot", "1"}, "sglmock health: unknown flag --prot: did you mean --port? (sglmock health --help lists the flags)\n"},
+		{[]string{"audit", "--metrics", "--", "true"}, "sglmock audit: unknown flag --metrics: did you mean --enable-metrics? (sglmock audit --help lists the flags)\n"},
+		{[]string{"health", "--port", "x"}, "sglmock health: invalid value \"x\" for flag --port: parse error (sglmock health --help lists the flags)\n"},
+		{[]string{"health", "--port"}, "sglmock health: flag needs an argument: --port (sglmock health --help lists the flags)\n"},
+	}
+	for _, tt := range tests {
+		var stderr bytes.Buffer
+		if code := run(tt.args, io.Discard, &stderr); code != 2 || stderr.String() != tt.want {
+			t.Errorf("%q: got exit %d and %q, want 2 and %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}
+
+func TestNearestFlag(t *testing.T) {
+	known := []string{"page-size", "port", "enable-metrics", "enable-cache-report", "host"}
+	tests := []struct{ name, want string }{
+		{"page-size", "page-size"},
+		{"pagesize", "page-size"},
+		{"prot", "port"},
+		{"metrics", "enable-metrics"},
+		{"enable", ""},   // in two flags: no guess
+		{"nope", ""},     // three edits from host: too far
+		{"x", ""},        // too short to guess
+		{"hots", "host"}, // a swap is one edit
+		{"cache-report", "enable-cache-report"},
+	}
+	for _, tt := range tests {
+		if got := nearestFlag(tt.name, known); got != tt.want {
+			t.Errorf("nearestFlag(%q): got %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
