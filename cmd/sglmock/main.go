@@ -13,7 +13,8 @@ import (
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
-// command is one subcommand of sglmock.
+// command is one subcommand of sglmock. help and version have no run:
+// run dispatches them by name, and they take no flags.
 type command struct {
 	name    string
 	summary string
@@ -31,6 +32,7 @@ func commands() []command {
 		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
 		{"health", "ask a server's /health: exit 0 when it serves (the container's health check)", runHealth},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
+		{"version", "print sglmock's version and the SGLang version it follows", nil},
 		{"help", "show this help", nil},
 	}
 }
@@ -45,9 +47,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name := args[0]
-	if name == "help" || name == "-h" || name == "--help" || name == "-help" {
+	switch name {
+	case "help", "-h", "--help", "-help":
 		usage(stdout)
 		return 0
+	case "version", "--version", "-version":
+		return runVersion(args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == name && c.run != nil {

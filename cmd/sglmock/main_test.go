@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sglmock/sglmock/mockserver/api"
 )
 
 // Each command's exit code, and what it writes where: a want of "" means
@@ -120,6 +123,55 @@ func TestNearestFlag(t *testing.T) {
 	for _, tt := range tests {
 		if got := nearestFlag(tt.name, known); got != tt.want {
 			t.Errorf("nearestFlag(%q): got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// version and --version print sglmock's version, the SGLang version it
+// follows and the build; they take no arguments.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+			t.Fatalf("%q: exit %d, stderr %q", args, code, stderr.String())
+		}
+		lines := strings.Split(stdout.String(), "\n")
+		want := []string{"sglmock " + api.SimVersion, "  follows SGLang " + api.SGLangVersion + " (the version /server_info and /v1/loads report)"}
+		if len(lines) != 4 || lines[0] != want[0] || lines[1] != want[1] || !strings.HasPrefix(lines[2], "  built from github.com/sglmock/sglmock") {
+			t.Errorf("%q: got %q, want %q then the build", args, stdout.String(), want)
+		}
+	}
+	if code := run([]string{"version", "x"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("version x: exit %d, want 2", code)
+	}
+	var help bytes.Buffer
+	if code := run([]string{"version", "--help"}, &help, io.Discard); code != 0 || !strings.HasPrefix(help.String(), "Usage: sglmock version") {
+		t.Errorf("version --help: exit %d, %q", code, help.String())
+	}
+}
+
+func TestSGLMockVersion(t *testing.T) {
+	installed := &debug.BuildInfo{Main: debug.Module{Path: "github.com/sglmock/sglmock", Version: "v0.3.0"}, GoVersion: "go1.26.8",
+		Settings: []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}}
+	checkout := &debug.BuildInfo{Main: debug.Module{Path: "github.com/sglmock/sglmock", Version: "(devel)"}, GoVersion: "go1.26.8",
+		Settings: []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "arm64"},
+			{Key: "vcs.revision", Value: "4db5e06aaaabbbbccccdddd"}, {Key: "vcs.modified", Value: "true"}}}
+	tests := []struct {
+		set       string
+		bi        *debug.BuildInfo
+		want, how string
+	}{
+		{"v9.9.9", installed, "v9.9.9", "github.com/sglmock/sglmock v0.3.0, go1.26.8 linux/amd64"},
+		{"", installed, "v0.3.0", "github.com/sglmock/sglmock v0.3.0, go1.26.8 linux/amd64"},
+		{"", checkout, api.SimVersion, "github.com/sglmock/sglmock (devel), commit 4db5e06aaaab (modified), go1.26.8 linux/arm64"},
+		{"", nil, api.SimVersion, "no build information"},
+	}
+	for _, tt := range tests {
+		if got := sglmockVersion(tt.set, tt.bi); got != tt.want {
+			t.Errorf("sglmockVersion(%q, ...): got %q, want %q", tt.set, got, tt.want)
+		}
+		if got := buildSummary(tt.bi); got != tt.how {
+			t.Errorf("buildSummary: got %q, want %q", got, tt.how)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,8 +268,9 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	args = srv.Args()
+	bi, _ := debug.ReadBuildInfo()
 	logger.Info(fmt.Sprintf("sglmock %s serving %s (profile %s, speedup %g) on http://%s; listen backlog %s",
-		api.SimVersion, args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
+		sglmockVersion(version, bi), args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
 	if o.skipWarmup {
 		srv.MarkReady()
 	} else if err := srv.Warmup(stop); err != nil && stop.Err() == nil {
