@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -32,6 +34,10 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"profiles", "nosuch"}, 1, "", `no built-in profile "nosuch"`},
 		{[]string{"profiles", "/nonexistent/p.yaml"}, 1, "", "no such file"},
 		{[]string{"profiles", "a", "b"}, 2, "", "at most one profile"},
+		{[]string{"profiles", "--help"}, 0, "sglmock profiles --fields     what every field of a profile file means", ""},
+		{[]string{"profiles", "--fields"}, 0, "\n  decode.ctx_table (list of [tokens, seconds])\n", ""},
+		{[]string{"profiles", "--feilds"}, 2, "", "unknown flag --feilds: did you mean --fields?"},
+		{[]string{"version"}, 0, "follows SGLang", ""},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
@@ -173,5 +179,17 @@ func TestSGLMockVersion(t *testing.T) {
 		if got := buildSummary(tt.bi); got != tt.how {
 			t.Errorf("buildSummary: got %q, want %q", got, tt.how)
 		}
+	}
+}
+
+// A profile file with an unknown key is refused with its line and the keys
+// it could have been.
+func TestProfileKeyError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "mine.yaml")
+	os.WriteFile(file, []byte("name: mine\nprefill:\n  overhead_s: 0.01\n  per_tok_s: 1e-5\n"), 0o600)
+	var stderr bytes.Buffer
+	want := `sglmock profiles: profile "mine": line 4: prefill.per_tok_s: unknown profile key (want one of overhead_s, per_token_s, attention_s, table)` + "\n"
+	if code := run([]string{"profiles", file}, io.Discard, &stderr); code != 1 || stderr.String() != want {
+		t.Errorf("got exit %d and %q, want 1 and %q", code, stderr.String(), want)
 	}
 }
