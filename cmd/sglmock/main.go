@@ -24,12 +24,12 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"demo", "reproduce the seed's poisoned benchmark on an in-process mock, then its fix, with the truth", runDemo},
-		{"scenario", "list the benchmarking traps, or play one and its fix against an in-process mock, with checks", runScenario},
+		{"scenario", "list the benchmarking traps, play one and its fix against an in-process mock with checks, or print the file format", runScenario},
 		{"bench", "measure a server: twopoint (naive|flush|nonce|flush+nonce) or stream, with verdicts", runBench},
 		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},
-		{"serve", "serve SGLang's HTTP API over the simulated engine (flags as SGLang's launch_server)", runServe},
+		{"serve", "serve SGLang's HTTP API over the simulated engine (takes every flag of SGLang's launch_server)", runServe},
 		{"fleet", "run N replicas on loopback for a cache-aware router (llm-d): endpoints file, router config, status", runFleet},
-		{"profiles", "list the built-in cost profiles, or print one as YAML", runProfiles},
+		{"profiles", "list the built-in cost profiles, print one as YAML, or say what each field means (--fields)", runProfiles},
 		{"health", "ask a server's /health: exit 0 when it serves (the container's health check)", runHealth},
 		{"calibrate", "fit a profile to measured two-point rows (the CSV that bench writes)", runCalibrate},
 		{"version", "print sglmock's version and the SGLang version it follows", nil},
