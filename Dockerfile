@@ -1,8 +1,12 @@
 # sglmock's container image: a static binary on an empty base, run as a
 # non-root user, serving on 0.0.0.0:30000.
 #
-#   podman build --format docker -t sglmock .   # or: docker build -t sglmock .
-#   podman run --rm -p 30000:30000 sglmock --profile kimi-k2.6-rtx6000 --speedup 100
+#   podman build --format docker -t sglmock:0.1.0 .   # or: docker build -t sglmock:0.1.0 .
+#   podman run --rm -p 30000:30000 sglmock:0.1.0 --profile kimi-k2.6-rtx6000 --speedup 100
+#
+# The tag is the Helm chart's appVersion (deploy/helm/sglmock/Chart.yaml),
+# which the chart pulls by default, and the version the binary reports
+# (sglmock version); deploy/chartcheck checks that they agree.
 #
 # Arguments after the image name are `sglmock serve` flags. The binary's own
 # default host stays 127.0.0.1; only this image listens on every address,
@@ -16,13 +20,20 @@
 # The OCI image format has no health check: podman keeps the HEALTHCHECK
 # only with --format docker (docker always does).
 #
-# GO_IMAGE names the build stage's Go toolchain; GOPROXY may point the module
-# download elsewhere, e.g. at a local module cache through file:///...
+# Two build arguments let the image build where no registry or module proxy
+# can be reached (docs/install.md, "Offline"):
+#   GO_IMAGE  the build stage's Go toolchain: any local image with Go 1.26 at
+#             /usr/local/go and a shell, e.g. one made from the host's Go as
+#             .ci/container does.
+#   GOPROXY   where the modules come from; its default is Go's own. For a
+#             local module cache: --build-arg GOPROXY=file:///goproxy
+#             -v "$(go env GOMODCACHE)/cache/download:/goproxy:ro".
 
 ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
 
 FROM ${GO_IMAGE} AS build
-ARG GOPROXY
+# A default, so that a build that does not pass it gets no warning.
+ARG GOPROXY=https://proxy.golang.org,direct
 ENV CGO_ENABLED=0
 WORKDIR /src
 # The modules first: this layer stays cached while only the code changes.

@@ -301,11 +301,28 @@ func TestOpenAIBackendWithoutCacheReport(t *testing.T) {
 	})
 }
 
-// vLLM's flush route is /reset_prefix_cache; a server without it fails
-// the flush, and the row says so.
+// vLLM's flush route is /reset_prefix_cache; a server without it (vLLM
+// started without VLLM_SERVER_DEV_MODE=1) fails the flush, and the row
+// says so. The mock has the route: here it stands in without it.
 func TestVLLMFlushRouteMissing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mocktest.Start(t, api.Config{})
+		s, err := api.New(api.Config{Profile: mocktest.Profile(t, "default")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.MarkReady()
+		hs := s.HTTPServer()
+		mock := hs.Handler
+		hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/reset_prefix_cache" {
+				http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound)
+				return
+			}
+			mock.ServeHTTP(w, r)
+		})
+		srv := mocktest.NewHTTPServer(hs)
+		m := &mocktest.Mock{Server: s, HTTP: srv, URL: srv.URL, Client: srv.Client}
+		t.Cleanup(m.Close)
 		tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce)
 		tp.Client.Backend = harness.VLLM
 		tp.Flush = harness.FlushPolicy{Retries: 3}

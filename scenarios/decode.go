@@ -30,6 +30,9 @@ func (e *FileError) Error() string {
 // every value of its kind and range, and every error names the line.
 type decoder struct {
 	file string
+	// keys, when set, hears every mapping's allowed keys, by its path
+	// ("steps[].twopoint"): the test that Format names them all.
+	keys func(path string, allowed []string)
 }
 
 func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) error {
@@ -53,6 +56,9 @@ type fields struct {
 func (d *decoder) mapping(n *yaml.Node, path string, allowed ...string) (*fields, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, d.errorf(n, path, "want a mapping with keys %s, got %s", strings.Join(allowed, ", "), kindName(n))
+	}
+	if d.keys != nil {
+		d.keys(path, allowed)
 	}
 	f := &fields{d: d, node: n, path: path, values: map[string]*yaml.Node{}, keys: map[string]*yaml.Node{}}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"errors"
-	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -52,8 +51,16 @@ func (d *decoder) readProfile(n *yaml.Node, scenario string) (*profile.Profile, 
 	if err != nil {
 		return nil, d.errorf(n, "profile.base", "%q is not a built-in profile (%s)", base, builtinProfileNames())
 	}
-	if err := d.checkProfileKeys(&over, reflect.TypeFor[profile.Profile](), "profile"); err != nil {
-		return nil, err
+	if err := profile.CheckKeys(&over); err != nil {
+		var ke *profile.KeyError
+		if !errors.As(err, &ke) {
+			return nil, d.errorf(n, "profile", "%v", err)
+		}
+		field := "profile"
+		if ke.Field != "" {
+			field += "." + ke.Field
+		}
+		return nil, &FileError{File: d.file, Line: ke.Line, Field: field, Msg: ke.Msg}
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(baseYAML, &doc); err != nil {
@@ -91,45 +98,6 @@ func builtinProfileNames() string {
 		names = append(names, b.Name)
 	}
 	return "built-ins: " + strings.Join(names, ", ")
-}
-
-// checkProfileKeys checks an inline profile against the Profile type: every
-// key must be one of its YAML fields, and every value must decode into its
-// field's type, so that an error names the line.
-func (d *decoder) checkProfileKeys(n *yaml.Node, t reflect.Type, path string) error {
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return d.errorf(n, path, "want a value of type %s, got %s", t, kindName(n))
-		}
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		return d.errorf(n, path, "want a mapping, got %s", kindName(n))
-	}
-	known := map[string]reflect.Type{}
-	var names []string
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
-		if name != "" && name != "-" {
-			known[name] = sf.Type
-			names = append(names, name)
-		}
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		ft, ok := known[k.Value]
-		if !ok {
-			return d.errorf(k, path+"."+k.Value, "unknown profile key (want one of %s)", strings.Join(names, ", "))
-		}
-		if err := d.checkProfileKeys(v, ft, path+"."+k.Value); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // mergeMapping sets every key of over into dst: mappings merge key by key,

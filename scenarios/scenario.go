@@ -105,7 +105,11 @@ func Load(nameOrPath string) (*Scenario, error) {
 // wrong kind or out of range, an expectation a step cannot meet are errors
 // (*FileError) naming the file, the line and the field.
 func Parse(data []byte, file string) (*Scenario, error) {
-	d := &decoder{file: file}
+	return parse(data, &decoder{file: file})
+}
+
+func parse(data []byte, d *decoder) (*Scenario, error) {
+	file := d.file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {

@@ -94,7 +94,7 @@ func TestHealthFlags(t *testing.T) {
 		{[]string{"--port", "65536"}, 2, "--port 65536: must be in 1..65535"},
 		{[]string{"--timeout", "0s"}, 2, "--timeout 0s: must be > 0"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"--nope"}, 2, "flag provided but not defined: -nope"},
+		{[]string{"--nope"}, 2, "unknown flag --nope (sglmock health --help lists the flags)"},
 		{[]string{"--help"}, 0, "exits 0 when it answers 200"},
 	}
 	for _, tt := range tests {

@@ -109,7 +109,7 @@ func shellWords(line string) ([]string, error) {
 // subcommands names the commands whose first argument picks a subcommand.
 var subcommands = map[string][]string{
 	"bench":    {"twopoint", "stream"},
-	"scenario": {"list", "run"},
+	"scenario": {"list", "run", "format"},
 }
 
 // helpOf runs "sglmock CMD [SUB] --help" and returns what it printed.
@@ -130,7 +130,7 @@ func quick(args []string) bool {
 		return false
 	case args[0] == "profiles" || args[0] == "help":
 		return true
-	case args[0] == "scenario" && len(args) > 1 && args[1] == "list":
+	case args[0] == "scenario" && len(args) > 1 && (args[1] == "list" || args[1] == "format"):
 		return true
 	case args[0] == "bench" && slices.Contains(args, "--dry-run"):
 		return true

@@ -17,11 +17,12 @@ import (
 
 const scenarioUsage = `Usage: sglmock scenario list
        sglmock scenario run NAME|FILE [--speedup S]
+       sglmock scenario format
 
 A scenario plays a benchmarking trap and its fix against a fresh mock of its
 profile, then checks what must hold: verdicts, errors against the modelled
 truth, flush outcomes, cached tokens. 'list' names the built-in ones; a FILE
-is a scenario of your own (the format: go doc github.com/sglmock/sglmock/scenarios).
+is a scenario of your own, whose format 'format' prints.
 
 'run' starts the mock in this process on a free loopback port, in real time
 at the scenario's speedup (simulated seconds per wall second), and prints
@@ -58,8 +59,19 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		return listScenarios(stdout, stderr)
 	case "run":
 		return runOneScenario(args[1:], stdout, stderr)
+	case "format":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help") {
+			fmt.Fprint(stdout, scenarioUsage)
+			return 0
+		}
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "sglmock scenario format: takes no arguments, got %q\n", args[1:])
+			return 2
+		}
+		fmt.Fprint(stdout, scenarios.Format)
+		return 0
 	}
-	fmt.Fprintf(stderr, "sglmock scenario: unknown subcommand %q: want list or run (see sglmock scenario --help)\n", args[0])
+	fmt.Fprintf(stderr, "sglmock scenario: unknown subcommand %q: want list, run or format (see sglmock scenario --help)\n", args[0])
 	return 2
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ type serveOptions struct {
 	kvEvents                                                        *kvevents.Config
 	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
+	// ignoredLaunchFlags are the flags of SGLang's launch_server given
+	// that sglmock does not model, named in one warning line.
+	ignoredLaunchFlags []string
 	// ready, if set, receives the listening address once the server is up.
 	ready chan<- string
 	// listener, if set, is the bound address to serve on (fleet binds
@@ -56,7 +60,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		fmt.Fprintln(stderr, "Usage: sglmock serve [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Serves SGLang's HTTP API over a simulated engine. Flags are SGLang's launch_server flags;")
-		fmt.Fprintln(stderr, "those that describe the model override the profile.")
+		fmt.Fprintln(stderr, "those that describe the model override the profile. Every other flag of SGLang's launch_server")
+		fmt.Fprintln(stderr, "(--tp-size, --trust-remote-code, --mem-fraction-static, ...) is accepted, with its values,")
+		fmt.Fprintln(stderr, "and named in one warning line; as in SGLang, a flag may be shortened to an unambiguous prefix")
+		fmt.Fprintln(stderr, "(--tp 8), and --config FILE reads flags from a YAML file.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -101,9 +108,14 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 
 // parse parses args into o and checks every value.
 func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args []string, stderr io.Writer) (*serveOptions, error) {
-	if err := parseFlags(fs, args, false); err != nil {
+	launch, err := splitLaunchArgs(fs, args)
+	if err != nil {
 		return nil, err
 	}
+	if err := parseFlags(fs, launch.own, false); err != nil {
+		return nil, err
+	}
+	o.ignoredLaunchFlags = launch.ignored
 	switch {
 	case o.port < 0 || o.port > 65535:
 		return nil, fmt.Errorf("--port %d: must be in 0..65535", o.port)
@@ -152,6 +164,10 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		return nil, err
 	}
 	o.profile = p
+	if len(o.ignoredLaunchFlags) > 0 {
+		fmt.Fprintf(stderr, "%s: SGLang flags accepted and ignored (the profile stands for the deployment they describe): %s\n",
+			fs.Name(), strings.Join(o.ignoredLaunchFlags, " "))
+	}
 	return o, nil
 }
 
@@ -261,8 +277,9 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	args = srv.Args()
+	bi, _ := debug.ReadBuildInfo()
 	logger.Info(fmt.Sprintf("sglmock %s serving %s (profile %s, speedup %g) on http://%s; listen backlog %s",
-		api.SimVersion, args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
+		sglmockVersion(version, bi), args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
 	if o.skipWarmup {
 		srv.MarkReady()
 	} else if err := srv.Warmup(stop); err != nil && stop.Err() == nil {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,12 +54,12 @@ func TestServeFlags(t *testing.T) {
 		{"zero timeout", []string{"--idle-timeout", "0s"}, "--idle-timeout 0s: must be > 0", nil},
 		{"lpm is not modelled", []string{"--schedule-policy", "lpm"}, "--schedule-policy lpm: not modelled", nil},
 		{"unknown policy", []string{"--schedule-policy", "fifo"}, `--schedule-policy "fifo": unknown`, nil},
-		{"unknown flag", []string{"--tp-size", "8"}, "flag provided but not defined: -tp-size", nil},
-		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag -port`, nil},
+		{"unknown flag", []string{"--tp-sise", "8"}, "unknown flag --tp-sise: did you mean --tp-size?", nil},
+		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag --port`, nil},
 		{"port range", []string{"--port", "70000"}, "--port 70000", nil},
 		{"speedup", []string{"--speedup", "0"}, "--speedup 0", nil},
-		{"speedup NaN", []string{"--speedup", "NaN"}, `invalid value "NaN" for flag -speedup: want a finite number`, nil},
-		{"grace +Inf", []string{"--shutdown-grace", "+Inf"}, `invalid value "+Inf" for flag -shutdown-grace: want a finite number`, nil},
+		{"speedup NaN", []string{"--speedup", "NaN"}, `invalid value "NaN" for flag --speedup: want a finite number`, nil},
+		{"grace +Inf", []string{"--shutdown-grace", "+Inf"}, `invalid value "+Inf" for flag --shutdown-grace: want a finite number`, nil},
 		{"log level", []string{"--log-level", "loud"}, `--log-level "loud"`, nil},
 		{"stray argument", []string{"serve"}, `unexpected argument "serve"`, nil},
 		{"unknown profile", []string{"--profile", "nosuch"}, `--profile: no built-in profile "nosuch"`, nil},
@@ -102,6 +104,12 @@ func startServe(t *testing.T, args ...string) (string, func(), func(), <-chan er
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startServeOptions(t, o)
+}
+
+// startServeOptions runs serve with parsed options; see startServe.
+func startServeOptions(t *testing.T, o *serveOptions) (string, func(), func(), <-chan error, *bytes.Buffer) {
+	t.Helper()
 	ready := make(chan string, 1)
 	o.ready = ready
 	stop, cancel := context.WithCancel(context.Background())
@@ -281,6 +289,157 @@ func TestAPIKeySources(t *testing.T) {
 		got, err := apiKey(tt.flag, tt.file, tt.env)
 		if got != tt.want || (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("apiKey(%q, %q, %q): got %q, %v; want %q, error containing %q", tt.flag, tt.file, tt.env, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// Real SGLang launch commands start the mock: the flags that describe what
+// it models act, every other one is accepted with its values and named in
+// one warning line.
+func TestServeSGLangLaunchCommands(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "launch.yaml")
+	os.WriteFile(config, []byte("model-path: Qwen/Qwen3-32B\ntp-size: 4\ncontext-length: 32768\nenable-metrics: true\n"+
+		"trust-remote-code: false\ncuda-graph-bs: [1, 2, 4]\n"), 0o600)
+	tests := []struct {
+		name        string
+		args        []string
+		wantIgnored string
+		check       func(*serveOptions) bool
+	}{
+		{"Kimi K2 on 8 GPUs",
+			strings.Fields("--model-path moonshotai/Kimi-K2-Instruct --tp 8 --trust-remote-code --mem-fraction-static 0.85 " +
+				"--enable-metrics --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --context-length 131072 " +
+				"--chunked-prefill-size 8192 --cuda-graph-max-bs 128 --kv-cache-dtype fp8_e4m3 --enable-cache-report"),
+			"--tp-size --trust-remote-code --mem-fraction-static --tool-call-parser --reasoning-parser --cuda-graph-max-bs --kv-cache-dtype",
+			func(o *serveOptions) bool {
+				return o.modelPath == "moonshotai/Kimi-K2-Instruct" && o.enableMetrics && o.enableCacheReport &&
+					o.profile.ContextLength == 131072 && o.profile.ChunkedPrefillSize == 8192
+			}},
+		{"Llama 3.1 8B with EAGLE3, abbreviated as SGLang allows",
+			strings.Fields("--model meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 " +
+				"--speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B --speculative-num-steps 5 " +
+				"--speculative-eagle-topk 8 --speculative-num-draft-tokens 32 --mem-fraction 0.6 --cuda-graph-max-bs 2 " +
+				"--dtype float16 --random-seed=42"),
+			"--speculative-draft-model-path --mem-fraction-static --cuda-graph-max-bs --dtype",
+			func(o *serveOptions) bool {
+				s := o.profile.Speculative
+				return o.modelPath == "meta-llama/Llama-3.1-8B-Instruct" && s != nil && s.Algorithm == "EAGLE3" &&
+					s.NumSteps == 5 && s.EagleTopK == 8 && s.NumDraftTokens == 32 && o.profile.Seed == 42
+			}},
+		{"DeepSeek V3 with DP attention and lists of values",
+			strings.Fields("--model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention --trust-remote-code " +
+				"--disable-radix-cache --attention-backend flashinfer --moe-a2a-backend deepep --deepep-mode auto " +
+				"--cuda-graph-bs 1 2 4 8 --page-size 64 --no-enable-tp-lm-head-all-to-all --model-checksum --watchdog-timeout 600"),
+			"--tp-size --dp-size --enable-dp-attention --trust-remote-code --attention-backend --moe-a2a-backend --deepep-mode " +
+				"--cuda-graph-bs --no-enable-tp-lm-head-all-to-all --model-checksum --watchdog-timeout",
+			func(o *serveOptions) bool { return o.disableRadixCache && o.profile.PageSize == 64 }},
+		{"a config file, the command line winning",
+			[]string{"--config", config, "--context-length", "16384"},
+			"--tp-size --cuda-graph-bs",
+			func(o *serveOptions) bool {
+				return o.modelPath == "Qwen/Qwen3-32B" && o.enableMetrics && o.profile.ContextLength == 16384
+			}},
+		{"only sglmock's flags", []string{"--speedup", "10"}, "", func(o *serveOptions) bool { return o.speedup == 10 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var warn bytes.Buffer
+			o, err := parseServeFlags(append(tt.args, "--port", "0", "--host", "127.0.0.1", "--skip-server-warmup"), &warn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if tt.wantIgnored != "" {
+				want = "sglmock serve: SGLang flags accepted and ignored (the profile stands for the deployment they describe): " + tt.wantIgnored + "\n"
+			}
+			if warn.String() != want {
+				t.Errorf("warning: got %q, want %q", warn.String(), want)
+			}
+			if !tt.check(o) {
+				t.Errorf("flags not applied: %+v, profile %+v", o, o.profile)
+			}
+			base, stop, _, done, _ := startServeOptions(t, o)
+			resp, err := http.Get(base + "/health")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("/health: %d", resp.StatusCode)
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A launch flag given wrong gets SGLang's argparse reading in one line.
+func TestServeSGLangLaunchMistakes(t *testing.T) {
+	dir := t.TempDir()
+	notYAML := filepath.Join(dir, "launch.json")
+	os.WriteFile(notYAML, []byte("{}"), 0o600)
+	list := filepath.Join(dir, "list.yaml")
+	os.WriteFile(list, []byte("- tp-size\n"), 0o600)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tp"}, "--tp-size needs a value"},
+		{[]string{"--tp", "--trust-remote-code"}, "--tp-size needs a value"},
+		{[]string{"--trust-remote-code=yes"}, "--trust-remote-code takes no value"},
+		{[]string{"--cuda-graph-bs", "--tp", "8"}, "--cuda-graph-bs needs one or more values"},
+		{[]string{"--enable-dp"}, "ambiguous flag --enable-dp: it could be --enable-dp-attention, --enable-dp-attention-local-control-broadcast, --enable-dp-lm-head"},
+		{[]string{"--tp-sise", "8"}, "unknown flag --tp-sise: did you mean --tp-size? (sglmock serve --help lists the flags)"},
+		{[]string{"--enable-expert-distribution-metrics"}, "--enable-expert-distribution-metrics: SGLang no longer takes this flag"},
+		{[]string{"--config"}, "--config needs a YAML file"},
+		{[]string{"--config", notYAML}, "the file must be YAML"},
+		{[]string{"--config", list}, "want a mapping of flag names to values"},
+		{[]string{"--config", list, "--config", list}, "one config file only"},
+	}
+	for _, tt := range tests {
+		_, err := parseServeFlags(tt.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: got %v, want an error containing %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// The table is SGLang's: it parses, serve's own flags that SGLang has take
+// their values as SGLang's do, and sglmock's own are not SGLang's.
+func TestLaunchFlagTable(t *testing.T) {
+	table, err := launchFlags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(table) < 450 {
+		t.Fatalf("%d flags: the table lost its lines", len(table))
+	}
+	byName := map[string]launchFlag{}
+	for _, lf := range table {
+		byName[lf.name] = lf
+	}
+	sglmockOnly := []string{"profile", "speedup", "seed", "shutdown-grace", "max-body-bytes", "read-header-timeout",
+		"idle-timeout", "body-timeout", "sim-truth-bytes", "api-key-file"}
+	fs, _, _ := serveFlags(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		lf, ok := byName[f.Name]
+		switch {
+		case slices.Contains(sglmockOnly, f.Name):
+			if ok {
+				t.Errorf("--%s is sglmock's own, yet the table has it as SGLang's", f.Name)
+			}
+		case !ok:
+			t.Errorf("--%s: serve defines it as SGLang's, the table does not have it", f.Name)
+		case isBoolFlag(f) != (lf.arity == arSwitch):
+			t.Errorf("--%s: serve's takes a value: %v, SGLang's is %s", f.Name, !isBoolFlag(f), lf.arity)
+		}
+	})
+	for _, bad := range []string{"tp-size", "tp-size value\ntp-size switch", "x sometimes", "x value Bad_Alias"} {
+		if _, err := parseLaunchFlags(bad); err == nil {
+			t.Errorf("parseLaunchFlags(%q): no error", bad)
 		}
 	}
 }

@@ -250,3 +250,66 @@ func (s *Server) detokenize(c *gin.Context) {
 	}
 	writeJSON(c, http.StatusOK, gin.H{"text": tokenizer.Decode(body.Tokens)})
 }
+
+// resetPrefixCache is vLLM's POST /reset_prefix_cache, which vLLM serves
+// when started with VLLM_SERVER_DEV_MODE=1
+// (vllm/entrypoints/serve/dev/cache/api_router.py): it empties the prefix
+// cache and answers 200 {"success": bool}, false while running requests
+// hold cache blocks (vLLM's block pool refuses then). Here a request that
+// only waits, or an iteration that only just finished a request (the
+// profile's flush_busy_after_finish_s), does not refuse it: vLLM frees a
+// request's blocks when it finishes. So that `bench --backend vllm` can be
+// rehearsed against the mock; /sim/flushes records it like any flush.
+// reset_running_requests=true has vLLM preempt the running requests first;
+// the mock does not model preemption, and says so with 501 while requests
+// run. reset_external resets a KV connector's cache, which the mock has
+// not: it is accepted.
+func (s *Server) resetPrefixCache(c *gin.Context) {
+	var resetRunning bool
+	for _, name := range []string{"reset_running_requests", "reset_external"} {
+		raw, given := c.GetQuery(name)
+		if !given {
+			continue
+		}
+		v, ok := fastAPIBool(raw)
+		if !ok {
+			writeJSON(c, http.StatusUnprocessableEntity, gin.H{"detail": []gin.H{{
+				"type": "bool_parsing", "loc": []string{"query", name},
+				"msg": "Input should be a valid boolean, unable to interpret input", "input": raw,
+			}}})
+			return
+		}
+		if name == "reset_running_requests" {
+			resetRunning = v
+		}
+	}
+	st := s.eng.Stats()
+	if resetRunning && st.Running > 0 {
+		writeJSON(c, http.StatusNotImplemented, errorObject(
+			"reset_running_requests: sglmock does not model vLLM's preemption of running requests; reset when they have finished",
+			"Not Implemented", http.StatusNotImplemented))
+		return
+	}
+	// While nothing runs, wait out the profile's settling window, as vLLM
+	// has freed the blocks already; while requests run, refuse at once.
+	var wait time.Duration
+	if st.Running == 0 {
+		wait = s.cfg.Profile.FlushBusyAfterFinish()
+	}
+	err := s.eng.Flush(c.Request.Context(), wait, c.Request.RemoteAddr)
+	if err != nil && errors.Is(err, c.Request.Context().Err()) {
+		return // the client left while the reset waited
+	}
+	writeJSON(c, http.StatusOK, gin.H{"success": err == nil})
+}
+
+// fastAPIBool reads a query parameter as FastAPI (pydantic) reads a bool.
+func fastAPIBool(raw string) (v, ok bool) {
+	switch strings.ToLower(raw) {
+	case "1", "true", "t", "yes", "y", "on":
+		return true, true
+	case "0", "false", "f", "no", "n", "off":
+		return false, true
+	}
+	return false, false
+}

@@ -18,7 +18,10 @@
 // ids the server would prefill for a request (BOS and chat template
 // included) in vLLM's GenerateRequest shape, without generating, so a
 // router that tokenizes through them (the llm-d router's token-producer)
-// hashes the blocks the replica's KV events announce.
+// hashes the blocks the replica's KV events announce. And vLLM's
+// POST /reset_prefix_cache (dev mode's), so that `sglmock bench --backend
+// vllm` can be rehearsed against the mock: 200 {"success": bool}, false
+// while a request runs (see resetPrefixCache).
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
 // model evaluator; its counts are bounded by the context length), /sim/requests (finished requests,

@@ -310,6 +310,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/*model", s.getModel)
 	handle(getPost, "/flush_cache", sameOriginOnly, s.flushCache)
+	r.POST("/reset_prefix_cache", sameOriginOnly, s.resetPrefixCache) // vLLM's, for --backend vllm rehearsals
 	r.GET("/health", s.health)
 	r.GET("/health_generate", s.healthGenerate)
 	r.GET("/get_model_info", s.modelInfo)

@@ -57,8 +57,12 @@
 //
 // # Files
 //
-// Built-in profiles are embedded from builtin/*.yaml. Unknown keys and
-// impossible values are errors that name the field and the value. The
+// Built-in profiles are embedded from builtin/*.yaml. Unknown keys are
+// errors that name the line and the keys the field could have been
+// (CheckKeys, which scenarios' inline profiles use too); impossible values
+// are errors that name the field and the value. Fields documents every
+// field of a file, walking the Profile type, so the list is what Parse
+// reads; `sglmock profiles --fields` prints it. The
 // evaluator (Profile.Expect) predicts a lone request's TTFT, decode time and
 // steady-state decode rate from the same functions the engine charges.
 package profile

@@ -241,16 +241,22 @@ func Load(nameOrPath string) (*Profile, error) {
 	return Parse(f, base)
 }
 
-// Parse reads a profile from YAML and validates it. Unknown keys are errors.
+// Parse reads a profile from YAML and validates it. An unknown key is an
+// error that names its line and the keys it could have been (CheckKeys).
 // defaultName names the profile when the YAML has no name.
 func Parse(r io.Reader, defaultName string) (*Profile, error) {
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	var p Profile
-	if err := dec.Decode(&p); err != nil {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("profile %q: empty document", defaultName)
 		}
+		return nil, fmt.Errorf("profile %q: %w", defaultName, err)
+	}
+	if err := CheckKeys(doc.Content[0]); err != nil {
+		return nil, fmt.Errorf("profile %q: %w", defaultName, err)
+	}
+	var p Profile
+	if err := doc.Decode(&p); err != nil {
 		return nil, fmt.Errorf("profile %q: %w", defaultName, err)
 	}
 	if p.Name == "" {

@@ -217,7 +217,10 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"pool below context", "max_total_tokens: 600000", "max_total_tokens: 1000", "max_total_tokens = 1000"},
 		{"unknown algorithm", "algorithm: EAGLE3", "algorithm: MEDUSA", "speculative.algorithm = MEDUSA"},
 		{"draft tokens with topk 1", "num_draft_tokens: 4", "num_draft_tokens: 8", "speculative.num_draft_tokens = 8"},
-		{"unknown key", "jitter: 0", "jitter: 0\nturbo: true", "field turbo not found"},
+		{"unknown key", "jitter: 0", "jitter: 0\nturbo: true", "turbo: unknown profile key (want one of name, description, served_model_name, "},
+		{"unknown nested key", "per_seq_s: ", "warp: 1\n  per_seq_s: ", "decode.warp: unknown profile key (want one of step_overhead_s, per_seq_s, per_ctx_token_s, ctx_table)"},
+		{"a value of the wrong kind", "page_size: 1", "page_size: [1]", "page_size: want integer, got a list"},
+		{"a mapping of the wrong kind", "decode:", "decode: 3\nx:", "decode: want a mapping, got \"3\""},
 		{"jitter out of range", "jitter: 0", "jitter: 1.5", "jitter = 1.5"},
 		{"negative flush window", "flush_busy_after_finish_s: 0.0075", "flush_busy_after_finish_s: -0.1", "flush_busy_after_finish_s = -0.1"},
 		{"huge flush window", "flush_busy_after_finish_s: 0.0075", "flush_busy_after_finish_s: 1e9", "flush_busy_after_finish_s = 1e+09"},
@@ -301,6 +304,34 @@ func TestBuiltinsHaveTheOverlapFlushWindow(t *testing.T) {
 		round := p.DecodeRoundSeconds(1, 1407) // a draft+verify round under speculative decoding
 		if w := p.FlushBusyAfterFinishS; w <= 0 || math.Abs(w-round) > 0.0005 {
 			t.Errorf("%s: flush_busy_after_finish_s %v, want one decode round of a short request, %.4f s", b.Name, w, round)
+		}
+	}
+}
+
+// Every field of a profile file is documented, and every documented field
+// is one: Fields walks the type, fieldDocs says what each means.
+func TestEveryFieldDocumented(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range Fields() {
+		seen[f.Path] = true
+		if f.Doc == "" {
+			t.Errorf("%s (%s) has no text in fieldDocs", f.Path, f.Type)
+		}
+	}
+	for path := range fieldDocs {
+		if !seen[path] {
+			t.Errorf("fieldDocs documents %s, which a profile file does not have", path)
+		}
+	}
+	if len(seen) < 30 {
+		t.Errorf("%d fields: the walk missed some", len(seen))
+	}
+	want := map[string]string{"context_length": "integer", "decode.ctx_table": "list of [tokens, seconds]", "speculative": "mapping, optional",
+		"speculative.accept_probs": "list of numbers", "jitter": "number", "prefill.overhead_s": "seconds", "add_bos_token": "true or false",
+		"seed": "integer", "name": "text"}
+	for _, f := range Fields() {
+		if w, ok := want[f.Path]; ok && f.Type != w {
+			t.Errorf("%s: type %q, want %q", f.Path, f.Type, w)
 		}
 	}
 }
