@@ -41,7 +41,9 @@ func TestCheckSharedFloor(t *testing.T) {
 			"SUSPECT: t_b = t_a, so decode is undefined"},
 	}
 	for _, tt := range tests {
-		if got := tt.run.check(tt.floor, tt.allow).String(); got != tt.want {
+		v := tt.run.check(tt.floor, tt.allow)
+		reversed(&v, []Run{tt.run}, []Verdict{v}, false)
+		if got := v.String(); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
 	}

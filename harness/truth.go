@@ -31,7 +31,7 @@ func (c *Client) SimInfo(ctx context.Context) (*sim.Profile, error) {
 // Truth fetches the modelled timeline of a finished request by its rid.
 func (c *Client) Truth(ctx context.Context, rid string) (*sim.Truth, error) {
 	var t sim.Truth
-	if _, err := c.get(ctx, "/sim/requests/"+url.PathEscape(rid), &t); err != nil {
+	if _, err := c.getBounded(ctx, "/sim/requests/"+url.PathEscape(rid), &t, maxRecordsBody); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -53,7 +53,7 @@ func (c *Client) Expect(ctx context.Context, prompt, cached, completion int) (*s
 // Requests lists the server's finished requests in arrival order.
 func (c *Client) Requests(ctx context.Context) ([]sim.RequestSummary, error) {
 	var rs []sim.RequestSummary
-	_, err := c.get(ctx, "/sim/requests", &rs)
+	_, err := c.getBounded(ctx, "/sim/requests", &rs, maxRecordsBody)
 	return rs, err
 }
 
@@ -69,7 +69,7 @@ func (c *Client) Stats(ctx context.Context) (*sim.Stats, error) {
 // Flushes lists every /flush_cache call the server saw and its outcome.
 func (c *Client) Flushes(ctx context.Context) ([]sim.Flush, error) {
 	var fs []sim.Flush
-	_, err := c.get(ctx, "/sim/flushes", &fs)
+	_, err := c.getBounded(ctx, "/sim/flushes", &fs, maxRecordsBody)
 	return fs, err
 }
 
