@@ -62,3 +62,15 @@ func TestImportsNoMock(t *testing.T) {
 		}
 	}
 }
+
+// A suggested speedup is the 1-2-5 step at or below what the lateness
+// allows.
+func TestNiceBelow(t *testing.T) {
+	for _, tt := range []struct{ x, want float64 }{
+		{5.75, 5}, {48.2, 20}, {11.5, 10}, {100, 100}, {2, 2}, {1.99, 1}, {999, 500}, {0.5, 0.5},
+	} {
+		if got := niceBelow(tt.x); got != tt.want {
+			t.Errorf("niceBelow(%g): got %g, want %g", tt.x, got, tt.want)
+		}
+	}
+}

@@ -152,12 +152,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 // methodTitle explains a variant in its table's heading; a flush method
 // that sent no flush before leg a says it flushed only between the legs.
 func (r *Report) methodTitle(m Method) string {
+	title := methodTitles[m]
 	for _, row := range r.Rows {
 		if row.Method == m && m.flushes() && len(row.Runs) > 0 && row.Runs[0].A.Flush == nil {
-			return methodTitlesBetweenLegs[m]
+			title = methodTitlesBetweenLegs[m]
 		}
 	}
-	return methodTitles[m]
+	return r.noncePositionTitle(m, title)
 }
 
 func (r *Report) serverLine() string {

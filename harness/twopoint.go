@@ -203,6 +203,22 @@ type Report struct {
 	Stream []StreamRow `json:"stream_rows,omitempty"`
 }
 
+// noncePositionTitle says in a method's title where its nonce went: a
+// nonce at the end leaves everything before it shared.
+func (r *Report) noncePositionTitle(m Method, title string) string {
+	if !slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Method == m && row.NoncePosition == NonceEnd }) {
+		return title
+	}
+	switch m {
+	case NonceMethod:
+		return "a fresh nonce at the END of each leg's prompt (--nonce-position end: everything before it is shared), no flush"
+	case FlushNonce:
+		title = strings.TrimSuffix(title, " (the seed's fix)")
+		return strings.Replace(title, "a fresh nonce at the start of each prompt", "a fresh nonce at the END of each prompt (--nonce-position end: everything before it is shared)", 1)
+	}
+	return title
+}
+
 // Poisoned tells whether any row is poisoned.
 func (r *Report) Poisoned() bool {
 	for _, row := range r.Rows {

@@ -368,3 +368,31 @@ func trimFloat(x float64) string { return strconv.FormatFloat(x, 'g', 4, 64) }
 func trimFloat1(x float64) string {
 	return strconv.FormatFloat(math.Round(10*x)/10, 'f', -1, 64)
 }
+
+// SuggestedSpeedup is the mock's speedup the whole report can be run at:
+// the lowest any row suggests; 0 when no row found its host late.
+func (r *Report) SuggestedSpeedup() float64 {
+	s := 0.0
+	for _, sug := range r.suggestions() {
+		if sug.Speedup > 0 && (s == 0 || sug.Speedup < s) {
+			s = sug.Speedup
+		}
+	}
+	return s
+}
+
+// suggestions are the rows' fixes.
+func (r *Report) suggestions() []Suggestion {
+	var out []Suggestion
+	for _, row := range r.Rows {
+		if row.Suggested != nil {
+			out = append(out, *row.Suggested)
+		}
+	}
+	for _, row := range r.Stream {
+		if row.Suggested != nil {
+			out = append(out, *row.Suggested)
+		}
+	}
+	return out
+}
