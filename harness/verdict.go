@@ -214,6 +214,9 @@ func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 // stream's first to last event), decodeErr nil when undefined.
 func lateness(v *Verdict, ttftErr, ttftTrue float64, decodeErr *float64, dtTrue, speedup float64) float64 {
 	var parts []string
+	// lateWall is the largest difference the errors show, in wall seconds;
+	// it may be either way (an engine stamping an arrival late makes the
+	// client's time short).
 	lateWall, scale := 0.0, math.Inf(1)
 	target := Tolerance / 2
 	if math.Abs(ttftErr) > Tolerance {
@@ -237,16 +240,15 @@ func lateness(v *Verdict, ttftErr, ttftTrue float64, decodeErr *float64, dtTrue,
 	if len(parts) == 0 {
 		return 0
 	}
-	text := fmt.Sprintf("measured off the server's own timeline (%s, beyond %s): ", strings.Join(parts, ", "), pctPlain(Tolerance))
-	late := fmt.Sprintf("%s late on the wall clock", millis(lateWall))
+	text := fmt.Sprintf("measured off the server's own timeline (%s, beyond %s): the client's times and the server's differ by %s of wall clock",
+		strings.Join(parts, ", "), pctPlain(Tolerance), millis(lateWall))
 	suggest := niceBelow(speedup * scale)
 	if suggest < 1 {
-		v.add(Suspect, text+fmt.Sprintf("the client saw a leg %s at x%s, which no speedup removes (a slow client, or a transport between it and the server)",
-			late, trimFloat(speedup)))
+		v.add(Suspect, text+fmt.Sprintf(" at x%s, which no speedup removes (a slow client, or a transport between it and the server)", trimFloat(speedup)))
 		return 0
 	}
-	v.add(Suspect, text+fmt.Sprintf("the client saw a leg %s, %s simulated at x%s: this host cannot keep x%s; run the mock at --speedup %s or less",
-		late, secs(lateWall*speedup), trimFloat(speedup), trimFloat(speedup), trimFloat(suggest)))
+	v.add(Suspect, text+fmt.Sprintf(", %s simulated at x%s, so this host cannot keep x%s: run the mock at --speedup %s or less",
+		secs(lateWall*speedup), trimFloat(speedup), trimFloat(speedup), trimFloat(suggest)))
 	return suggest
 }
 

@@ -141,8 +141,8 @@ func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
 	// The cause, whole, of the first sweep's 1k row.
 	synctest.Test(t, func(t *testing.T) {
 		row := sweep(t, 100, late).Rows[0]
-		want := fmt.Sprintf("SUSPECT: measured off the server's own timeline (ttft_err +%.2f%%, beyond 5 %%): the client saw a leg 2 ms late on the wall clock, "+
-			"0.2 s simulated at x100: this host cannot keep x100; run the mock at --speedup 5 or less",
+		want := fmt.Sprintf("SUSPECT: measured off the server's own timeline (ttft_err +%.2f%%, beyond 5 %%): the client's times and the server's differ by 2 ms of wall clock, "+
+			"0.2 s simulated at x100, so this host cannot keep x100: run the mock at --speedup 5 or less",
 			100*0.2/row.Truth.TTFT)
 		if got := row.Verdict.String(); got != want {
 			t.Errorf("verdict:\n got %q\nwant %q", got, want)
@@ -158,7 +158,7 @@ func TestLatenessAtSpeedupOne(t *testing.T) {
 		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
 		tp.Client = lateClient(m, func(string, int) time.Duration { return 10 * time.Millisecond })
 		row := run(t, tp).Rows[0]
-		if !strings.Contains(row.Verdict.String(), "the client saw a leg 10 ms late on the wall clock at x1, which no speedup removes") || row.Suggested != nil {
+		if !strings.Contains(row.Verdict.String(), "the client's times and the server's differ by 10 ms of wall clock at x1, which no speedup removes") || row.Suggested != nil {
 			t.Errorf("verdict %q, suggested %+v", row.Verdict, row.Suggested)
 		}
 	})
