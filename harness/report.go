@@ -213,7 +213,8 @@ var csvCalibration = []string{"ctx_req", "prompt_tok", "t_a", "t_b", "a", "b", "
 // WriteCSV writes one line per row. The two-point CSV starts with the
 // calibration columns ctx_req,prompt_tok,t_a,t_b,a,b,b_cached: b_cached is
 // true when leg b reused more than the shared floor (its prompt came from
-// the cache); cached_a and cached_b then give the counts.
+// the cache); a_cached says the same of leg a (empty when the server does
+// not say), and cached_a and cached_b give the counts.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
@@ -248,7 +249,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 		cw.Flush()
 		return cw.Error()
 	}
-	head := append(append([]string{}, csvCalibration...), "cached_a", "cached_b", "method", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "runs", "spread", "speedup")
+	head := append(append([]string{}, csvCalibration...), "a_cached", "cached_a", "cached_b", "method", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "runs", "spread", "speedup")
 	if truth {
 		head = append(head, "ttft_true_s", "decode_true_tok_s", "ttft_cold_s", "decode_steady_tok_s", "ttft_err", "decode_err", "ttft_bias", "decode_bias")
 	}
@@ -257,7 +258,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	for _, row := range r.Rows {
 		bCached := row.CachedB != nil && *row.CachedB > floor
 		rec := []string{strconv.Itoa(row.CtxReq), strconv.Itoa(row.PromptTokens), g(row.TA), g(row.TB), strconv.Itoa(row.A), strconv.Itoa(row.B),
-			strconv.FormatBool(bCached), ip(row.CachedA), ip(row.CachedB), string(row.Method), g(row.TTFT), g(row.PrefillTPS), gp(row.DecodeTPS), gp(row.SPerOutTok),
+			strconv.FormatBool(bCached), row.aCached(floor), ip(row.CachedA), ip(row.CachedB), string(row.Method), g(row.TTFT), g(row.PrefillTPS), gp(row.DecodeTPS), gp(row.SPerOutTok),
 			strconv.Itoa(len(row.Runs)), g(row.Spread), g(row.Speedup)}
 		if truth {
 			tr := row.Truth

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sglmock/sglmock/sim"
@@ -505,6 +506,15 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 		return nil
 	}
 	return tp.truth(ctx, s, row)
+}
+
+// aCached is the CSV's a_cached: whether any run's leg a reused more than
+// the shared floor; "" when the server does not say.
+func (row *Row) aCached(floor int) string {
+	if row.CachedA == nil {
+		return ""
+	}
+	return strconv.FormatBool(*row.CachedA > floor)
 }
 
 // suggest merges a fix into the row's suggestion.
