@@ -249,22 +249,22 @@ func (r *Report) WriteCSV(w io.Writer) error {
 		cw.Flush()
 		return cw.Error()
 	}
-	head := append(append([]string{}, csvCalibration...), "a_cached", "cached_a", "cached_b", "method", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "runs", "spread", "speedup")
+	head := append(append([]string{}, csvCalibration...), "cached_a", "cached_b", "method", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "runs", "spread", "speedup")
 	if truth {
 		head = append(head, "ttft_true_s", "decode_true_tok_s", "ttft_cold_s", "decode_steady_tok_s", "ttft_err", "decode_err", "ttft_bias", "decode_bias")
 	}
-	cw.Write(append(head, "verdict", "cause"))
+	cw.Write(append(head, "a_cached", "verdict", "cause"))
 	floor := max(r.Server.SharedFloor, 0)
 	for _, row := range r.Rows {
 		bCached := row.CachedB != nil && *row.CachedB > floor
 		rec := []string{strconv.Itoa(row.CtxReq), strconv.Itoa(row.PromptTokens), g(row.TA), g(row.TB), strconv.Itoa(row.A), strconv.Itoa(row.B),
-			strconv.FormatBool(bCached), row.aCached(floor), ip(row.CachedA), ip(row.CachedB), string(row.Method), g(row.TTFT), g(row.PrefillTPS), gp(row.DecodeTPS), gp(row.SPerOutTok),
+			strconv.FormatBool(bCached), ip(row.CachedA), ip(row.CachedB), string(row.Method), g(row.TTFT), g(row.PrefillTPS), gp(row.DecodeTPS), gp(row.SPerOutTok),
 			strconv.Itoa(len(row.Runs)), g(row.Spread), g(row.Speedup)}
 		if truth {
 			tr := row.Truth
 			rec = append(rec, g(tr.TTFT), gp(tr.Decode), g(tr.ColdTTFT), gp(tr.SteadyDecode), g(tr.TTFTErr), gp(tr.DecodeErr), g(tr.TTFTBias), gp(tr.DecodeBias))
 		}
-		cw.Write(append(rec, row.Verdict.Level().String(), row.Verdict.texts()))
+		cw.Write(append(rec, row.aCached(floor), row.Verdict.Level().String(), row.Verdict.texts()))
 	}
 	cw.Flush()
 	return cw.Error()
