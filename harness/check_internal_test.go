@@ -2,6 +2,7 @@ package harness
 
 import (
 	"go/build"
+	"math"
 	"strings"
 	"testing"
 )
@@ -71,6 +72,16 @@ func TestNiceBelow(t *testing.T) {
 	} {
 		if got := niceBelow(tt.x); got != tt.want {
 			t.Errorf("niceBelow(%g): got %g, want %g", tt.x, got, tt.want)
+		}
+	}
+}
+
+// A relative error against a true time of 0 (a profile that charges
+// nothing) is 0, never a NaN or an infinity that JSON cannot hold.
+func TestRelErrDefined(t *testing.T) {
+	for _, tt := range []struct{ got, want, err float64 }{{1.1, 1, 0.1}, {0, 0, 0}, {1, 0, 0}, {0.5, 1, -0.5}} {
+		if e := relErr(tt.got, tt.want); math.Abs(e-tt.err) > 1e-12 {
+			t.Errorf("relErr(%g, %g): got %g, want %g", tt.got, tt.want, e, tt.err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 
@@ -73,8 +74,16 @@ func (c *Client) Flushes(ctx context.Context) ([]sim.Flush, error) {
 	return fs, err
 }
 
-// relErr is (got-want)/want, the signed relative error.
-func relErr(got, want float64) float64 { return (got - want) / want }
+// relErr is (got-want)/want, the signed relative error; 0 where it is
+// undefined (a true time of 0, on a profile that charges nothing), so that
+// no report holds a NaN or an infinity.
+func relErr(got, want float64) float64 {
+	e := (got - want) / want
+	if math.IsNaN(e) || math.IsInf(e, 0) {
+		return 0
+	}
+	return e
+}
 
 // errNotMock is returned by operations that need /sim/.
 var errNotMock = errors.New("the server has no /sim/ endpoints (it is not sglmock)")

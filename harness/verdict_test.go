@@ -15,6 +15,7 @@ import (
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // lateTransport makes the client see each /generate answer late, as a
@@ -343,6 +344,24 @@ func TestNonceAtTheEndHeading(t *testing.T) {
 			if !strings.Contains(table.String(), want) {
 				t.Errorf("table lacks %q:\n%s", want, table.String())
 			}
+		}
+	})
+}
+
+// On a profile that charges nothing every time is 0: the errors are 0,
+// not NaN, and the report encodes.
+func TestZeroCostProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
+		m := mocktest.Start(t, api.Config{Profile: p})
+		rep := run(t, twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce))
+		if row := rep.Rows[0]; row.Truth.TTFTErr != 0 || row.Verdict.String() != "SUSPECT: t_b = t_a, so decode is undefined" {
+			t.Errorf("ttft_err %g, verdict %q", row.Truth.TTFTErr, row.Verdict)
+		}
+		var js bytes.Buffer
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Errorf("the report does not encode: %v", err)
 		}
 	})
 }
