@@ -3,13 +3,14 @@ package calibrate
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
-func load(t *testing.T, name string) *profile.Profile {
+func load(t testing.TB, name string) *profile.Profile {
 	t.Helper()
 	p, err := profile.Load(name)
 	if err != nil {
@@ -121,6 +122,12 @@ func TestRefusesImpossibleRows(t *testing.T) {
 		{"cold leg b faster", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.2,1,17,false\n", "line 2: t_b = 0.2 <= t_a = 0.46", nil},
 		{"b not above a", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.5,17,17,false\n", "b = 17 <= a = 17", nil},
 		{"prompt past the context", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,40000,0.46,0.5,1,17,false\n", "prompt_tok = 40000", nil},
+		// Counts whose sum overflows: refused, never a panic.
+		{"b = 2^63-1", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.5,1,9223372036854775807,false\n",
+			"prompt_tok + b = 1407 + 9223372036854775807: longer than the base profile's context length 32768", nil},
+		{"a and b = 2^63-1", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n9223372036854775807,1407,0.46,0.5,9223372036854775806,9223372036854775807,false\n",
+			"longer than the base profile's context length", nil},
+		{"prompt = 2^63-1", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,9223372036854775807,0.46,0.5,1,17,false\n", "prompt_tok = 9223372036854775807", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,8 +136,8 @@ func TestRefusesImpossibleRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Fit(rows, load(t, "default"), "x")
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrBadInput) {
+				t.Fatalf("got %v, want an error containing %q, of ErrBadInput", err, tt.want)
 			}
 			if tt.sentinel != nil && !errors.Is(err, tt.sentinel) {
 				t.Fatalf("got %v, want errors.Is %v", err, tt.sentinel)
@@ -146,15 +153,19 @@ func TestReadCSVErrors(t *testing.T) {
 		{"bad number", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,many,0.4,0.5,1,17,false\n", `rows.csv:2: prompt_tok = "many"`},
 		{"bad bool", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,10,0.4,0.5,1,17,maybe\n", `rows.csv:2: b_cached = "maybe"`},
 		{"short record", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,10\n", "rows.csv:2: no t_a value"},
+		{"time past float64", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,1e309,1,17,false\n", `rows.csv:2: t_b = "1e309": want seconds`},
+		{"count past int64", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.5,1,9223372036854775808,false\n", `rows.csv:2: b = "9223372036854775808": want a whole number`},
+		{"bad cached_a", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,cached_a\n1024,1407,0.46,0.5,1,17,false,-1\n", `rows.csv:2: cached_a = "-1"`},
+		{"bad a_cached", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,a_cached\n1024,1407,0.46,0.5,1,17,false,yes\n", `rows.csv:2: a_cached = "yes"`},
 	}
 	for _, tt := range tests {
-		if _, err := ReadCSV(strings.NewReader(tt.csv), "rows.csv"); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: got %v, want an error containing %q", tt.name, err, tt.want)
+		if _, err := ReadCSV(strings.NewReader(tt.csv), "rows.csv"); err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrBadInput) {
+			t.Errorf("%s: got %v, want an error containing %q, of ErrBadInput", tt.name, err, tt.want)
 		}
 	}
 	// Extra columns, in any order, are fine: bench's CSV has many.
 	rows, err := ReadCSV(strings.NewReader("verdict,b_cached,b,a,t_b,t_a,prompt_tok,ctx_req\nok,false,17,1,0.6,0.46,1407,1024\n"), "x")
-	if err != nil || len(rows) != 1 || rows[0] != (Row{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 2}) {
+	if err != nil || len(rows) != 1 || rows[0] != (Row{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 2, Verdict: "ok"}) {
 		t.Fatalf("got %+v, %v", rows, err)
 	}
 }
@@ -179,5 +190,66 @@ func TestCachedLegUnderBigramKeys(t *testing.T) {
 		res.WriteReport(&b)
 		t.Fatalf("got decode %+v with largest residual %g, want per_ctx_token_s %g reproducing the rows exactly:\n%s",
 			got, res.MaxError, want.PerCtxTokenS, b.String())
+	}
+}
+
+// Usable keeps the rows whose legs were cold as the row says, and drops
+// the others with the reason.
+func TestUsable(t *testing.T) {
+	yes, no, n := true, false, 11381
+	tests := []struct {
+		name string
+		row  Row
+		want string // "" when kept
+	}{
+		{"hand-written seed row", Row{BCached: true}, ""},
+		{"naive row as bench writes it", Row{BCached: true, ACached: &no, Verdict: "POISONED", Cause: "leg b reused 1406 of 1407"}, ""},
+		{"cold row", Row{ACached: &no, Verdict: "ok"}, ""},
+		{"suspect row", Row{ACached: &no, Verdict: "SUSPECT", Cause: "b-a = 16: only 4 speculative rounds"}, ""},
+		{"leg a cached", Row{PromptTokens: 11382, ACached: &yes, CachedA: &n, Verdict: "POISONED"},
+			"leg a was served from the cache (a_cached, cached_a 11381 of 11382), and the fit takes leg a cold"},
+		{"poisoned, leg b said cold", Row{ACached: &no, Verdict: "POISONED", Cause: "t_b < t_a, so decode is undefined"},
+			"bench's verdict is POISONED: t_b < t_a, so decode is undefined"},
+		{"poisoned naive row of an older bench", Row{BCached: true, Verdict: "POISONED", Cause: "leg b reused"},
+			"bench's verdict is POISONED: leg b reused"},
+	}
+	for _, tt := range tests {
+		kept, dropped := Usable([]Row{tt.row})
+		switch {
+		case tt.want == "" && len(kept) != 1:
+			t.Errorf("%s: dropped (%s), want kept", tt.name, dropped[0].Reason)
+		case tt.want != "" && (len(dropped) != 1 || dropped[0].Reason != tt.want):
+			t.Errorf("%s: got kept %d, dropped %+v; want dropped: %q", tt.name, len(kept), dropped, tt.want)
+		}
+	}
+}
+
+// endlessLine is a CSV whose second line never ends.
+type endlessLine struct{ header bool }
+
+func (e *endlessLine) Read(p []byte) (int, error) {
+	if !e.header {
+		e.header = true
+		return copy(p, "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,"), nil
+	}
+	for i := range p {
+		p[i] = '7'
+	}
+	return len(p), nil
+}
+
+// A line of any length (a 1 GB field) is refused once it passes the
+// bound, having cost a bounded allocation.
+func TestLineLimit(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ReadCSV(&endlessLine{}, "rows.csv")
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "rows.csv: line 2 is longer than 65536 bytes: not a sweep's CSV") || !errors.Is(err, ErrBadInput) {
+		t.Errorf("got %v, want the long line refused", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("reading allocated %d bytes, want at most 1 MiB", n)
 	}
 }

@@ -14,6 +14,21 @@
 //
 //	ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
 //
+// bench's CSV also says what it found of each row, and Usable drops the
+// rows whose legs were served from the cache other than as the row says:
+// a_cached true (leg a reused more than every prompt shares: cached_a gives
+// the count), or a POISONED verdict for any other reason than the leg b
+// its b_cached declares. The naive seed's rows (leg b cached, b_cached
+// true, leg a cold) are the one legitimate case. Rows bench found SUSPECT
+// are fitted, and the command names them.
+//
+// Input is bounded: at most 100,000 rows of at most 64 KiB a line, every
+// count compared without sums that could overflow. Every error about the
+// rows is ErrBadInput (the command exits 2 on it). The fit's cost is
+// linear in the rows: the least squares are reduced once to their
+// triangular factor, and the tables are fitted through at most 1,024
+// pooled legs and keep at most 64 points.
+//
 // # Model
 //
 // Both legs are predicted by the profile's own evaluator (Profile.Expect):

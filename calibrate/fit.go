@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -60,7 +61,7 @@ func Fit(rows []Row, base *profile.Profile, name string) (*Result, error) {
 		return nil, fmt.Errorf("%w: %d row(s) at %d prompt size(s); the prefill cost has three coefficients "+
 			"(per-chunk overhead, per token, attention), so rows at 3 or more prompt sizes are needed", ErrTooFewRows, len(rows), len(sizes))
 	}
-	f := fitter{rows: rows, base: base}
+	f := newFitter(rows, base)
 	formula := f.formula()
 	if formula == nil {
 		return nil, fmt.Errorf("%w: the rows do not determine the coefficients (are the prompt sizes too alike?)", ErrTooFewRows)
@@ -110,6 +111,37 @@ func Fit(rows []Row, base *profile.Profile, name string) (*Result, error) {
 type fitter struct {
 	rows []Row
 	base *profile.Profile
+	// unitStep and unitCtx are the base with every cost 0 but one decode
+	// coefficient 1 (unit); decode memoizes their decode times by
+	// completion tokens.
+	unitStep, unitCtx *profile.Profile
+	decode            map[int]unitDecode
+}
+
+// unitDecode is a completion's expected decode time under the unit
+// profiles: rounds (unitStep's, whatever the prompt) and, under unitCtx,
+// slope*prompt + intercept (the context of every round grows with the
+// prompt, one for one).
+type unitDecode struct{ rounds, slope, intercept float64 }
+
+func newFitter(rows []Row, base *profile.Profile) *fitter {
+	f := &fitter{rows: rows, base: base, decode: map[int]unitDecode{}}
+	f.unitStep = f.unit(profile.DecodeCost{StepOverheadS: 1})
+	f.unitCtx = f.unit(profile.DecodeCost{PerCtxTokenS: 1})
+	return f
+}
+
+// unitDecodeOf is the memoized unit decode times of a completion.
+func (f *fitter) unitDecodeOf(completion int) unitDecode {
+	if u, ok := f.decode[completion]; ok {
+		return u
+	}
+	const far = 1 << 20
+	at0 := f.unitCtx.Expect(0, 0, completion).DecodeSeconds
+	atFar := f.unitCtx.Expect(far, 0, completion).DecodeSeconds
+	u := unitDecode{rounds: f.unitStep.Expect(0, 0, completion).DecodeSeconds, slope: (atFar - at0) / far, intercept: at0}
+	f.decode[completion] = u
+	return u
 }
 
 // cachedLen is what leg b reused when b_cached: what the row says it
@@ -152,10 +184,8 @@ func (f *fitter) unit(d profile.DecodeCost) *profile.Profile {
 // overhead plus one sequence) and per_ctx_token_s in the expected decode
 // time of completion tokens after a prompt.
 func (f *fitter) decodeFeatures(prompt, completion int) [2]float64 {
-	return [2]float64{
-		f.unit(profile.DecodeCost{StepOverheadS: 1}).Expect(prompt, 0, completion).DecodeSeconds,
-		f.unit(profile.DecodeCost{PerCtxTokenS: 1}).Expect(prompt, 0, completion).DecodeSeconds,
-	}
+	u := f.unitDecodeOf(completion)
+	return [2]float64{u.rounds, u.slope*float64(prompt) + u.intercept}
 }
 
 // formula fits the five coefficients by weighted non-negative least
@@ -238,8 +268,14 @@ func (f *fitter) evaluate(p *profile.Profile, forms [2]Form) *Result {
 // point is one observation for a table: y at x, with weight.
 type point struct{ x, y, w float64 }
 
+// maxTablePoints bounds a fitted table: a sweep measures tens of sizes, and
+// a table of a point per row of a large file would make every lookup (a
+// scan of the table) and the profile's YAML as large as the file.
+const maxTablePoints = 64
+
 // table turns observations into a valid monotone table: equal x are
-// averaged, y made non-decreasing and >= 0.
+// averaged, beyond maxTablePoints neighbours are pooled into as many
+// groups of equal weight, and y is made non-decreasing and >= 0.
 func table(pts []point) profile.Table {
 	slices.SortFunc(pts, func(a, b point) int {
 		switch {
@@ -259,6 +295,7 @@ func table(pts []point) profile.Table {
 		}
 		xs, ys, ws = append(xs, p.x), append(ys, p.y), append(ws, p.w)
 	}
+	xs, ys, ws = pool(xs, ys, ws, maxTablePoints)
 	ys = isotonic(ys, ws)
 	t := make(profile.Table, len(xs))
 	for i := range xs {
@@ -267,29 +304,96 @@ func table(pts []point) profile.Table {
 	return t
 }
 
+// pool merges sorted points into at most n groups of consecutive points of
+// about equal weight, each at its weighted mean x and y.
+func pool(xs, ys, ws []float64, n int) ([]float64, []float64, []float64) {
+	if len(xs) <= n {
+		return xs, ys, ws
+	}
+	total := 0.0
+	for _, w := range ws {
+		total += w
+	}
+	var px, py, pw []float64
+	sx, sy, sw, before := 0.0, 0.0, 0.0, 0.0
+	for i := range xs {
+		sx, sy, sw = sx+xs[i]*ws[i], sy+ys[i]*ws[i], sw+ws[i]
+		// A group closes once the weight so far reaches its share.
+		if i == len(xs)-1 || before+sw >= total*float64(len(pw)+1)/float64(n) {
+			px, py, pw = append(px, sx/sw), append(py, sy/sw), append(pw, sw)
+			before += sw
+			sx, sy, sw = 0, 0, 0
+		}
+	}
+	return px, py, pw
+}
+
 // prefillTable replaces p's per-token and attention terms with a table of
 // cold-prefill compute time through every cold leg's prompt size, keeping
 // the per-chunk overhead and p's decode model.
 func (f *fitter) prefillTable(p *profile.Profile) {
 	overhead := p.Prefill.OverheadS
-	var pts []point
-	cold := func(prompt, completion int, t float64) {
-		chunks := f.prefillFeatures(prompt, 0)[0]
-		pts = append(pts, point{float64(prompt), t - decodeSeconds(p, prompt, completion) - chunks*overhead, 1})
-	}
+	var legs []observation
 	for _, r := range f.rows {
-		cold(r.PromptTokens, r.A, r.TA)
+		legs = append(legs, observation{prompt: r.PromptTokens, to: r.A, seconds: r.TA, weight: 1})
 		if !r.BCached {
-			cold(r.PromptTokens, r.B, r.TB)
+			legs = append(legs, observation{prompt: r.PromptTokens, to: r.B, seconds: r.TB, weight: 1})
 		}
+	}
+	var pts []point
+	for _, o := range aggregate(legs) {
+		chunks := f.prefillFeatures(o.prompt, 0)[0]
+		pts = append(pts, point{float64(o.prompt), o.seconds - decodeSeconds(p, o.prompt, o.to) - chunks*overhead, o.weight})
 	}
 	p.Prefill = profile.PrefillCost{OverheadS: overhead, Table: table(pts)}
 }
 
-// decodeObservation is a measured decode time and the rounds it took.
-type decodeObservation struct {
-	prompt, from, to int // decode from output token from to to
-	seconds          float64
+// observation is a measured time of legs alike: decode from output token
+// from to to after a prompt (the whole leg, for prefill), the mean seconds
+// of weight legs.
+type observation struct {
+	prompt, from, to int
+	seconds, weight  float64
+}
+
+// maxObservations bounds what the tables are fitted through: the legs of
+// a large file are pooled into as many groups of neighbours (a table keeps
+// at most maxTablePoints points), so the fit's cost does not grow with the
+// legs' number beyond reading them.
+const maxObservations = 1024
+
+// aggregate merges legs of the same prompt and outputs into one of their
+// mean time, and pools neighbours (by outputs, then prompt) beyond
+// maxObservations, each group at its weighted mean prompt and time.
+func aggregate(legs []observation) []observation {
+	slices.SortFunc(legs, func(a, b observation) int {
+		return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to), cmp.Compare(a.prompt, b.prompt))
+	})
+	var out []observation
+	for _, o := range legs {
+		if n := len(out); n > 0 && out[n-1].prompt == o.prompt && out[n-1].from == o.from && out[n-1].to == o.to {
+			last := &out[n-1]
+			last.seconds = (last.seconds*last.weight + o.seconds*o.weight) / (last.weight + o.weight)
+			last.weight += o.weight
+			continue
+		}
+		out = append(out, o)
+	}
+	if len(out) <= maxObservations {
+		return out
+	}
+	group := (len(out) + maxObservations - 1) / maxObservations
+	var pooled []observation
+	var prompt, secs, weight float64
+	for i, o := range out {
+		prompt, secs, weight = prompt+float64(o.prompt)*o.weight, secs+o.seconds*o.weight, weight+o.weight
+		last := i == len(out)-1 || out[i+1].from != o.from || out[i+1].to != o.to
+		if last || (i+1)%group == 0 {
+			pooled = append(pooled, observation{prompt: int(math.Round(prompt / weight)), from: o.from, to: o.to, seconds: secs / weight, weight: weight})
+			prompt, secs, weight = 0, 0, 0
+		}
+	}
+	return pooled
 }
 
 // decodeTable replaces p's decode cost with a table of per-round cost
@@ -297,24 +401,24 @@ type decodeObservation struct {
 // profile's step and per-sequence overheads (lowered as far as the
 // cheapest round requires), and keeps p's prefill model.
 func (f *fitter) decodeTable(p *profile.Profile) {
-	var obs []decodeObservation
+	var legs []observation
 	for _, r := range f.rows {
 		if r.BCached {
-			obs = append(obs, decodeObservation{r.PromptTokens, 0, r.B,
-				r.TB - prefillSeconds(p, r.PromptTokens, f.cachedLen(r))})
+			legs = append(legs, observation{r.PromptTokens, 0, r.B,
+				r.TB - prefillSeconds(p, r.PromptTokens, f.cachedLen(r)), 1})
 		} else {
-			obs = append(obs, decodeObservation{r.PromptTokens, r.A, r.B, r.TB - r.TA})
+			legs = append(legs, observation{r.PromptTokens, r.A, r.B, r.TB - r.TA, 1})
 		}
 	}
+	obs := aggregate(legs)
 	factor := 1.0
 	if p.Speculative != nil {
 		factor = p.Speculative.RoundCostFactor
 	}
-	rounds := func(o decodeObservation) float64 {
-		u := f.unit(profile.DecodeCost{StepOverheadS: 1})
-		return (decodeSeconds(u, o.prompt, o.to) - decodeSeconds(u, o.prompt, o.from)) / factor
+	rounds := func(o observation) float64 {
+		return (f.unitDecodeOf(o.to).rounds - f.unitDecodeOf(o.from).rounds) / factor
 	}
-	measured := func(q *profile.Profile, o decodeObservation) float64 {
+	measured := func(q *profile.Profile, o observation) float64 {
 		return decodeSeconds(q, o.prompt, o.to) - decodeSeconds(q, o.prompt, o.from)
 	}
 	perSeq := f.base.Decode.PerSeqS
@@ -329,7 +433,7 @@ func (f *fitter) decodeTable(p *profile.Profile) {
 	}
 	pts := make([]point, len(obs))
 	for i, o := range obs {
-		pts[i] = point{float64(o.prompt) + float64(o.from+o.to)/2, perRound[i] - overhead - perSeq, 1}
+		pts[i] = point{float64(o.prompt) + float64(o.from+o.to)/2, perRound[i] - overhead - perSeq, o.weight}
 	}
 	p.Decode = profile.DecodeCost{StepOverheadS: overhead, PerSeqS: perSeq, CtxTable: table(slices.Clone(pts))}
 	// The table's points stand for a leg's mean context; the context grows

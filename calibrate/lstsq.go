@@ -1,6 +1,9 @@
 package calibrate
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // nnls solves min ||A x - y|| subject to x >= 0 for a handful of columns,
 // exactly: the optimum is the unconstrained least-squares solution on some
@@ -8,8 +11,15 @@ import "math"
 // tried and the feasible one with the smallest residual wins. It returns
 // nil when no subset determines its coefficients (the rows are too few or
 // too alike).
+//
+// With more rows than columns the problem is first reduced, once, to its
+// triangular factor (reduce): every subset is then solved on a few rows, so
+// the cost is linear in the rows, not in rows x subsets.
 func nnls(a [][]float64, y []float64) []float64 {
 	cols := len(a[0])
+	if len(a) > cols {
+		a, y = reduce(a, y)
+	}
 	var best []float64
 	bestRes := math.Inf(1)
 	for mask := 1; mask < 1<<cols; mask++ {
@@ -60,6 +70,101 @@ func residual(a [][]float64, y, x []float64) float64 {
 	return s
 }
 
+// reduce returns R and c, n rows each, such that ||A x - y||² = ||R x -
+// c||² + a constant for every x, and so for x on any subset of the columns:
+// A = QR by Householder reflections (on columns scaled to unit norm, scaled
+// back after), c the first n entries of Q^T y. A column that is zero or a
+// combination of the others leaves a zero on R's diagonal, which lstsq
+// then refuses, as it would on A.
+func reduce(a [][]float64, y []float64) ([][]float64, []float64) {
+	n := len(a[0])
+	r, scale := scaleColumns(a)
+	b := append([]float64(nil), y...)
+	v := make([]float64, len(a))
+	for k := range n {
+		householder(r, b, v, k)
+	}
+	out := make([][]float64, n)
+	for k := range n {
+		out[k] = make([]float64, n)
+		for j := range n {
+			out[k][j] = r[k][j] * scale[j]
+		}
+	}
+	return out, b[:n]
+}
+
+// scaleColumns copies a with each column scaled to unit norm, and returns
+// the norms (a zero column stays zero): the columns differ by many orders
+// of magnitude (chunks against squared tokens).
+func scaleColumns(a [][]float64) ([][]float64, []float64) {
+	m, n := len(a), len(a[0])
+	r := make([][]float64, m)
+	for i := range r {
+		r[i] = append([]float64(nil), a[i]...)
+	}
+	scale := make([]float64, n)
+	for j := range n {
+		s := 0.0
+		for i := range m {
+			s += r[i][j] * r[i][j]
+		}
+		scale[j] = math.Sqrt(s)
+		if scale[j] > 0 {
+			for i := range m {
+				r[i][j] /= scale[j]
+			}
+		}
+	}
+	return r, scale
+}
+
+// householder applies to the columns k.. of r and to b the reflection that
+// zeroes column k below its diagonal, and returns that part of the
+// column's norm before it; v is scratch of len(r).
+func householder(r [][]float64, b, v []float64, k int) float64 {
+	m, n := len(r), len(r[0])
+	norm := 0.0
+	for i := k; i < m; i++ {
+		norm += r[i][k] * r[i][k]
+	}
+	norm = math.Sqrt(norm)
+	size := norm
+	if r[k][k] > 0 {
+		norm = -norm
+	}
+	for i := k; i < m; i++ {
+		v[i] = r[i][k]
+	}
+	v[k] -= norm
+	vv := 0.0
+	for i := k; i < m; i++ {
+		vv += v[i] * v[i]
+	}
+	if vv == 0 {
+		return size
+	}
+	for j := k; j < n; j++ {
+		d := 0.0
+		for i := k; i < m; i++ {
+			d += v[i] * r[i][j]
+		}
+		f := 2 * d / vv
+		for i := k; i < m; i++ {
+			r[i][j] -= f * v[i]
+		}
+	}
+	d := 0.0
+	for i := k; i < m; i++ {
+		d += v[i] * b[i]
+	}
+	f := 2 * d / vv
+	for i := k; i < m; i++ {
+		b[i] -= f * v[i]
+	}
+	return size
+}
+
 // lstsq solves min ||A x - y|| by Householder QR on column-scaled A. It
 // returns nil when A is rank-deficient (a column is a combination of the
 // others within rounding) or has fewer rows than columns.
@@ -68,66 +173,16 @@ func lstsq(a [][]float64, y []float64) []float64 {
 	if m < n {
 		return nil
 	}
-	// Scale each column to unit norm: the columns differ by many orders of
-	// magnitude (chunks against squared tokens).
-	scale := make([]float64, n)
-	r := make([][]float64, m)
-	for i := range r {
-		r[i] = append([]float64(nil), a[i]...)
-	}
-	for j := range n {
-		s := 0.0
-		for i := range m {
-			s += r[i][j] * r[i][j]
-		}
-		s = math.Sqrt(s)
-		if s == 0 {
-			return nil
-		}
-		scale[j] = s
-		for i := range m {
-			r[i][j] /= s
-		}
+	r, scale := scaleColumns(a)
+	if slices.Contains(scale, 0) {
+		return nil
 	}
 	b := append([]float64(nil), y...)
+	v := make([]float64, m)
 	for k := range n {
-		norm := 0.0
-		for i := k; i < m; i++ {
-			norm += r[i][k] * r[i][k]
-		}
-		norm = math.Sqrt(norm)
-		if norm < 1e-10 {
+		if householder(r, b, v, k) < 1e-10 {
 			return nil
 		}
-		if r[k][k] > 0 {
-			norm = -norm
-		}
-		v := make([]float64, m)
-		for i := k; i < m; i++ {
-			v[i] = r[i][k]
-		}
-		v[k] -= norm
-		vv := 0.0
-		for i := k; i < m; i++ {
-			vv += v[i] * v[i]
-		}
-		if vv == 0 {
-			continue
-		}
-		apply := func(col func(i int) *float64) {
-			d := 0.0
-			for i := k; i < m; i++ {
-				d += v[i] * *col(i)
-			}
-			f := 2 * d / vv
-			for i := k; i < m; i++ {
-				*col(i) -= f * v[i]
-			}
-		}
-		for j := k; j < n; j++ {
-			apply(func(i int) *float64 { return &r[i][j] })
-		}
-		apply(func(i int) *float64 { return &b[i] })
 	}
 	x := make([]float64, n)
 	for k := n - 1; k >= 0; k-- {

@@ -28,16 +28,7 @@ func bench(t *testing.T, p *profile.Profile, points []harness.Point) []byte {
 func benchCSV(t *testing.T, p *profile.Profile, points []harness.Point, method harness.Method, b int) []byte {
 	t.Helper()
 	m := mocktest.Start(t, api.Config{Profile: p})
-	n := 0
-	tp := &harness.TwoPoint{
-		Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
-		Points: points, A: 1, B: b, Methods: []harness.Method{method}, NoncePosition: harness.NonceStart, Repeat: 1,
-		Options: harness.Options{
-			Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
-			NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
-		},
-	}
-	rep, err := tp.Run(context.Background())
+	rep, err := twoPointOn(m, points, method, b).Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +38,20 @@ func benchCSV(t *testing.T, p *profile.Profile, points []harness.Point, method h
 	}
 	m.Close()
 	return csv.Bytes()
+}
+
+// twoPointOn is bench's two-point method on m: one method, legs of 1 and b
+// tokens, deterministic nonces.
+func twoPointOn(m *mocktest.Mock, points []harness.Point, method harness.Method, b int) *harness.TwoPoint {
+	n := 0
+	return &harness.TwoPoint{
+		Client: &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang},
+		Points: points, A: 1, B: b, Methods: []harness.Method{method}, NoncePosition: harness.NonceStart, Repeat: 1,
+		Options: harness.Options{
+			Flush: harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond},
+			NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
+		},
+	}
 }
 
 // The round trip: bench a deployment, fit a profile to what bench wrote,
@@ -143,4 +148,50 @@ func TestBenchCSVOfEveryMethodReadsBack(t *testing.T) {
 			})
 		})
 	}
+}
+
+// bench's CSV of a naive sweep run twice on one server: the first run's
+// rows are the seed's (leg b cached, as b_cached says) and fit; the
+// second run's leg a found the first's prompt, and calibrate drops those
+// rows, saying so, rather than fit a cached leg a as a cold prefill.
+func TestCalibrateDropsRowsServedFromTheCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		points := []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}}
+		tp := twoPointOn(mocktest.Start(t, api.Config{Profile: p}), points, harness.Naive, 33)
+		var csv bytes.Buffer
+		for i := range 2 {
+			rep, err := tp.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := rep.WriteCSV(&b); err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				_, rest, _ := bytes.Cut(b.Bytes(), []byte("\n"))
+				b = *bytes.NewBuffer(rest)
+			}
+			csv.Write(b.Bytes())
+		}
+		rows, err := calibrate.ReadCSV(bytes.NewReader(csv.Bytes()), "bench.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, dropped := calibrate.Usable(rows)
+		if len(kept) != 3 || len(dropped) != 3 {
+			t.Fatalf("kept %d, dropped %d; want the first run's 3 and the second's 3", len(kept), len(dropped))
+		}
+		for i, d := range dropped {
+			want := fmt.Sprintf("leg a was served from the cache (a_cached, cached_a %d of %d), and the fit takes leg a cold", points[i].Tokens-1, points[i].Tokens)
+			if d.Line != 5+i || d.Reason != want {
+				t.Errorf("dropped line %d: %q, want line %d: %q", d.Line, d.Reason, 5+i, want)
+			}
+		}
+		fit, err := calibrate.Fit(kept, p, "fitted")
+		if err != nil || fit.MaxError > 1e-6 {
+			t.Fatalf("the first run's rows: %v, largest residual %v; want them reproduced exactly", err, fit.MaxError)
+		}
+	})
 }

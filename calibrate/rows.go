@@ -17,6 +17,23 @@ var Columns = []string{"ctx_req", "prompt_tok", "t_a", "t_b", "a", "b", "b_cache
 // a sweep.
 const maxRows = 100000
 
+// maxLineBytes bounds a line of the CSV: bench's longest, with every cause
+// of a row's verdict, is a few kilobytes; a longer one is refused after
+// this many bytes are read, never held whole.
+const maxLineBytes = 64 << 10
+
+// ErrBadInput wraps every error about the rows themselves: a file that is
+// not a sweep's CSV, a row no deployment can have produced, too few rows.
+// The command exits 2 on it, as on any usage error.
+var ErrBadInput = errors.New("bad input")
+
+// inputError is an error about the rows, which errors.Is ErrBadInput.
+type inputError struct{ err error }
+
+func (e inputError) Error() string           { return e.err.Error() }
+func (e inputError) Unwrap() []error         { return []error{ErrBadInput, e.err} }
+func badInput(format string, a ...any) error { return inputError{fmt.Errorf(format, a...)} }
+
 // Row is one measured context of a two-point sweep.
 type Row struct {
 	CtxReq       int
@@ -31,24 +48,35 @@ type Row struct {
 	// Line is the row's line in its file, for messages; 0 when not read
 	// from a file.
 	Line int
+	// What bench said of the row, when the CSV has its columns: ACached
+	// (a_cached) whether leg a reused more than every prompt shares,
+	// CachedA (cached_a) how many tokens it reused, Verdict its level (ok,
+	// SUSPECT or POISONED) and Cause the findings behind it.
+	ACached *bool
+	CachedA *int
+	Verdict string
+	Cause   string
 }
 
 // ErrTooFewRows is returned when the rows cannot determine the
 // coefficients.
-var ErrTooFewRows = errors.New("too few rows")
+var ErrTooFewRows = inputError{errors.New("too few rows")}
 
 // ReadCSV reads rows from a CSV with a header naming at least Columns, in
 // any order; other columns are ignored. name prefixes error messages.
+//
+// Every error is ErrBadInput, and no line is read whole beyond
+// maxLineBytes.
 func ReadCSV(r io.Reader, name string) ([]Row, error) {
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(&lineLimit{r: r, max: maxLineBytes, line: 1})
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty file: want a header with %s", name, strings.Join(Columns, ","))
+			return nil, badInput("%s: empty file: want a header with %s", name, strings.Join(Columns, ","))
 		}
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, badInput("%s: %w", name, err)
 	}
 	col := map[string]int{}
 	for i, h := range header {
@@ -61,7 +89,7 @@ func ReadCSV(r io.Reader, name string) ([]Row, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%s:1: header lacks %s (want %s)", name, strings.Join(missing, ", "), strings.Join(Columns, ","))
+		return nil, badInput("%s:1: header lacks %s (want %s)", name, strings.Join(missing, ", "), strings.Join(Columns, ","))
 	}
 	var rows []Row
 	for {
@@ -70,32 +98,88 @@ func ReadCSV(r io.Reader, name string) ([]Row, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, badInput("%s: %w", name, err)
 		}
 		line, _ := cr.FieldPos(0)
 		if len(rows) == maxRows {
-			return nil, fmt.Errorf("%s:%d: more than %d rows", name, line, maxRows)
+			return nil, badInput("%s:%d: more than %d rows", name, line, maxRows)
 		}
 		row := Row{Line: line}
 		for _, c := range Columns {
 			i := col[c]
 			if i >= len(rec) {
-				return nil, fmt.Errorf("%s:%d: no %s value", name, line, c)
+				return nil, badInput("%s:%d: no %s value", name, line, c)
 			}
 			if err := row.set(c, strings.TrimSpace(rec[i])); err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+				return nil, badInput("%s:%d: %w", name, line, err)
 			}
 		}
-		if i, ok := col["cached_b"]; ok && i < len(rec) && strings.TrimSpace(rec[i]) != "" {
-			n, err := strconv.Atoi(strings.TrimSpace(rec[i]))
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%s:%d: cached_b = %q: want a whole number of tokens", name, line, rec[i])
+		// bench's own columns, when the file has them.
+		optional := func(c string) string {
+			if i, ok := col[c]; ok && i < len(rec) {
+				return strings.TrimSpace(rec[i])
 			}
-			row.CachedB = &n
+			return ""
 		}
+		for _, c := range []struct {
+			name string
+			dst  **int
+		}{{"cached_a", &row.CachedA}, {"cached_b", &row.CachedB}} {
+			if v := optional(c.name); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return nil, badInput("%s:%d: %s = %q: want a whole number of tokens", name, line, c.name, clip(v))
+				}
+				*c.dst = &n
+			}
+		}
+		if v := optional("a_cached"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, badInput("%s:%d: a_cached = %q: want true or false", name, line, clip(v))
+			}
+			row.ACached = &b
+		}
+		row.Verdict, row.Cause = optional("verdict"), strings.Clone(optional("cause"))
 		rows = append(rows, row)
 	}
 	return rows, nil
+}
+
+// clip shortens a field for a message.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// lineLimit passes r through, and fails a line longer than max bytes: the
+// CSV reader would otherwise hold a line of any length whole.
+type lineLimit struct {
+	r        io.Reader
+	max, cur int
+	line     int
+	exceeded bool
+}
+
+func (l *lineLimit) Read(p []byte) (int, error) {
+	if l.exceeded {
+		return 0, fmt.Errorf("line %d is longer than %d bytes: not a sweep's CSV", l.line, l.max)
+	}
+	n, err := l.r.Read(p)
+	for i, c := range p[:n] {
+		if c == '\n' {
+			l.cur, l.line = 0, l.line+1
+			continue
+		}
+		if l.cur++; l.cur > l.max {
+			// Pass what came before the excess; the next read fails.
+			l.exceeded = true
+			return i, nil
+		}
+	}
+	return n, err
 }
 
 // set parses one column's value into the row.
@@ -105,7 +189,7 @@ func (r *Row) set(column, s string) error {
 	case "ctx_req", "prompt_tok", "a", "b":
 		dst := map[string]*int{"ctx_req": &r.CtxReq, "prompt_tok": &r.PromptTokens, "a": &r.A, "b": &r.B}[column]
 		if *dst, err = strconv.Atoi(s); err != nil {
-			return fmt.Errorf("%s = %q: want a whole number", column, s)
+			return fmt.Errorf("%s = %q: want a whole number", column, clip(s))
 		}
 	case "t_a", "t_b":
 		dst := &r.TA
@@ -113,11 +197,11 @@ func (r *Row) set(column, s string) error {
 			dst = &r.TB
 		}
 		if *dst, err = strconv.ParseFloat(s, 64); err != nil {
-			return fmt.Errorf("%s = %q: want seconds", column, s)
+			return fmt.Errorf("%s = %q: want seconds", column, clip(s))
 		}
 	case "b_cached":
 		if r.BCached, err = strconv.ParseBool(s); err != nil {
-			return fmt.Errorf("b_cached = %q: want true or false", s)
+			return fmt.Errorf("b_cached = %q: want true or false", clip(s))
 		}
 	}
 	return nil
@@ -131,30 +215,78 @@ func (r Row) where(i int) string {
 	return fmt.Sprintf("row %d", i+1)
 }
 
-// check refuses rows no deployment can have produced.
+// check refuses rows no deployment can have produced. Sizes are compared
+// without sums, so that no count (b = 2^63-1) overflows.
 func check(rows []Row, contextLength int) error {
 	for i, r := range rows {
 		at := r.where(i)
+		var err error
 		switch {
 		case r.PromptTokens < 2 || r.PromptTokens >= contextLength:
-			return fmt.Errorf("%s: prompt_tok = %d: must be in 2..%d (the base profile's context length - 1)", at, r.PromptTokens, contextLength-1)
+			err = fmt.Errorf("%s: prompt_tok = %d: must be in 2..%d (the base profile's context length - 1)", at, r.PromptTokens, contextLength-1)
 		case r.A < 1 || r.B < 1:
-			return fmt.Errorf("%s: a = %d, b = %d: both legs must generate at least one token", at, r.A, r.B)
+			err = fmt.Errorf("%s: a = %d, b = %d: both legs must generate at least one token", at, r.A, r.B)
 		case r.B <= r.A:
-			return fmt.Errorf("%s: b = %d <= a = %d: leg b must generate more tokens than leg a", at, r.B, r.A)
-		case r.PromptTokens+r.B > contextLength:
-			return fmt.Errorf("%s: prompt_tok + b = %d: longer than the base profile's context length %d", at, r.PromptTokens+r.B, contextLength)
+			err = fmt.Errorf("%s: b = %d <= a = %d: leg b must generate more tokens than leg a", at, r.B, r.A)
+		case r.B > contextLength-r.PromptTokens:
+			err = fmt.Errorf("%s: prompt_tok + b = %d + %d: longer than the base profile's context length %d", at, r.PromptTokens, r.B, contextLength)
 		case !(r.TA > 0) || math.IsInf(r.TA, 0):
-			return fmt.Errorf("%s: t_a = %v: times must be positive seconds", at, r.TA)
+			err = fmt.Errorf("%s: t_a = %v: times must be positive seconds", at, r.TA)
 		case !(r.TB > 0) || math.IsInf(r.TB, 0):
-			return fmt.Errorf("%s: t_b = %v: times must be positive seconds", at, r.TB)
+			err = fmt.Errorf("%s: t_b = %v: times must be positive seconds", at, r.TB)
 		case r.BCached && r.CachedB != nil && *r.CachedB >= r.PromptTokens:
-			return fmt.Errorf("%s: cached_b = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedB, r.PromptTokens-1)
+			err = fmt.Errorf("%s: cached_b = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedB, r.PromptTokens-1)
 		case !r.BCached && r.TB <= r.TA:
-			return fmt.Errorf("%s: t_b = %v <= t_a = %v on a row whose leg b is cold (b_cached false): "+
+			err = fmt.Errorf("%s: t_b = %v <= t_a = %v on a row whose leg b is cold (b_cached false): "+
 				"leg b generates more tokens, so it cannot be faster unless its prompt came from the cache; "+
 				"measure with --method flush+nonce, or mark the row b_cached=true", at, r.TB, r.TA)
 		}
+		if err != nil {
+			return inputError{err}
+		}
 	}
 	return nil
+}
+
+// Dropped is a row Usable left out, and why.
+type Dropped struct {
+	Row
+	Reason string
+}
+
+// Usable keeps the rows whose legs the fit models as measured, and drops,
+// saying why, those bench's own columns show were served from the cache
+// other than as the row says: the fit models leg a cold, and leg b cold
+// unless b_cached (the naive seed's rows, the one legitimate case). A row
+// is dropped when
+//
+//   - a_cached is true: leg a reused more than every prompt shares;
+//   - its verdict is POISONED for any other reason than the leg b its
+//     b_cached declares (a cold-claimed leg that reused, t_b <= t_a on a
+//     server that does not say what it reused).
+//
+// Rows without those columns (a hand-written seed) are taken as they say.
+func Usable(rows []Row) (kept []Row, dropped []Dropped) {
+	for _, r := range rows {
+		reason := ""
+		switch {
+		case r.ACached != nil && *r.ACached:
+			reason = "leg a was served from the cache (a_cached"
+			if r.CachedA != nil {
+				reason += fmt.Sprintf(", cached_a %d of %d", *r.CachedA, r.PromptTokens)
+			}
+			reason += "), and the fit takes leg a cold"
+		case r.Verdict == "POISONED" && !(r.BCached && r.ACached != nil):
+			reason = "bench's verdict is POISONED"
+			if r.Cause != "" {
+				reason += ": " + r.Cause
+			}
+		}
+		if reason != "" {
+			dropped = append(dropped, Dropped{r, reason})
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, dropped
 }

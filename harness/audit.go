@@ -312,12 +312,15 @@ func (m *modelImpact) saved(ctx context.Context, r *AuditRequest) (float64, bool
 	return max(base-r.PrefillCost, 0), true, nil
 }
 
-// impossibleCounts describes counts no server can report, "" when they
-// are possible.
-func impossibleCounts(r *AuditRequest) string {
-	if r.PromptTokens < 0 || r.CachedTokens < 0 || r.CachedTokens > r.PromptTokens || r.CompletionTokens < 0 {
-		return fmt.Sprintf("the server reported impossible counts: cached_tokens %d of prompt_tokens %d, completion_tokens %d",
-			r.CachedTokens, r.PromptTokens, r.CompletionTokens)
+// impossibleAudit describes counts no server can report (countProblems),
+// "" when they are possible or unknown (an answer the proxy could not
+// read has none).
+func impossibleAudit(r *AuditRequest) string {
+	if r.PromptTokens == 0 && !r.CachedReported {
+		return ""
+	}
+	if p := countProblems(r.PromptTokens, r.CachedTokens, r.CachedReported, r.CompletionTokens); len(p) > 0 {
+		return "the server reported impossible counts: " + strings.Join(p, ", ")
 	}
 	return ""
 }
@@ -334,7 +337,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 	for i := range rs {
 		r := &rs[i]
 		r.Floor = max(floorOf[routeKey(r.Route)], 0)
-		if why := impossibleCounts(r); why != "" {
+		if why := impossibleAudit(r); why != "" {
 			impossible++
 			r.Verdict.add(Suspect, why)
 			continue

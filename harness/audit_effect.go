@@ -100,7 +100,7 @@ func cacheEffectOf(rs []AuditRequest, speedup float64, from string, savedAll fun
 	var ttft, ttftCold, e2e, e2eCold []float64
 	for i := range rs {
 		r := &rs[i]
-		if impossibleCounts(r) != "" {
+		if impossibleAudit(r) != "" {
 			continue
 		}
 		saved := savedAll(r)

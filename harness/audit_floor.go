@@ -104,7 +104,7 @@ func sendProbe(ctx context.Context, c *Client, route, id, rid string, mock bool)
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := readAnswer(resp.Body, maxProbeAnswer)
+	b, err := readBounded(resp.Body, maxProbeAnswer)
 	if err != nil {
 		return nil, fmt.Errorf("POST %s: %w", path, err)
 	}

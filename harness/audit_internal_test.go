@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -53,9 +54,9 @@ func TestAuditImpossibleCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []string{
-			"SUSPECT: the server reported impossible counts: cached_tokens -5 of prompt_tokens 100, completion_tokens 0",
-			"SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of prompt_tokens 100, completion_tokens 0",
-			"SUSPECT: the server reported impossible counts: cached_tokens 0 of prompt_tokens -3, completion_tokens 0",
+			"SUSPECT: the server reported impossible counts: cached_tokens -5 of a 100-token prompt",
+			"SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of a 100-token prompt",
+			"SUSPECT: the server reported impossible counts: prompt_tokens -3",
 		}
 		for i, r := range rep.Requests {
 			if got := r.Verdict.String(); got != want[i] || r.Pattern != "" {
@@ -75,7 +76,7 @@ func TestAuditBoundsSimAnswers(t *testing.T) {
 		defer s.Close()
 		c := &Client{HTTP: s.Client, BaseURL: s.URL, Backend: SGLang, maxAnswer: 1 << 16}
 		_, err := Audit(context.Background(), c, AuditOptions{})
-		if err == nil || !strings.Contains(err.Error(), "GET /sim/requests: the answer is longer than 65536 bytes") {
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "GET /sim/requests: ") {
 			t.Fatalf("got %v, want the bound's error", err)
 		}
 	})

@@ -9,7 +9,7 @@ import (
 // reused tells whether a request reused tokens beyond its floor, with
 // counts the audit can believe.
 func (r *AuditRequest) reused() bool {
-	return r.CachedReported && r.CachedTokens > r.Floor && impossibleCounts(r) == ""
+	return r.CachedReported && r.CachedTokens > r.Floor && impossibleAudit(r) == ""
 }
 
 // classify names the pattern of every reuse, in arrival order: a prompt

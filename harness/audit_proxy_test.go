@@ -210,7 +210,7 @@ func TestProxyImpossibleCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of prompt_tokens 100, completion_tokens 1"
+		want := "SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of a 100-token prompt"
 		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" {
 			t.Fatalf("%s: got %q, want %q", rep.Requests[0].RID, got, want)
 		}

@@ -43,7 +43,7 @@ type ToolResult struct {
 // ReadToolResult reads a bench_serving output file (JSON lines: the last
 // run's line) or a vLLM --save-result file (one JSON object).
 func ReadToolResult(r io.Reader) (*ToolResult, error) {
-	b, err := readAnswer(r, maxToolResult)
+	b, err := readBounded(r, maxToolResult)
 	if err != nil {
 		return nil, err
 	}

@@ -201,7 +201,7 @@ func fitPrefill(rs []AuditRequest) *prefillFit {
 	var xs, ys []float64
 	for i := range rs {
 		r := &rs[i]
-		if r.TTFT == nil || !r.CachedReported || impossibleCounts(r) != "" {
+		if r.TTFT == nil || !r.CachedReported || impossibleAudit(r) != "" {
 			continue
 		}
 		xs, ys = append(xs, float64(r.PromptTokens-r.CachedTokens)), append(ys, *r.TTFT)

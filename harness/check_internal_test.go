@@ -2,6 +2,7 @@ package harness
 
 import (
 	"go/build"
+	"math"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,9 @@ func TestCheckSharedFloor(t *testing.T) {
 			"SUSPECT: t_b = t_a, so decode is undefined"},
 	}
 	for _, tt := range tests {
-		if got := tt.run.check(tt.floor, tt.allow).String(); got != tt.want {
+		v := tt.run.check(tt.floor, tt.allow)
+		reversed(&v, []Run{tt.run}, []Verdict{v}, false)
+		if got := v.String(); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
 	}
@@ -57,6 +60,28 @@ func TestImportsNoMock(t *testing.T) {
 	for _, imp := range pkg.Imports {
 		if strings.HasPrefix(imp, "github.com/sglmock/sglmock/") && imp != "github.com/sglmock/sglmock/sim" {
 			t.Errorf("harness imports %s; only sglmock/sim is allowed", imp)
+		}
+	}
+}
+
+// A suggested speedup is the 1-2-5 step at or below what the lateness
+// allows.
+func TestNiceBelow(t *testing.T) {
+	for _, tt := range []struct{ x, want float64 }{
+		{5.75, 5}, {48.2, 20}, {11.5, 10}, {100, 100}, {2, 2}, {1.99, 1}, {999, 500}, {0.5, 0.5},
+	} {
+		if got := niceBelow(tt.x); got != tt.want {
+			t.Errorf("niceBelow(%g): got %g, want %g", tt.x, got, tt.want)
+		}
+	}
+}
+
+// A relative error against a true time of 0 (a profile that charges
+// nothing) is 0, never a NaN or an infinity that JSON cannot hold.
+func TestRelErrDefined(t *testing.T) {
+	for _, tt := range []struct{ got, want, err float64 }{{1.1, 1, 0.1}, {0, 0, 0}, {1, 0, 0}, {0.5, 1, -0.5}} {
+		if e := relErr(tt.got, tt.want); math.Abs(e-tt.err) > 1e-12 {
+			t.Errorf("relErr(%g, %g): got %g, want %g", tt.got, tt.want, e, tt.err)
 		}
 	}
 }

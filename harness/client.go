@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -42,15 +44,94 @@ type HTTPError struct {
 }
 
 func (e *HTTPError) Error() string {
-	return fmt.Sprintf("%s: HTTP %d: %s", e.Route, e.Status, strings.TrimSpace(e.Body))
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Route, e.Status, clip(strings.TrimSpace(e.Body), maxShownBody))
+}
+
+// maxShownBody is how much of a server's text a message quotes.
+const maxShownBody = 500
+
+// clip shortens s to at most n bytes for a message, saying how long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(s[:n], ""), len(s))
 }
 
 // ConnError wraps a failure to reach the server at all (refused, reset,
 // timed out): the commands exit 2 on it.
 type ConnError struct{ Err error }
 
-func (e *ConnError) Error() string { return "cannot reach the server: " + e.Err.Error() }
+func (e *ConnError) Error() string {
+	var ne net.Error
+	if errors.As(e.Err, &ne) && ne.Timeout() {
+		return "the server did not answer in time (--request-timeout; 0 waits forever): " + e.Err.Error()
+	}
+	return "cannot reach the server: " + e.Err.Error()
+}
 func (e *ConnError) Unwrap() error { return e.Err }
+
+// DefaultRequestTimeout is how long bench waits for one request by
+// default: a 200k-token prefill on the slowest deployment modelled
+// (kimi-k2.6-rtx6000) takes about four minutes, so ten leave room, and a
+// server that never answers ends the run instead of hanging it.
+const DefaultRequestTimeout = 10 * time.Minute
+
+// The harness reads no answer whole without a bound: a server that sends
+// more than any answer to the request can hold is misbehaving, and its
+// answer ends in ErrTooLarge after at most the bound is read, whatever it
+// sends.
+const (
+	// maxSmallBody bounds an answer of a few fields: a flush's text,
+	// /v1/models, /sim/profile, /sim/expect, /sim/stats, an error.
+	maxSmallBody = 1 << 20
+	// maxRecordsBody bounds /sim/requests, /sim/flushes and one request's
+	// truth: the mock keeps at most 10,000 records of a few hundred bytes.
+	maxRecordsBody = 16 << 20
+	// bodyBytesPerToken bounds what one token adds to an answer: its text
+	// (a few bytes, at most a long piece escaped), its id and, in a
+	// stream's cumulative text, its share of the line.
+	bodyBytesPerToken = 256
+	// maxTokenizeBytesPerByte bounds a /tokenize answer by the text sent:
+	// every byte of text is at most one token, an id of at most ten digits
+	// and a comma.
+	maxTokenizeBytesPerByte = 12
+)
+
+// ErrTooLarge is returned when an answer is larger than any answer to the
+// request can be.
+var ErrTooLarge = errors.New("the answer is larger than any answer to this request can be")
+
+// generationBodyLimit bounds the answer to a request for maxNew tokens.
+func generationBodyLimit(maxNew int) int64 {
+	return maxSmallBody + int64(bodyBytesPerToken)*int64(max(maxNew, 0))
+}
+
+// readBounded reads a whole body of at most limit bytes. A longer one is
+// ErrTooLarge after limit+1 bytes, never an allocation of its size.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return b, &ConnError{err}
+	}
+	if int64(len(b)) > limit {
+		return b[:limit], fmt.Errorf("%w: more than %s", ErrTooLarge, byteSize(limit))
+	}
+	return b, nil
+}
+
+// byteSize renders a size in bytes as "64 KiB" or "1.5 MiB".
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return strconv.FormatFloat(float64(n)/(1<<30), 'g', 3, 64) + " GiB"
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'g', 3, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'g', 3, 64) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
 
 // Client talks to one server. HTTP may be any *http.Client (tests pass
 // mocktest's in-memory one); BaseURL has no trailing slash.
@@ -66,7 +147,8 @@ type Client struct {
 	// APIKey, when set, goes out as "Authorization: Bearer KEY" (a server
 	// launched with --api-key wants it).
 	APIKey string
-	// maxAnswer bounds an answer read whole; 0 means maxAnswerBytes.
+	// maxAnswer, when above 0, lowers every bound on an answer read whole
+	// (for tests of the bounds).
 	maxAnswer int64
 }
 
@@ -86,6 +168,12 @@ type Generation struct {
 	// (meta_info.cached_tokens, or usage.prompt_tokens_details).
 	CachedTokens int
 	CachedKnown  bool
+	// SpecVerifyCt is meta_info.spec_verify_ct, the speculative rounds the
+	// request took; nil when the server reports none.
+	SpecVerifyCt *int
+	// Malformed names the counts that were not whole numbers in range
+	// ("cached_tokens 1e300"); they are clamped.
+	Malformed []string
 	// Wall is the wall time from sending the request to its last byte.
 	Wall time.Duration
 	// Events are a stream's events that carried output, in order.
@@ -173,6 +261,11 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 // status, so callers can tell a 404 (a route the server does not have)
 // from a failure.
 func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
+	return c.getBounded(ctx, route, v, maxSmallBody)
+}
+
+// getBounded is get for an answer of at most limit bytes.
+func (c *Client) getBounded(ctx context.Context, route string, v any, limit int64) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+route, nil)
 	if err != nil {
 		return 0, err
@@ -182,7 +275,10 @@ func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := readAnswer(resp.Body, c.answerLimit())
+	if c.maxAnswer > 0 {
+		limit = min(limit, c.maxAnswer)
+	}
+	b, err := readBounded(resp.Body, limit)
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("GET %s: %w", route, err)
 	}
@@ -193,31 +289,6 @@ func (c *Client) get(ctx context.Context, route string, v any) (int, error) {
 		return resp.StatusCode, fmt.Errorf("GET %s: %w", route, err)
 	}
 	return resp.StatusCode, nil
-}
-
-// maxAnswerBytes bounds an answer the harness reads whole: far beyond the
-// JSON of 10,000 records, and small enough that no server can exhaust the
-// client's memory.
-const maxAnswerBytes = 256 << 20
-
-func (c *Client) answerLimit() int64 {
-	if c.maxAnswer > 0 {
-		return c.maxAnswer
-	}
-	return maxAnswerBytes
-}
-
-// readAnswer reads a whole answer of at most limit bytes; a longer one is
-// an error, not an allocation.
-func readAnswer(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, &ConnError{err}
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("the answer is longer than %d bytes", limit)
-	}
-	return b, nil
 }
 
 // generateBody is the request body of one leg for the client's backend.
@@ -288,22 +359,20 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
+		b, _ := readBounded(resp.Body, maxSmallBody)
 		return nil, &HTTPError{Route: "POST " + route, Status: resp.StatusCode, Body: string(b)}
 	}
 	g := &Generation{RID: rid}
 	if stream {
-		err = c.readStream(resp.Body, start, g)
+		err = c.readStream(resp.Body, start, maxNew, g)
 		g.Wall = time.Since(start)
 	} else {
 		var b []byte
-		b, err = io.ReadAll(resp.Body)
+		b, err = readBounded(resp.Body, generationBodyLimit(maxNew))
 		// The clock stops at the last byte, before the answer is decoded.
 		g.Wall = time.Since(start)
 		if err == nil {
 			err = c.parseFinal(b, g)
-		} else {
-			err = &ConnError{err}
 		}
 	}
 	if err != nil {
@@ -318,15 +387,16 @@ type answer struct {
 	ID       string `json:"id"`
 	MetaInfo *struct {
 		ID               string `json:"id"`
-		PromptTokens     int    `json:"prompt_tokens"`
-		CompletionTokens int    `json:"completion_tokens"`
-		CachedTokens     *int   `json:"cached_tokens"`
+		PromptTokens     count  `json:"prompt_tokens"`
+		CompletionTokens count  `json:"completion_tokens"`
+		CachedTokens     *count `json:"cached_tokens"`
+		SpecVerifyCt     *count `json:"spec_verify_ct"`
 	} `json:"meta_info"`
 	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokens        count `json:"prompt_tokens"`
+		CompletionTokens    count `json:"completion_tokens"`
 		PromptTokensDetails *struct {
-			CachedTokens *int `json:"cached_tokens"`
+			CachedTokens *count `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Choices []struct {
@@ -338,21 +408,78 @@ type answer struct {
 // apply copies the counts an answer carries into g; it reports whether the
 // answer carried a completion token count.
 func (a *answer) apply(g *Generation) bool {
+	var prompt, completion count
+	var cached, verify *count
 	switch {
 	case a.MetaInfo != nil:
-		g.PromptTokens, g.CompletionTokens = a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens
-		if a.MetaInfo.CachedTokens != nil {
-			g.CachedTokens, g.CachedKnown = *a.MetaInfo.CachedTokens, true
-		}
-		return true
+		prompt, completion, cached, verify = a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens, a.MetaInfo.CachedTokens, a.MetaInfo.SpecVerifyCt
 	case a.Usage != nil:
-		g.PromptTokens, g.CompletionTokens = a.Usage.PromptTokens, a.Usage.CompletionTokens
-		if d := a.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
-			g.CachedTokens, g.CachedKnown = *d.CachedTokens, true
+		prompt, completion = a.Usage.PromptTokens, a.Usage.CompletionTokens
+		if d := a.Usage.PromptTokensDetails; d != nil {
+			cached = d.CachedTokens
 		}
-		return true
+	default:
+		return false
 	}
-	return false
+	// Each answer restates the counts: the last one's are kept.
+	g.Malformed = g.Malformed[:0]
+	g.PromptTokens = prompt.take("prompt_tokens", g)
+	g.CompletionTokens = completion.take("completion_tokens", g)
+	if cached != nil {
+		g.CachedTokens, g.CachedKnown = cached.take("cached_tokens", g), true
+	}
+	if verify != nil {
+		v := verify.take("spec_verify_ct", g)
+		g.SpecVerifyCt = &v
+	}
+	return true
+}
+
+// maxCount bounds a count as the harness keeps it: far beyond any real
+// count, and exact in a float64.
+const maxCount = 1 << 53
+
+// count is a token count as a server reports it: any JSON number. One that
+// is not a whole number in ±maxCount keeps its literal, so a check can name
+// it, and is clamped.
+type count struct {
+	n       int
+	literal string
+}
+
+// UnmarshalJSON reads any JSON number; null leaves the count 0.
+func (c *count) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "null" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= -maxCount && n <= maxCount {
+		c.n = int(n)
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
+			f = math.Copysign(math.Inf(1), f) // beyond float64: clamped below
+		} else {
+			return fmt.Errorf("a token count must be a number, got %.40s", s)
+		}
+	}
+	c.n = int(max(-maxCount, min(maxCount, f)))
+	if f != math.Trunc(f) || math.Abs(f) > maxCount {
+		c.literal = s
+	}
+	return nil
+}
+
+// take returns the count, and notes in g a count that was not a whole
+// number in range.
+func (c count) take(name string, g *Generation) int {
+	if c.literal != "" {
+		g.Malformed = append(g.Malformed, name+" "+clip(c.literal, 40))
+	}
+	return c.n
 }
 
 func (c *Client) parseFinal(b []byte, g *Generation) error {
@@ -361,7 +488,7 @@ func (c *Client) parseFinal(b []byte, g *Generation) error {
 		return fmt.Errorf("reading the answer: %w", err)
 	}
 	if !a.apply(g) {
-		return fmt.Errorf("the answer has neither meta_info nor usage: %.200s", b)
+		return fmt.Errorf("the answer has neither meta_info nor usage: %s", clip(string(b), 200))
 	}
 	return nil
 }
@@ -370,9 +497,15 @@ func (c *Client) parseFinal(b []byte, g *Generation) error {
 // /generate event, or an OpenAI chunk whose text is not empty) is recorded
 // with its arrival time and cumulative completion tokens; a final usage
 // chunk without choices only completes the counts.
-func (c *Client) readStream(body io.Reader, start time.Time, g *Generation) error {
+//
+// An event is a line of at most generationBodyLimit(maxNew) bytes (SGLang's
+// native events repeat the whole text so far), and a stream records at
+// most maxStreamEvents(maxNew) events: a server that sends more is
+// misbehaving, and the read ends in ErrTooLarge.
+func (c *Client) readStream(body io.Reader, start time.Time, maxNew int, g *Generation) error {
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	limit := generationBodyLimit(maxNew)
+	sc.Buffer(make([]byte, 0, 64<<10), int(min(limit, math.MaxInt32)))
 	done := false
 	for sc.Scan() {
 		line := sc.Text()
@@ -405,9 +538,15 @@ func (c *Client) readStream(body io.Reader, start time.Time, g *Generation) erro
 		if n := len(g.Events); n > 0 && g.Events[n-1].CompletionTokens == ev.CompletionTokens && counted {
 			continue // no new tokens (text held back, or a finish-only event)
 		}
+		if len(g.Events) == maxStreamEvents(maxNew) {
+			return fmt.Errorf("%w: more than %d events with output for max_new_tokens %d", ErrTooLarge, len(g.Events), maxNew)
+		}
 		g.Events = append(g.Events, ev)
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("%w: an event longer than %s", ErrTooLarge, byteSize(limit))
+		}
 		return &ConnError{err}
 	}
 	if !done {
@@ -421,6 +560,10 @@ func (c *Client) readStream(body io.Reader, start time.Time, g *Generation) erro
 	}
 	return nil
 }
+
+// maxStreamEvents bounds the events with output a stream may carry: one per
+// token, and as many again for events that split a token's text.
+func maxStreamEvents(maxNew int) int { return 2*max(maxNew, 0) + 16 }
 
 // FlushAttempt is one try at emptying the prefix cache.
 type FlushAttempt struct {
@@ -453,11 +596,16 @@ func (c *Client) FlushOnce(ctx context.Context, timeout float64) (FlushAttempt, 
 		return FlushAttempt{}, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return FlushAttempt{}, &ConnError{err}
+	// A flush's answer is a line of text: a longer one is recorded cut,
+	// with its size, as what the server said.
+	b, err := readBounded(resp.Body, maxSmallBody)
+	if errors.Is(err, ErrTooLarge) {
+		return FlushAttempt{Status: resp.StatusCode, Body: clip(string(b), maxShownBody) + " (" + err.Error() + ")"}, nil
 	}
-	return FlushAttempt{Status: resp.StatusCode, Body: string(b)}, nil
+	if err != nil {
+		return FlushAttempt{}, err
+	}
+	return FlushAttempt{Status: resp.StatusCode, Body: clip(string(b), maxShownBody)}, nil
 }
 
 // CanFlush tells whether the backend has a flush route.
@@ -466,14 +614,16 @@ func (c *Client) CanFlush() bool { return c.Backend == SGLang || c.Backend == VL
 // errNoTokenize means the server has no /tokenize route.
 var errNoTokenize = errors.New("no /tokenize route")
 
-// Tokenize counts the server tokens of text with POST /tokenize (SGLang
-// and vLLM both have it). A server without it gives errNoTokenize.
+// Tokenize counts the server tokens of text with POST /tokenize: SGLang
+// and vLLM both have it, and serve it beside their OpenAI routes, so
+// --backend openai tries it too. A server without it (404, 405, or any
+// refusal on --backend openai) gives errNoTokenize. The answer is read
+// within a bound set by the text's length, and its count must be a whole
+// number in 0..len(text)+64 (a BOS and a template's head beyond one token
+// per byte).
 func (c *Client) Tokenize(ctx context.Context, text string) (int, error) {
-	if c.Backend == OpenAI {
-		return 0, errNoTokenize
-	}
 	body := map[string]any{"prompt": text}
-	if c.Backend == VLLM {
+	if c.Backend != SGLang {
 		body["model"] = c.model()
 	}
 	resp, err := c.post(ctx, "/tokenize", body)
@@ -481,25 +631,45 @@ func (c *Client) Tokenize(ctx context.Context, text string) (int, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, &ConnError{err}
-	}
-	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+	switch {
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed,
+		c.Backend == OpenAI && resp.StatusCode != http.StatusOK:
 		return 0, errNoTokenize
+	}
+	b, err := readBounded(resp.Body, maxSmallBody+maxTokenizeBytesPerByte*int64(len(text)))
+	if err != nil {
+		return 0, fmt.Errorf("POST /tokenize: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, &HTTPError{Route: "POST /tokenize", Status: resp.StatusCode, Body: string(b)}
 	}
 	var out struct {
-		Count  *int  `json:"count"`
-		Tokens []int `json:"tokens"`
+		Count  *count            `json:"count"`
+		Tokens []json.RawMessage `json:"tokens"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
+		if c.Backend == OpenAI {
+			return 0, errNoTokenize
+		}
 		return 0, fmt.Errorf("POST /tokenize: %w", err)
 	}
+	n := len(out.Tokens)
 	if out.Count != nil {
-		return *out.Count, nil
+		n = out.Count.n
+		if out.Count.literal != "" {
+			n = -1
+		}
 	}
-	return len(out.Tokens), nil
+	if n < 0 || n > len(text)+64 {
+		return 0, fmt.Errorf("POST /tokenize: a count of %s tokens for a text of %d bytes is impossible", countText(out.Count, n), len(text))
+	}
+	return n, nil
+}
+
+// countText is a count as the server wrote it.
+func countText(c *count, n int) string {
+	if c != nil && c.literal != "" {
+		return c.literal
+	}
+	return strconv.Itoa(n)
 }

@@ -127,10 +127,10 @@ type promptBuilder struct {
 	// overhead is the tokens a prompt has beyond its words (BOS, a
 	// template) when sizing from reported counts.
 	overhead int
-	// words remembers the word count that hit each target (by the nonce's
+	// sized remembers the size that hit each target (by the nonce's
 	// presence and position), so the next leg of that size usually needs
 	// one /tokenize call.
-	words map[wordsKey]int
+	sized map[wordsKey]size
 }
 
 type wordsKey struct {
@@ -139,8 +139,20 @@ type wordsKey struct {
 	pos    NoncePosition
 }
 
+// size is a filler's length: words, then pad one-token pieces after them
+// (a word can be two tokens, so words alone may step over the target).
+type size struct{ words, pad int }
+
+// padPiece is one token in the tokenizers of every model served: a space
+// and a one-letter word.
+const padPiece = " a"
+
+// maxSizingCalls bounds the /tokenize calls that size one prompt: a
+// bisection over ten million words takes 24.
+const maxSizingCalls = 32
+
 func newPromptBuilder(c *Client) *promptBuilder {
-	return &promptBuilder{c: c, tokensPerWord: 1.3, words: map[wordsKey]int{}}
+	return &promptBuilder{c: c, tokensPerWord: 1.3, sized: map[wordsKey]size{}}
 }
 
 // compose joins the filler and the nonce.
@@ -155,10 +167,22 @@ func compose(filler, nonce string, pos NoncePosition) string {
 	}
 }
 
+// text is the prompt of a size: the filler seeded by seed, its pad, and
+// the nonce.
+func (sz size) text(seed uint64, nonce string, pos NoncePosition) string {
+	return compose(fillerText(seed, sz.words)+strings.Repeat(padPiece, sz.pad), nonce, pos)
+}
+
 // build returns a prompt of target server tokens (as near as the tokenizer
 // allows) from the filler seeded by seed, with the nonce of id (none when
 // id is ""), and the tokens the server counts for it (0 when it cannot be
 // known before sending).
+//
+// With /tokenize the size is found in two steps, each bounded whatever the
+// server answers: the most words whose count is at most the target (a
+// secant step where the count moves, bisection of the bracket otherwise,
+// never more words than target tokens, since every word is at least one),
+// then one-token pads up to the target.
 func (b *promptBuilder) build(ctx context.Context, target int, seed uint64, id string, pos NoncePosition) (Prompt, int, error) {
 	if b.c.InputIDs {
 		var nonce []int
@@ -179,44 +203,88 @@ func (b *promptBuilder) build(ctx context.Context, target int, seed uint64, id s
 		if err := b.learnFromProbe(ctx); err != nil {
 			return Prompt{}, 0, err
 		}
-		n := max(1, int(math.Round(float64(target-b.overhead)/b.tokensPerWord)))
+		n := min(target, max(1, int(math.Round(float64(target-b.overhead)/b.tokensPerWord))))
 		return Prompt{Text: compose(fillerText(seed, n), nonce, pos)}, 0, nil
 	}
 	key := wordsKey{target, id != "", pos}
-	n, ok := b.words[key]
-	if !ok {
-		n = max(1, int(math.Round(float64(target)/b.tokensPerWord)))
-	}
-	bestText, bestCount, bestDiff, bestN := "", 0, math.MaxInt, n
-	seen := map[int]bool{}
-	for range 16 {
-		text := compose(fillerText(seed, n), nonce, pos)
-		count, err := b.c.Tokenize(ctx, text)
-		if errors.Is(err, errNoTokenize) {
-			b.noTokenize = true
-			return b.build(ctx, target, seed, id, pos)
-		}
+	calls := 0
+	best, bestCount := size{}, -1
+	// count tokenizes a size and keeps the nearest to the target.
+	count := func(sz size) (int, error) {
+		calls++
+		c, err := b.c.Tokenize(ctx, sz.text(seed, nonce, pos))
 		if err != nil {
-			return Prompt{}, 0, err
+			return 0, err
 		}
-		if d := abs(count - target); d < bestDiff {
-			bestText, bestCount, bestDiff, bestN = text, count, d, n
+		if bestCount < 0 || abs(c-target) < abs(bestCount-target) {
+			best, bestCount = sz, c
 		}
-		if count == target || seen[n] {
-			break
-		}
-		seen[n] = true
-		if count > 0 {
-			b.tokensPerWord = float64(count) / float64(n)
-		}
-		step := int(math.Round(float64(target-count) / b.tokensPerWord))
-		if step == 0 {
-			step = sign(target - count)
-		}
-		n = max(1, n+step)
+		return c, nil
 	}
-	b.words[key] = bestN
-	return Prompt{Text: bestText}, bestCount, nil
+	err := b.size(key, count, &calls)
+	if errors.Is(err, errNoTokenize) {
+		b.noTokenize = true
+		return b.build(ctx, target, seed, id, pos)
+	}
+	if err != nil {
+		return Prompt{}, 0, err
+	}
+	b.sized[key] = best
+	return Prompt{Text: best.text(seed, nonce, pos)}, bestCount, nil
+}
+
+// size searches for the size whose count is the target, calling count at
+// most maxSizingCalls times in all.
+func (b *promptBuilder) size(key wordsKey, count func(size) (int, error), calls *int) error {
+	target := key.target
+	n := min(target, max(1, int(math.Round(float64(target)/b.tokensPerWord))))
+	if sz, ok := b.sized[key]; ok {
+		c, err := count(sz)
+		if err != nil || c == target {
+			return err
+		}
+		n = sz.words
+	}
+	// Words: lo is the most words known to count at most the target (0
+	// words count the BOS or template alone), hi the fewest known to count
+	// more.
+	lo, loCount, hi := 0, 0, target+1
+	for *calls < maxSizingCalls && hi-lo > 1 {
+		c, err := count(size{words: n})
+		if err != nil {
+			return err
+		}
+		if c == target {
+			return nil
+		}
+		if c < target {
+			lo, loCount = n, c
+		} else {
+			hi = n
+		}
+		if c > 0 {
+			b.tokensPerWord = min(8, max(0.125, float64(c)/float64(n)))
+		}
+		next := n + int(math.Round(float64(target-c)/b.tokensPerWord))
+		if next <= lo || next >= hi {
+			next = lo + (hi-lo)/2 // the secant left the bracket: bisect
+		}
+		n = next
+	}
+	if lo == 0 {
+		return nil // even one word counts more than the target
+	}
+	// Pads: each is one token, so the gap is the pads to add; a tokenizer
+	// that merges them is corrected from its own count.
+	pad := target - loCount
+	for *calls < maxSizingCalls && pad > 0 && pad <= target {
+		c, err := count(size{words: lo, pad: pad})
+		if err != nil || c == target {
+			return err
+		}
+		pad += target - c
+	}
+	return nil
 }
 
 // probeWords is the size of the probe that learns the tokens per word from
@@ -243,6 +311,7 @@ func (b *promptBuilder) learnFromProbe(ctx context.Context) error {
 	if b.tokensPerWord <= 0 {
 		return fmt.Errorf("sizing probe: the server reported %d and %d prompt tokens for %d and %d words", counts[0], counts[1], probeWords, 2*probeWords)
 	}
+	b.tokensPerWord = min(8, max(0.125, b.tokensPerWord))
 	b.overhead = max(0, counts[0]-int(math.Round(b.tokensPerWord*probeWords)))
 	return nil
 }
@@ -252,14 +321,4 @@ func abs(x int) int {
 		return -x
 	}
 	return x
-}
-
-func sign(x int) int {
-	switch {
-	case x > 0:
-		return 1
-	case x < 0:
-		return -1
-	}
-	return 0
 }

@@ -105,7 +105,8 @@ var csvCalibration = []string{"ctx_req", "prompt_tok", "t_a", "t_b", "a", "b", "
 // WriteCSV writes one line per row. The two-point CSV starts with the
 // calibration columns ctx_req,prompt_tok,t_a,t_b,a,b,b_cached: b_cached is
 // true when leg b reused more than the shared floor (its prompt came from
-// the cache); cached_a and cached_b then give the counts.
+// the cache); a_cached says the same of leg a (empty when the server does
+// not say), and cached_a and cached_b give the counts.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
@@ -144,7 +145,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	if truth {
 		head = append(head, "ttft_true_s", "decode_true_tok_s", "ttft_cold_s", "decode_steady_tok_s", "ttft_err", "decode_err", "ttft_bias", "decode_bias")
 	}
-	cw.Write(append(head, "verdict", "cause"))
+	cw.Write(append(head, "a_cached", "verdict", "cause"))
 	floor := max(r.Server.SharedFloor, 0)
 	for _, row := range r.Rows {
 		bCached := row.CachedB != nil && *row.CachedB > floor
@@ -155,7 +156,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			tr := row.Truth
 			rec = append(rec, g(tr.TTFT), gp(tr.Decode), g(tr.ColdTTFT), gp(tr.SteadyDecode), g(tr.TTFTErr), gp(tr.DecodeErr), g(tr.TTFTBias), gp(tr.DecodeBias))
 		}
-		cw.Write(append(rec, row.Verdict.Level().String(), row.Verdict.texts()))
+		cw.Write(append(rec, row.aCached(floor), row.Verdict.Level().String(), row.Verdict.texts()))
 	}
 	cw.Flush()
 	return cw.Error()

@@ -163,6 +163,9 @@ type session struct {
 	// reportsCached: a repeated prompt reported its reuse, so a missing
 	// cached_tokens means 0.
 	reportsCached bool
+	// notes are findings of the session (the floor probe's) that every row
+	// carries.
+	notes []Cause
 }
 
 // MaxTokens bounds a prompt and an output: far beyond any model's context,
@@ -265,8 +268,20 @@ func (s *session) measureFloor(ctx context.Context) error {
 		}
 		gens = append(gens, g)
 	}
+	for i, g := range gens {
+		if bad := impossibleCounts(g); len(bad) > 0 {
+			s.server.SharedFloor = -1
+			s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe %d: the server reported impossible counts: %s, so the shared floor is unknown and reuse is checked against 0", i+1, strings.Join(bad, ", "))})
+			return nil
+		}
+	}
 	s.reportsCached = gens[2].CachedKnown && gens[2].CachedTokens > 0
 	switch {
+	case gens[1].CachedKnown && 2*gens[1].CachedTokens > gens[1].PromptTokens:
+		// Two prompts that share nothing but a BOS or a template's head
+		// cannot share half their tokens.
+		s.server.SharedFloor = -1
+		s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe: two unrelated prompts reportedly share %d of %d tokens, which no cache does, so the shared floor is unknown and reuse is checked against 0", gens[1].CachedTokens, gens[1].PromptTokens)})
 	case gens[1].CachedKnown:
 		s.server.SharedFloor = gens[1].CachedTokens
 	case s.reportsCached:

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // Stream measures with one streaming request per context: TTFT from the
@@ -46,6 +47,8 @@ type StreamRow struct {
 	Truth       *TruthFigures `json:"truth,omitempty"`
 	Verdict     Verdict       `json:"verdict"`
 	Leg         Leg           `json:"request"`
+	// Suggested is the fix the SUSPECT causes name, for programs.
+	Suggested *Suggestion `json:"suggested,omitempty"`
 }
 
 // Validate checks the configuration before anything is sent.
@@ -82,12 +85,15 @@ func (st *Stream) Run(ctx context.Context) (*Report, error) {
 func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, error) {
 	row := StreamRow{CtxReq: p.CtxReq, Speedup: s.server.Speedup}
 	id := s.opt.NewID()
-	prompt, _, err := s.builder.build(ctx, p.Tokens, uint64(p.Tokens), id, NonceStart)
+	prompt, sized, err := s.builder.build(ctx, p.Tokens, uint64(p.Tokens), id, NonceStart)
 	if err != nil {
 		return row, err
 	}
 	s.prog.Leg(fmt.Sprintf("stream ctx %d", p.CtxReq))
 	leg := Leg{Name: "stream", RID: "stream-" + id, MaxNewTokens: st.MaxNewTokens}
+	if !s.c.InputIDs {
+		leg.SizedTokens = sized
+	}
 	if !st.NoFlush && s.c.CanFlush() {
 		if leg.Flush, err = s.flush(ctx); err != nil {
 			return row, err
@@ -98,17 +104,30 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		return row, err
 	}
 	s.prog.Done()
-	leg.PromptTokens, leg.CompletionTokens, leg.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
-	leg.CachedTokens = s.cached(g)
+	leg.record(s, g)
 	row.Cached = leg.CachedTokens
 	row.PromptTokens = g.PromptTokens
 	first, last := g.Events[0], g.Events[len(g.Events)-1]
 	row.Events = len(g.Events)
 	row.TTFT = s.seconds(first.At)
-	if row.TTFT > 0 {
+	// An impossible prompt count gives no prefill rate, not a negative one.
+	if row.TTFT > 0 && g.PromptTokens > 0 {
 		row.PrefillTPS = float64(g.PromptTokens) / row.TTFT
 	}
 	v := &row.Verdict
+	for _, c := range s.notes {
+		v.add(c.Level, c.Text)
+	}
+	if len(leg.Impossible) > 0 {
+		text := "the server reported impossible counts: " + strings.Join(leg.Impossible, ", ")
+		if leg.cachedImpossible() {
+			text += ", so cache reuse is unchecked"
+		}
+		v.add(Suspect, text)
+	}
+	if leg.SizedTokens > 0 && leg.PromptTokens != leg.SizedTokens && leg.PromptTokens > 0 {
+		v.add(Suspect, fmt.Sprintf("the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.SizedTokens, leg.PromptTokens))
+	}
 	switch f := leg.Flush; {
 	case f != nil && !f.OK():
 		v.add(Suspect, flushCause("stream", f))
@@ -117,6 +136,7 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 	}
 	floor := max(s.server.SharedFloor, 0) + s.opt.AllowSharedPrefix
 	switch {
+	case leg.cachedImpossible():
 	case leg.CachedTokens == nil:
 		v.add(Suspect, "the server reports no cached tokens, so cache reuse is unchecked")
 	case *leg.CachedTokens > floor:
@@ -138,6 +158,17 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		row.EventITLErr = relErr(row.EventITL, row.SPerOutTok)
 		if row.TokensPerEvent > 1 {
 			v.add(OK, fmt.Sprintf("events carry %.2f tokens each: a per-event ITL is %.2fx the true time per token", row.TokensPerEvent, row.EventITL/row.SPerOutTok))
+		}
+		// The span from the first event to the last is the request's
+		// speculative rounds (the first token comes out of prefill).
+		if g.SpecVerifyCt != nil && !leg.cachedImpossible() {
+			rounds, accept := float64(*g.SpecVerifyCt), float64(tokens)/float64(*g.SpecVerifyCt)
+			if s.sim != nil && s.sim.ExpectedAccept > 1 {
+				accept = s.sim.ExpectedAccept
+			}
+			if b := roundsCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, accept); b > 0 {
+				row.suggest(Suggestion{B: b})
+			}
 		}
 	}
 	if s.sim != nil {
@@ -178,5 +209,12 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 		tr.DecodeBias = &b
 	}
 	row.Truth = tr
+	span := t.Finished - *t.FirstToken
+	row.suggest(Suggestion{Speedup: lateness(&row.Verdict, tr.TTFTErr, tr.TTFT, tr.DecodeErr, span, row.Speedup)})
 	return nil
+}
+
+// suggest merges a fix into the row's suggestion.
+func (row *StreamRow) suggest(sug Suggestion) {
+	row.Suggested = mergeSuggestion(row.Suggested, sug)
 }

@@ -262,10 +262,11 @@ func (tw *TableWriter) streamCells(row StreamRow) []cell {
 // methodTitle explains a variant in its table's heading; a flush method
 // that sent no flush before leg a says it flushed only between the legs.
 func methodTitle(row Row) string {
+	title := methodTitles[row.Method]
 	if row.Method.flushes() && len(row.Runs) > 0 && row.Runs[0].A.Flush == nil {
-		return methodTitlesBetweenLegs[row.Method]
+		title = methodTitlesBetweenLegs[row.Method]
 	}
-	return methodTitles[row.Method]
+	return noncePositionTitle(row, title)
 }
 
 // serverLine says what was measured and how to read the times.

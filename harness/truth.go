@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 
@@ -31,7 +32,7 @@ func (c *Client) SimInfo(ctx context.Context) (*sim.Profile, error) {
 // Truth fetches the modelled timeline of a finished request by its rid.
 func (c *Client) Truth(ctx context.Context, rid string) (*sim.Truth, error) {
 	var t sim.Truth
-	if _, err := c.get(ctx, "/sim/requests/"+url.PathEscape(rid), &t); err != nil {
+	if _, err := c.getBounded(ctx, "/sim/requests/"+url.PathEscape(rid), &t, maxRecordsBody); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -53,7 +54,7 @@ func (c *Client) Expect(ctx context.Context, prompt, cached, completion int) (*s
 // Requests lists the server's finished requests in arrival order.
 func (c *Client) Requests(ctx context.Context) ([]sim.RequestSummary, error) {
 	var rs []sim.RequestSummary
-	_, err := c.get(ctx, "/sim/requests", &rs)
+	_, err := c.getBounded(ctx, "/sim/requests", &rs, maxRecordsBody)
 	return rs, err
 }
 
@@ -69,12 +70,20 @@ func (c *Client) Stats(ctx context.Context) (*sim.Stats, error) {
 // Flushes lists every /flush_cache call the server saw and its outcome.
 func (c *Client) Flushes(ctx context.Context) ([]sim.Flush, error) {
 	var fs []sim.Flush
-	_, err := c.get(ctx, "/sim/flushes", &fs)
+	_, err := c.getBounded(ctx, "/sim/flushes", &fs, maxRecordsBody)
 	return fs, err
 }
 
-// relErr is (got-want)/want, the signed relative error.
-func relErr(got, want float64) float64 { return (got - want) / want }
+// relErr is (got-want)/want, the signed relative error; 0 where it is
+// undefined (a true time of 0, on a profile that charges nothing), so that
+// no report holds a NaN or an infinity.
+func relErr(got, want float64) float64 {
+	e := (got - want) / want
+	if math.IsNaN(e) || math.IsInf(e, 0) {
+		return 0
+	}
+	return e
+}
 
 // errNotMock is returned by operations that need /sim/.
 var errNotMock = errors.New("the server has no /sim/ endpoints (it is not sglmock)")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sglmock/sglmock/sim"
@@ -104,6 +106,31 @@ type Leg struct {
 	Flush *FlushRecord `json:"flush,omitempty"`
 	// Truth is the server's record of the request, when it has /sim/.
 	Truth *sim.Truth `json:"truth,omitempty"`
+	// SizedTokens is what the server's /tokenize counted for the prompt
+	// sent; 0 when it was sized another way.
+	SizedTokens int `json:"sized_tokens,omitempty"`
+	// SpecVerifyCt is the speculative rounds the server reported
+	// (meta_info.spec_verify_ct); nil when it reports none.
+	SpecVerifyCt *int `json:"spec_verify_ct,omitempty"`
+	// Impossible names the counts of the answer no server can report
+	// ("cached_tokens -5 of a 100-token prompt"); an impossible cached
+	// count leaves CachedTokens nil.
+	Impossible []string `json:"impossible_counts,omitempty"`
+}
+
+// record copies what the server reported of a generation into the leg.
+func (l *Leg) record(s *session, g *Generation) {
+	l.PromptTokens, l.CompletionTokens, l.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
+	l.SpecVerifyCt = g.SpecVerifyCt
+	l.Impossible = impossibleCounts(g)
+	if !l.cachedImpossible() {
+		l.CachedTokens = s.cached(g)
+	}
+}
+
+// cachedImpossible tells whether the leg's cached count was impossible.
+func (l *Leg) cachedImpossible() bool {
+	return slices.ContainsFunc(l.Impossible, func(t string) bool { return strings.HasPrefix(t, "cached_tokens") })
 }
 
 // Run is one two-point measurement: legs a and b.
@@ -158,6 +185,15 @@ type Row struct {
 	Truth   *TruthFigures `json:"truth,omitempty"`
 	Verdict Verdict       `json:"verdict"`
 	Runs    []Run         `json:"runs"`
+	// NoncePosition is where the nonce methods put the nonce; "" for the
+	// methods without one.
+	NoncePosition NoncePosition `json:"nonce_position,omitempty"`
+	// SpecRounds is the median speculative rounds b-a took (reported by the
+	// server, or expected from /sim/); nil when unknown or without
+	// speculative decoding.
+	SpecRounds *float64 `json:"spec_rounds,omitempty"`
+	// Suggested is the fix the SUSPECT causes name, for programs.
+	Suggested *Suggestion `json:"suggested,omitempty"`
 }
 
 // Report is the result of a run of the harness.
@@ -166,6 +202,22 @@ type Report struct {
 	Server Server      `json:"server"`
 	Rows   []Row       `json:"rows,omitempty"`
 	Stream []StreamRow `json:"stream_rows,omitempty"`
+}
+
+// noncePositionTitle says in a method's title where its nonce went: a
+// nonce at the end leaves everything before it shared.
+func noncePositionTitle(row Row, title string) string {
+	if row.NoncePosition != NonceEnd {
+		return title
+	}
+	switch row.Method {
+	case NonceMethod:
+		return "a fresh nonce at the END of each leg's prompt (--nonce-position end: everything before it is shared), no flush"
+	case FlushNonce:
+		title = strings.TrimSuffix(title, " (the seed's fix)")
+		return strings.Replace(title, "a fresh nonce at the start of each prompt", "a fresh nonce at the END of each prompt (--nonce-position end: everything before it is shared)", 1)
+	}
+	return title
 }
 
 // Poisoned tells whether any row is poisoned.
@@ -199,6 +251,9 @@ func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
 	for _, m := range tp.Methods {
 		for _, p := range tp.Points {
 			row := Row{Method: m, CtxReq: p.CtxReq, A: tp.A, B: tp.B, Speedup: s.server.Speedup}
+			if m.nonces() {
+				row.NoncePosition = tp.NoncePosition
+			}
 			for i := range tp.Repeat {
 				run, err := tp.measure(ctx, s, m, p, i)
 				if err != nil {
@@ -221,9 +276,10 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 	var run Run
 	seed := uint64(p.Tokens)
 	var shared Prompt
+	var sharedSized int
 	if !m.nonces() {
 		var err error
-		if shared, _, err = s.builder.build(ctx, p.Tokens, seed, "", tp.NoncePosition); err != nil {
+		if shared, sharedSized, err = s.builder.build(ctx, p.Tokens, seed, "", tp.NoncePosition); err != nil {
 			return run, err
 		}
 	}
@@ -233,12 +289,15 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 			leg.Name, leg.MaxNewTokens = "b", tp.B
 		}
 		id := s.opt.NewID()
-		prompt := shared
+		prompt, sized := shared, sharedSized
 		if m.nonces() {
 			var err error
-			if prompt, _, err = s.builder.build(ctx, p.Tokens, seed, id, tp.NoncePosition); err != nil {
+			if prompt, sized, err = s.builder.build(ctx, p.Tokens, seed, id, tp.NoncePosition); err != nil {
 				return run, err
 			}
+		}
+		if !s.c.InputIDs {
+			leg.SizedTokens = sized
 		}
 		desc := fmt.Sprintf("%s ctx %d leg %s", m, p.CtxReq, leg.Name)
 		if tp.Repeat > 1 {
@@ -258,8 +317,7 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 			return run, err
 		}
 		s.prog.Done()
-		leg.PromptTokens, leg.CompletionTokens, leg.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
-		leg.CachedTokens = s.cached(g)
+		leg.record(s, g)
 	}
 	if s.sim != nil {
 		for _, leg := range []*Leg{&run.A, &run.B} {
@@ -276,11 +334,12 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 // figures computes one run's two-point results.
 func (r Run) figures() Figures {
 	f := Figures{TTFT: r.A.Seconds}
-	if r.A.Seconds > 0 {
+	// An impossible prompt count gives no prefill rate, not a negative one.
+	if r.A.Seconds > 0 && r.A.PromptTokens > 0 {
 		f.PrefillTPS = float64(r.A.PromptTokens) / r.A.Seconds
 	}
 	dt, dn := r.B.Seconds-r.A.Seconds, r.B.CompletionTokens-r.A.CompletionTokens
-	if dt > 0 && dn > 0 {
+	if dt > 0 && dn > 0 && r.A.CompletionTokens >= 0 {
 		d, s := float64(dn)/dt, dt/float64(dn)
 		f.DecodeTPS, f.SPerOutTok = &d, &s
 	}
@@ -288,19 +347,26 @@ func (r Run) figures() Figures {
 }
 
 // check runs every check on one run. floor is the shared prefix floor (-1
-// unknown); allow the tolerated reuse beyond it.
+// unknown); allow the tolerated reuse beyond it. A reversed run (t_b <=
+// t_a) is left to reversed, which names the runs of a row.
 func (r Run) check(floor, allow int) Verdict {
 	var v Verdict
-	poisoned := false
 	for _, leg := range []Leg{r.A, r.B} {
 		if leg.Flush != nil && !leg.Flush.OK() {
 			v.add(Suspect, flushCause(leg.Name, leg.Flush))
 		}
+		if len(leg.Impossible) > 0 {
+			text := fmt.Sprintf("leg %s: the server reported impossible counts: %s", leg.Name, strings.Join(leg.Impossible, ", "))
+			if leg.cachedImpossible() {
+				text += ", so cache reuse is unchecked"
+			}
+			v.add(Suspect, text)
+		}
 		switch {
+		case leg.cachedImpossible():
 		case leg.CachedTokens == nil:
 			v.add(Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report, vLLM with --enable-prompt-tokens-details)", leg.Name))
 		case *leg.CachedTokens > max(floor, 0)+allow:
-			poisoned = true
 			text := fmt.Sprintf("leg %s reused %d of %d prompt tokens (cached_tokens)", leg.Name, *leg.CachedTokens, leg.PromptTokens)
 			if floor > 0 {
 				text += fmt.Sprintf(", beyond the %d every prompt shares", floor)
@@ -313,52 +379,129 @@ func (r Run) check(floor, allow int) Verdict {
 		if leg.CompletionTokens != leg.MaxNewTokens {
 			v.add(Suspect, fmt.Sprintf("leg %s generated %d of %d tokens", leg.Name, leg.CompletionTokens, leg.MaxNewTokens))
 		}
+		if leg.SizedTokens > 0 && leg.PromptTokens != leg.SizedTokens && leg.PromptTokens > 0 {
+			v.add(Suspect, fmt.Sprintf("leg %s: the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.Name, leg.SizedTokens, leg.PromptTokens))
+		}
 	}
 	if r.A.PromptTokens != r.B.PromptTokens {
 		v.add(Suspect, fmt.Sprintf("the legs' prompts differ: %d and %d tokens", r.A.PromptTokens, r.B.PromptTokens))
 	}
-	if r.B.Seconds <= r.A.Seconds {
-		rel := "<"
-		if r.B.Seconds == r.A.Seconds {
-			rel = "="
-		}
-		l := Suspect
-		if poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
-			l = Poisoned
-		}
-		v.add(l, fmt.Sprintf("t_b %s t_a, so decode is undefined", rel))
-	}
 	return v
 }
 
+// reversalLevel is how bad a run's t_b <= t_a is: POISONED when a leg was
+// served from the cache or the server does not say whether it was (the
+// seed's nan), SUSPECT when both legs were cold (a stall of the client, or
+// jitter larger than the legs' difference).
+func (r Run) reversalLevel(v Verdict) Level {
+	if v.Level() == Poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
+		return Poisoned
+	}
+	return Suspect
+}
+
+// reversed says which runs had t_b <= t_a: of the one run, "t_b < t_a,
+// so decode is undefined"; of several, which ones and that the median
+// counts them as the fastest, so the row's decode stands when they are
+// fewer than half.
+func reversed(v *Verdict, runs []Run, checks []Verdict, medianDefined bool) {
+	var idx []int
+	level := OK
+	for i, r := range runs {
+		if r.B.Seconds <= r.A.Seconds {
+			idx = append(idx, i)
+			level = max(level, r.reversalLevel(checks[i]))
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	if len(runs) == 1 {
+		rel := "<"
+		if runs[0].B.Seconds == runs[0].A.Seconds {
+			rel = "="
+		}
+		v.add(level, fmt.Sprintf("t_b %s t_a, so decode is undefined", rel))
+		return
+	}
+	var which []string
+	for _, i := range idx[:min(len(idx), 3)] {
+		which = append(which, fmt.Sprintf("run %d: t_a %s, t_b %s", i+1, f3(runs[i].A.Seconds), f3(runs[i].B.Seconds)))
+	}
+	if len(idx) > 3 {
+		which = append(which, "...")
+	}
+	text := fmt.Sprintf("t_b <= t_a in %d of %d runs (%s): their decode is undefined", len(idx), len(runs), strings.Join(which, "; "))
+	if medianDefined {
+		text += "; the median counts them as the fastest"
+	} else {
+		text += ", and so is the median"
+	}
+	v.add(level, text)
+}
+
 // summarize fills a row from its runs: medians, spread, verdict, truth.
+//
+// A run whose t_b <= t_a has no decode rate; the median ranks it as the
+// fastest (its t_b-t_a is the smallest), so the row's decode is defined
+// while such runs are fewer than half.
 func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
-	var tas, tbs, ttfts, prefills, decodes, spos []float64
+	var tas, tbs, ttfts, prefills, decodes, spos, defined []float64
+	var checks []Verdict
+	row.PromptTokens = row.Runs[0].A.PromptTokens // as reported, even when impossible
 	for _, r := range row.Runs {
 		f := r.figures()
 		tas, tbs = append(tas, r.A.Seconds), append(tbs, r.B.Seconds)
 		ttfts, prefills = append(ttfts, f.TTFT), append(prefills, f.PrefillTPS)
-		if f.DecodeTPS != nil {
+		switch {
+		case f.DecodeTPS != nil:
 			decodes, spos = append(decodes, *f.DecodeTPS), append(spos, *f.SPerOutTok)
+			defined = append(defined, *f.DecodeTPS)
+		case r.B.Seconds <= r.A.Seconds:
+			decodes, spos = append(decodes, math.Inf(1)), append(spos, 0)
 		}
-		row.Verdict.merge(r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix))
+		c := r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix)
+		checks = append(checks, c)
+		row.Verdict.merge(c)
 		row.PromptTokens = max(row.PromptTokens, r.A.PromptTokens, r.B.PromptTokens)
 		row.CachedA, row.CachedB = maxPtr(row.CachedA, r.A.CachedTokens), maxPtr(row.CachedB, r.B.CachedTokens)
+	}
+	for _, c := range s.notes {
+		row.Verdict.add(c.Level, c.Text)
 	}
 	if note := retriedFlushes(row.Runs); note != "" {
 		row.Verdict.add(OK, note)
 	}
 	row.TA, row.TB = median(tas), median(tbs)
 	row.TTFT, row.PrefillTPS = median(ttfts), median(prefills)
-	if len(decodes) == len(row.Runs) {
-		d, sp := median(decodes), median(spos)
+	d, sp := median(decodes), median(spos)
+	medianDefined := len(decodes) == len(row.Runs) && !math.IsInf(d, 0) && sp > 0
+	if medianDefined {
 		row.DecodeTPS, row.SPerOutTok = &d, &sp
-		row.Spread = spread(decodes)
+	}
+	if len(defined) > 0 {
+		row.Spread = spread(defined)
 	} else {
 		row.Spread = spread(tas)
-		if len(decodes) > 0 {
-			row.Verdict.add(Suspect, fmt.Sprintf("decode is undefined in %d of %d runs", len(row.Runs)-len(decodes), len(row.Runs)))
+	}
+	reversed(&row.Verdict, row.Runs, checks, medianDefined)
+	if n := len(row.Runs) - len(decodes); n > 0 && len(row.Runs) > 1 {
+		row.Verdict.add(Suspect, fmt.Sprintf("decode is undefined in %d of %d runs (leg b did not report more tokens than leg a)", n, len(row.Runs)))
+	}
+	row.SpecRounds = tp.specRounds(s, row.Runs)
+	if medianDefined {
+		var sug Suggestion
+		rounds := 0.0
+		if row.SpecRounds != nil {
+			rounds = *row.SpecRounds
+			accept := float64(tp.B-tp.A) / rounds
+			if s.sim != nil && s.sim.ExpectedAccept > 1 {
+				accept = s.sim.ExpectedAccept // the model's mean, not one run's draw
+			}
+			sug.B = roundsCheck(&row.Verdict, "--b", tp.A, tp.B, rounds, accept)
 		}
+		sug.Repeat = spreadCheck(&row.Verdict, defined, sug.B > 0)
+		row.suggest(sug)
 	}
 	if s.sim == nil {
 		return nil
@@ -366,9 +509,54 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 	return tp.truth(ctx, s, row)
 }
 
+// aCached is the CSV's a_cached: whether any run's leg a reused more than
+// the shared floor; "" when the server does not say.
+func (row *Row) aCached(floor int) string {
+	if row.CachedA == nil {
+		return ""
+	}
+	return strconv.FormatBool(*row.CachedA > floor)
+}
+
+// suggest merges a fix into the row's suggestion.
+func (row *Row) suggest(sug Suggestion) { row.Suggested = mergeSuggestion(row.Suggested, sug) }
+
+// specRounds is the median of the speculative rounds b-a took over the
+// runs, from the rounds each leg reported (spec_verify_ct: a leg of one
+// token reports none, having taken none), else expected from the mock's
+// mean accept length; nil when neither is known or without speculative
+// decoding.
+func (tp *TwoPoint) specRounds(s *session, runs []Run) *float64 {
+	var rounds []float64
+	for _, r := range runs {
+		if r.B.SpecVerifyCt == nil {
+			break
+		}
+		a := 0
+		if r.A.SpecVerifyCt != nil {
+			a = *r.A.SpecVerifyCt
+		}
+		rounds = append(rounds, float64(*r.B.SpecVerifyCt-a))
+	}
+	var m float64
+	switch {
+	case len(rounds) == len(runs):
+		m = median(rounds)
+	case s.sim != nil && s.sim.ExpectedAccept > 1:
+		m = float64(tp.B-tp.A) / s.sim.ExpectedAccept
+	default:
+		return nil
+	}
+	if m <= 0 || m >= float64(tp.B-tp.A) {
+		return nil // one token a round: no speculative decoding
+	}
+	return &m
+}
+
 // truth computes the row's errors against the model. With several runs
 // each error is the median of the runs' errors, every run's measured
-// figure taken against the truth of its own requests.
+// figure taken against the truth of its own requests (a run without a
+// decode rate counts as the fastest, as in the median of the rates).
 func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 	var trueTA, trueDecode, ttftErrs, decodeErrs []float64
 	for _, r := range row.Runs {
@@ -376,10 +564,13 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 		trueTA = append(trueTA, r.A.Truth.E2E)
 		ttftErrs = append(ttftErrs, relErr(f.TTFT, r.A.Truth.E2E))
 		if dt := r.B.Truth.E2E - r.A.Truth.E2E; dt > 0 {
-			d := float64(r.B.CompletionTokens-r.A.CompletionTokens) / dt
+			d := float64(r.B.Truth.CompletionTokens-r.A.Truth.CompletionTokens) / dt
 			trueDecode = append(trueDecode, d)
-			if f.DecodeTPS != nil {
+			switch {
+			case f.DecodeTPS != nil:
 				decodeErrs = append(decodeErrs, relErr(*f.DecodeTPS, d))
+			case r.B.Seconds <= r.A.Seconds:
+				decodeErrs = append(decodeErrs, math.Inf(1))
 			}
 		}
 	}
@@ -398,8 +589,7 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 		d := median(trueDecode)
 		t.Decode = &d
 	}
-	if len(decodeErrs) == len(row.Runs) {
-		e := median(decodeErrs)
+	if e := median(decodeErrs); len(decodeErrs) == len(row.Runs) && !math.IsInf(e, 0) {
 		t.DecodeErr = &e
 	}
 	if row.DecodeTPS != nil && t.SteadyDecode != nil {
@@ -407,6 +597,11 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 		t.DecodeBias = &b
 	}
 	row.Truth = t
+	dtTrue := 0.0
+	if t.Decode != nil {
+		dtTrue = float64(tp.B-tp.A) / *t.Decode
+	}
+	row.suggest(Suggestion{Speedup: lateness(&row.Verdict, t.TTFTErr, t.TTFT, t.DecodeErr, dtTrue, row.Speedup)})
 	return nil
 }
 

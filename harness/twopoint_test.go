@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,14 +82,25 @@ func TestMethodsAgainstTruth(t *testing.T) {
 				}
 				continue
 			}
-			want := "ok"
+			// b-a = 16 spans a handful of DDTREE rounds (4.40 tokens each on
+			// average): the verdict says so and names the b that spans 40 or more
+			// (176.2 tokens, rounded up to a multiple of 16).
+			rounds := *row.Runs[0].B.SpecVerifyCt
+			if row.Runs[0].A.SpecVerifyCt != nil || row.SpecRounds == nil || *row.SpecRounds != float64(rounds) {
+				t.Errorf("%s: spec rounds %v, legs' spec_verify_ct %v and %d; want leg a none, the row leg b's", name, row.SpecRounds, row.Runs[0].A.SpecVerifyCt, rounds)
+			}
+			want := fmt.Sprintf("SUSPECT: b-a = 16: only %d speculative rounds, and decode moves by a whole round (%s %%) from run to run: use --b 193 (about 44 rounds of 4.40 tokens)",
+				rounds, strconv.FormatFloat(math.Round(1000/float64(rounds))/10, 'f', -1, 64))
 			if row.Method != harness.NonceMethod {
 				// Each flush comes right after a response, inside kimi's 50 ms
 				// settling window: refused once, accepted on the retry.
-				want = "ok (2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries)"
+				want += "; 2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries"
 			}
 			if got := row.Verdict.String(); got != want {
 				t.Errorf("%s: verdict %q, want %q", name, got, want)
+			}
+			if row.Suggested == nil || *row.Suggested != (harness.Suggestion{B: 193}) {
+				t.Errorf("%s: suggested %+v, want b 193", name, row.Suggested)
 			}
 			if *row.CachedA != 0 || *row.CachedB != 0 {
 				t.Errorf("%s: cached %d, %d, want 0, 0", name, *row.CachedA, *row.CachedB)
@@ -412,7 +424,10 @@ func TestServerWithoutSim(t *testing.T) {
 				t.Errorf("%s: truth %+v without /sim/", row.Method, row.Truth)
 			}
 		}
-		if !strings.HasPrefix(rep.Rows[0].Verdict.String(), "POISONED: leg b reused 1406 of 1407") || rep.Rows[1].Verdict.Level() != harness.OK {
+		// Without /sim/ the speculative rounds come from the server's own
+		// spec_verify_ct, and the accept length of the suggested b from them.
+		if !strings.HasPrefix(rep.Rows[0].Verdict.String(), "POISONED: leg b reused 1406 of 1407") ||
+			!strings.HasPrefix(rep.Rows[1].Verdict.String(), "SUSPECT: b-a = 16: only 3 speculative rounds") {
 			t.Errorf("verdicts: %s / %s", rep.Rows[0].Verdict, rep.Rows[1].Verdict)
 		}
 		var table bytes.Buffer

@@ -3,6 +3,9 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -132,4 +135,271 @@ func (v *Verdict) UnmarshalJSON(b []byte) error {
 	}
 	v.Causes = w.Causes
 	return nil
+}
+
+// Tolerance is how far a figure may be off, by any measure the harness
+// has, before its row is SUSPECT: 5 %. It is the resolution benchmarks of
+// two deployments are run to have, and calibrate's own: a row whose times
+// are off by more cannot calibrate a profile within calibrate.Tolerance.
+// Each check below turns it into its own bound, and each fix it suggests
+// aims at half of it, so that the next run's verdict does not hang on the
+// draw of its jitter:
+//
+//   - truth error: |ttft_err| or |decode_err| above Tolerance, against
+//     the modelled times of the very requests sent (exactly 0 on virtual
+//     time); the fix is the speedup at which the lateness observed would
+//     leave Tolerance/2.
+//   - spread over repeats: the 95 % interval of the median decode rate
+//     (±1.96 × 1.2533 s/√n, the large-sample standard error of a median
+//     from the runs' standard deviation s) wider than ±Tolerance; the fix
+//     is the runs that would narrow it to ±Tolerance/2.
+//   - speculative rounds: b-a spanning fewer than 1/Tolerance = 20
+//     rounds, where the whole-round count moves the decode figure by more
+//     than Tolerance (one round in R is 1/R of it); the fix is the b that
+//     spans 2/Tolerance = 40.
+const Tolerance = 0.05
+
+// minRounds is the fewest speculative rounds b-a may span: one round is
+// then at most Tolerance of the decode figure.
+var minRounds = math.Ceil(1 / Tolerance)
+
+// The large-sample standard error of a median is 1.2533 σ/√n (σ√(π/2));
+// 1.96 makes it a 95 % interval.
+const (
+	medianSE = 1.2533
+	z95      = 1.96
+)
+
+// Suggestion is what a SUSPECT row's fix would change; 0 where it has
+// nothing to suggest.
+type Suggestion struct {
+	// Speedup is the mock's speedup at which the lateness observed leaves
+	// the truth errors within Tolerance/2.
+	Speedup float64 `json:"speedup,omitempty"`
+	// B is the leg b whose b-a spans 2/Tolerance speculative rounds.
+	B int `json:"b,omitempty"`
+	// Repeat is the runs that narrow the median's 95 % interval to
+	// ±Tolerance/2.
+	Repeat int `json:"repeat,omitempty"`
+}
+
+// mergeSuggestion adds a fix's non-zero fields to a row's suggestion.
+func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
+	if sug == (Suggestion{}) {
+		return to
+	}
+	if to == nil {
+		to = &Suggestion{}
+	}
+	if sug.Speedup > 0 {
+		to.Speedup = sug.Speedup
+	}
+	if sug.B > 0 {
+		to.B = sug.B
+	}
+	if sug.Repeat > 0 {
+		to.Repeat = sug.Repeat
+	}
+	return to
+}
+
+// lateness checks a row's truth errors: measured TTFT and decode against
+// the modelled times of the very requests sent. The error is the client's:
+// each leg arrives some wall time late (a timer that wakes late, a
+// descheduled process, the transport), which the speedup multiplies into
+// simulated seconds. From the lateness observed it computes the speedup at
+// which the same lateness would leave Tolerance/2.
+//
+// ttftTrue is the true TTFT, dtTrue the true decode span (t_b-t_a, or a
+// stream's first to last event), decodeErr nil when undefined.
+func lateness(v *Verdict, ttftErr, ttftTrue float64, decodeErr *float64, dtTrue, speedup float64) float64 {
+	var parts []string
+	// lateWall is the largest difference the errors show, in wall seconds;
+	// it may be either way (an engine stamping an arrival late makes the
+	// client's time short).
+	lateWall, scale := 0.0, math.Inf(1)
+	target := Tolerance / 2
+	if math.Abs(ttftErr) > Tolerance {
+		parts = append(parts, "ttft_err "+pct(ttftErr))
+	}
+	if ttftErr != 0 {
+		lateWall = math.Abs(ttftErr) * ttftTrue / speedup
+		scale = target / math.Abs(ttftErr)
+	}
+	if decodeErr != nil && *decodeErr > -1 {
+		// The measured span is dt(1+delta), and decode_err = -delta/(1+delta).
+		delta := -*decodeErr / (1 + *decodeErr)
+		if math.Abs(*decodeErr) > Tolerance {
+			parts = append(parts, "decode_err "+pct(*decodeErr))
+		}
+		if delta != 0 {
+			lateWall = max(lateWall, math.Abs(delta)*dtTrue/speedup)
+			scale = min(scale, target/(1+target)/math.Abs(delta))
+		}
+	}
+	if len(parts) == 0 {
+		return 0
+	}
+	text := fmt.Sprintf("measured off the server's own timeline (%s, beyond %s): the client's times and the server's differ by %s of wall clock",
+		strings.Join(parts, ", "), pctPlain(Tolerance), millis(lateWall))
+	suggest := niceBelow(speedup * scale)
+	if suggest < 1 {
+		v.add(Suspect, text+fmt.Sprintf(" at x%s, which no speedup removes (a slow client, or a transport between it and the server)", trimFloat(speedup)))
+		return 0
+	}
+	v.add(Suspect, text+fmt.Sprintf(", %s simulated at x%s, so this host cannot keep x%s: run the mock at --speedup %s or less",
+		secs(lateWall*speedup), trimFloat(speedup), trimFloat(speedup), trimFloat(suggest)))
+	return suggest
+}
+
+// niceBelow is the largest of 1, 2, 5, 10, 20, 50, ... not above x; x
+// itself when it is below 1.
+func niceBelow(x float64) float64 {
+	if x < 1 || math.IsInf(x, 0) || math.IsNaN(x) {
+		return x
+	}
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{5, 2, 1} {
+		if m*p <= x*(1+1e-12) {
+			return m * p
+		}
+	}
+	return p
+}
+
+// spreadCheck checks that the median of the runs' decode rates is known
+// to ±Tolerance; it returns the runs that would know it to ±Tolerance/2.
+// When b-a spans too few speculative rounds (fewRounds), a larger b is the
+// fix, not more runs of the same b.
+func spreadCheck(v *Verdict, decodes []float64, fewRounds bool) int {
+	n := len(decodes)
+	if n < 2 {
+		return 0
+	}
+	m := median(decodes)
+	half := z95 * medianSE * stddev(decodes) / math.Sqrt(float64(n)) / m
+	if !(half > Tolerance) {
+		return 0
+	}
+	text := fmt.Sprintf("decode varies from run to run: %d runs from %s to %s tok/s, so the median %s is known to ±%s only (95 %%)",
+		n, trimFloat1(slices.Min(decodes)), trimFloat1(slices.Max(decodes)), trimFloat1(m), pctPlain(half))
+	if fewRounds {
+		v.add(Suspect, text+": a larger b narrows it (above)")
+		return 0
+	}
+	need := min(maxRepeat, int(math.Ceil(float64(n)*math.Pow(half/(Tolerance/2), 2))))
+	v.add(Suspect, text+fmt.Sprintf("; about %d runs would know it to ±%s", need, pctPlain(Tolerance/2)))
+	return need
+}
+
+// roundsCheck checks that b-a spans enough speculative rounds: leg b stops
+// mid-round once it has its tokens, so b-a takes a whole number of rounds
+// R, and the decode figure moves by one round in R from run to run and
+// reads low by the last round's unused tokens (the small-delta-bias
+// scenario). accept is the mean tokens a round gives; the b it returns
+// spans 2/Tolerance rounds of it, and flag is the option that sets b.
+func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64) int {
+	what := fmt.Sprintf("b-a = %d", b-a)
+	if flag != "--b" {
+		what = fmt.Sprintf("the %d tokens after the first", b-a)
+	}
+	if rounds <= 0 || rounds >= float64(b-a) || rounds >= minRounds || accept <= 1 {
+		return 0 // one token a round, or enough rounds
+	}
+	delta := int(math.Ceil(2*minRounds*accept/16)) * 16
+	v.add(Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens)",
+		what, trimFloat1(rounds), pctPlain(1/rounds), flag, a+delta, int(math.Round(float64(delta)/accept)), accept))
+	return a + delta
+}
+
+// stddev is the sample standard deviation.
+func stddev(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	mean := 0.0
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	ss := 0.0
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss / float64(len(xs)-1))
+}
+
+// impossibleCounts names the counts of a generation no server can report:
+// malformed numbers, impossible token counts (countProblems), more
+// speculative rounds than tokens.
+func impossibleCounts(g *Generation) []string {
+	out := slices.Clone(g.Malformed)
+	out = append(out, countProblems(g.PromptTokens, g.CachedTokens, g.CachedKnown, g.CompletionTokens)...)
+	if v := g.SpecVerifyCt; v != nil && (*v < 0 || *v > max(g.CompletionTokens, 0)) {
+		out = append(out, fmt.Sprintf("spec_verify_ct %d for %d tokens", *v, g.CompletionTokens))
+	}
+	return out
+}
+
+// countProblems names the token counts no server can report for one
+// request: a prompt of no tokens, more cached tokens than the prompt has or
+// fewer than none (when the server reported them), negative outputs.
+func countProblems(prompt, cached int, cachedKnown bool, completion int) []string {
+	var out []string
+	if prompt <= 0 {
+		out = append(out, fmt.Sprintf("prompt_tokens %d", prompt))
+	}
+	if cachedKnown && (cached < 0 || cached > max(prompt, 0)) {
+		out = append(out, fmt.Sprintf("cached_tokens %d of a %d-token prompt", cached, prompt))
+	}
+	if completion < 0 {
+		out = append(out, fmt.Sprintf("completion_tokens %d", completion))
+	}
+	return out
+}
+
+// pctPlain renders a fraction as "5 %" or "12.5 %".
+func pctPlain(x float64) string {
+	return strconv.FormatFloat(math.Round(1000*x)/10, 'f', -1, 64) + " %"
+}
+
+// millis renders wall seconds as "2.3 ms".
+func millis(s float64) string {
+	return strconv.FormatFloat(s*1000, 'g', 2, 64) + " ms"
+}
+
+// secs renders seconds as "0.23 s".
+func secs(s float64) string { return strconv.FormatFloat(s, 'g', 2, 64) + " s" }
+
+// trimFloat1 renders with one decimal at most.
+func trimFloat1(x float64) string {
+	return strconv.FormatFloat(math.Round(10*x)/10, 'f', -1, 64)
+}
+
+// SuggestedSpeedup is the mock's speedup the whole report can be run at:
+// the lowest any row suggests; 0 when no row found its host late.
+func (r *Report) SuggestedSpeedup() float64 {
+	s := 0.0
+	for _, sug := range r.suggestions() {
+		if sug.Speedup > 0 && (s == 0 || sug.Speedup < s) {
+			s = sug.Speedup
+		}
+	}
+	return s
+}
+
+// suggestions are the rows' fixes.
+func (r *Report) suggestions() []Suggestion {
+	var out []Suggestion
+	for _, row := range r.Rows {
+		if row.Suggested != nil {
+			out = append(out, *row.Suggested)
+		}
+	}
+	for _, row := range r.Stream {
+		if row.Suggested != nil {
+			out = append(out, *row.Suggested)
+		}
+	}
+	return out
 }

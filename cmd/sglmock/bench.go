@@ -109,7 +109,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "also write the whole report (every leg, its flushes and truth) as JSON to this file (- for standard output, as --csv)")
 	fs.StringVar(&o.plotPath, "plot", "", "also plot the figures against context to this file; its extension picks the format: "+strings.Join(harness.PlotFormats(), ", "))
 	fs.BoolVar(&o.wide, "wide", false, "print every column (the default table keeps the figures to compare)")
-	floatFlag(fs, &timeout, "request-timeout", 0, "give up on a request after this many wall `seconds` (0: never; a 192k-token prefill takes minutes)")
+	floatFlag(fs, &timeout, "request-timeout", harness.DefaultRequestTimeout.Seconds(), "give up on a request, and end the run, after this many wall `seconds` (a 200k-token prefill takes minutes; 0 waits forever)")
 	if o.method == "twopoint" {
 		fs.IntVar(&o.a, "a", 1, "max_new_tokens of leg a")
 		fs.IntVar(&o.b, "b", 17, "max_new_tokens of leg b")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,9 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "overhead, per context token) to measured rows, by least squares on both legs of every row.")
 		fmt.Fprintf(stderr, "Where a formula leaves a residual above %g %%, that part becomes a table through the rows.\n", calibrate.Tolerance*100)
 		fmt.Fprintln(stderr, "Everything else comes from --base and the profile flags: describe the deployment you measured.")
+		fmt.Fprintln(stderr, "Rows of bench's CSV whose legs were served from the cache (a_cached, or a POISONED verdict other")
+		fmt.Fprintln(stderr, "than the leg b its b_cached declares) are dropped, each named. Exit status: 2 for a usage or")
+		fmt.Fprintln(stderr, "input error, 1 when no form reproduces every row within the tolerance, 0 otherwise.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -55,7 +59,7 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 2
 	}
-	rows, err := calibrate.ReadCSV(f, *csvPath)
+	all, err := calibrate.ReadCSV(f, *csvPath)
 	f.Close()
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
@@ -67,18 +71,26 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 			*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
 		}
 	}
-	res, err := calibrate.Fit(rows, p, *name)
-	if err != nil {
-		fmt.Fprintf(stderr, "sglmock calibrate: %s: %v\n", *csvPath, err)
-		return 1
-	}
 	report := stdout
 	if *out == "-" {
 		report = stderr
 	}
+	rows, dropped := calibrate.Usable(all)
+	writeScreening(report, rows, dropped)
+	res, err := calibrate.Fit(rows, p, *name)
+	if err != nil {
+		fmt.Fprintf(stderr, "sglmock calibrate: %s: %v\n", *csvPath, err)
+		if errors.Is(err, calibrate.ErrBadInput) {
+			return 2
+		}
+		return 1
+	}
 	res.WriteReport(report)
-	header := fmt.Sprintf("# Fitted by sglmock calibrate from %s (%d rows), base profile %s.\n"+
-		"# Largest residual over both legs of every row: %.2f %%.\n", filepath.Base(*csvPath), len(rows), p.Name, 100*res.MaxError)
+	header := fmt.Sprintf("# Fitted by sglmock calibrate from %s (%d rows", filepath.Base(*csvPath), len(rows))
+	if len(dropped) > 0 {
+		header += fmt.Sprintf("; %d dropped, served from the cache", len(dropped))
+	}
+	header += fmt.Sprintf("), base profile %s.\n# Largest residual over both legs of every row: %.2f %%.\n", p.Name, 100*res.MaxError)
 	yaml := append([]byte(header), res.Profile.YAML()...)
 	if *out == "-" {
 		stdout.Write(yaml)
@@ -93,4 +105,17 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writeScreening says which rows the fit leaves out, and which it fits
+// although bench found them SUSPECT.
+func writeScreening(w io.Writer, kept []calibrate.Row, dropped []calibrate.Dropped) {
+	for _, d := range dropped {
+		fmt.Fprintf(w, "dropped line %d (ctx %d, %d tokens): %s\n", d.Line, d.CtxReq, d.PromptTokens, d.Reason)
+	}
+	for _, r := range kept {
+		if r.Verdict == "SUSPECT" {
+			fmt.Fprintf(w, "fitted anyway: line %d (ctx %d) is SUSPECT: %s\n", r.Line, r.CtxReq, r.Cause)
+		}
+	}
 }

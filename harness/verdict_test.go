@@ -1,0 +1,370 @@
+package harness_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
+)
+
+// lateTransport makes the client see each /generate answer late, as a
+// host that cannot keep the mock's speedup does: the first bytes of it
+// reach the client delay(request) of (virtual) wall time after the server
+// sent them, so a whole answer's time includes the delay, and so does a
+// stream's first event.
+type lateTransport struct {
+	base  http.RoundTripper
+	delay func(rid string, maxNew int) time.Duration
+}
+
+func (t lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body struct {
+		RID            string `json:"rid"`
+		SamplingParams struct {
+			MaxNewTokens int `json:"max_new_tokens"`
+		} `json:"sampling_params"`
+	}
+	if r.URL.Path == "/generate" && r.GetBody != nil {
+		b, _ := r.GetBody()
+		json.NewDecoder(b).Decode(&body)
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || r.URL.Path != "/generate" {
+		return resp, err
+	}
+	resp.Body = &lateBody{ReadCloser: resp.Body, delay: t.delay(body.RID, body.SamplingParams.MaxNewTokens)}
+	return resp, nil
+}
+
+type lateBody struct {
+	io.ReadCloser
+	delay time.Duration
+	read  bool
+}
+
+func (b *lateBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 && !b.read {
+		b.read = true
+		time.Sleep(b.delay)
+	}
+	return n, err
+}
+
+// lateClient is a harness client of m whose answers come late.
+func lateClient(m *mocktest.Mock, delay func(rid string, maxNew int) time.Duration) *harness.Client {
+	return &harness.Client{HTTP: &http.Client{Transport: lateTransport{m.HTTP.Transport, delay}}, BaseURL: m.URL, Backend: harness.SGLang}
+}
+
+// A sweep at a speedup the host cannot keep: every answer reaches the
+// client 2 ms late, which at x100 is 0.2 simulated seconds, 43 % of the 1k
+// row's TTFT. The rows it moves by more than 5 % are SUSPECT with the
+// lateness and the speedup at which it would leave 2.5 %; at that speedup
+// the same lateness leaves every row within 5 %.
+func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
+	sweep := func(t *testing.T, speedup float64, delay func(string, int) time.Duration) *harness.Report {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: speedup})
+		tp := twoPoint(m, seedPoints, harness.FlushNonce)
+		tp.Client = lateClient(m, delay)
+		tp.B = 193 // over 40 DDTREE rounds: the rounds check has nothing to say
+		return run(t, tp)
+	}
+	late := func(string, int) time.Duration { return 2 * time.Millisecond }
+	for _, tt := range []struct {
+		name  string
+		delay func(string, int) time.Duration
+		want  []float64 // the speedup each row suggests; 0 where it is fine
+		use   float64
+	}{
+		// A constant lateness moves t_a and t_b alike: TTFT only.
+		{"every answer 2 ms late", late, []float64{5, 20, 0}, 5},
+		// Leg b later than leg a: decode too.
+		{"leg a 1 ms, leg b 4 ms late", func(_ string, maxNew int) time.Duration {
+			if maxNew == 1 {
+				return time.Millisecond
+			}
+			return 4 * time.Millisecond
+		}, []float64{10, 0, 0}, 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rep := sweep(t, 100, tt.delay)
+				for i, row := range rep.Rows {
+					tr := row.Truth
+					// The errors are the lateness: x100 makes 1 ms 0.1 s (to the
+					// nanosecond of the wall clock, 1e-7 s simulated).
+					lateA := 100 * tt.delay("", 1).Seconds()
+					lateB := 100 * tt.delay("", 193).Seconds()
+					if got, want := tr.TTFTErr, lateA/tr.TTFT; math.Abs(got-want) > 1e-6 {
+						t.Errorf("ctx %d: ttft_err %g, want %g", row.CtxReq, got, want)
+					}
+					dt := 192 / *tr.Decode
+					if got, want := *tr.DecodeErr, dt/(dt+lateB-lateA)-1; math.Abs(got-want) > 1e-6 {
+						t.Errorf("ctx %d: decode_err %g, want %g", row.CtxReq, got, want)
+					}
+					cause := "measured off the server's own timeline"
+					switch {
+					case tt.want[i] == 0:
+						if row.Suggested != nil || strings.Contains(row.Verdict.String(), cause) {
+							t.Errorf("ctx %d: verdict %q, suggested %+v; want nothing said of its lateness (errors %+.2f %%, %+.2f %%)",
+								row.CtxReq, row.Verdict, row.Suggested, 100*tr.TTFTErr, 100**tr.DecodeErr)
+						}
+					case row.Verdict.Level() != harness.Suspect || !strings.Contains(row.Verdict.String(), cause) ||
+						row.Suggested == nil || row.Suggested.Speedup != tt.want[i]:
+						t.Errorf("ctx %d: verdict %q, suggested %+v; want SUSPECT and --speedup %g", row.CtxReq, row.Verdict, row.Suggested, tt.want[i])
+					}
+				}
+				if got := rep.SuggestedSpeedup(); got != tt.use {
+					t.Errorf("the sweep suggests x%g, want x%g", got, tt.use)
+				}
+				again := sweep(t, rep.SuggestedSpeedup(), tt.delay)
+				for _, row := range again.Rows {
+					tr := row.Truth
+					if strings.Contains(row.Verdict.String(), "timeline") || math.Abs(tr.TTFTErr) > harness.Tolerance/2 || math.Abs(*tr.DecodeErr) > harness.Tolerance/2 {
+						t.Errorf("at x%g, ctx %d: errors %+.2f %%, %+.2f %%, verdict %q; want within 2.5 %% and nothing said",
+							rep.SuggestedSpeedup(), row.CtxReq, 100*tr.TTFTErr, 100**tr.DecodeErr, row.Verdict)
+					}
+				}
+			})
+		})
+	}
+	// The cause, whole, of the first sweep's 1k row.
+	synctest.Test(t, func(t *testing.T) {
+		row := sweep(t, 100, late).Rows[0]
+		want := fmt.Sprintf("SUSPECT: measured off the server's own timeline (ttft_err +%.2f%%, beyond 5 %%): the client's times and the server's differ by 2 ms of wall clock, "+
+			"0.2 s simulated at x100, so this host cannot keep x100: run the mock at --speedup 5 or less",
+			100*0.2/row.Truth.TTFT)
+		if got := row.Verdict.String(); got != want {
+			t.Errorf("verdict:\n got %q\nwant %q", got, want)
+		}
+	})
+}
+
+// Lateness at x1 is the client's own: no speedup removes it, and the
+// verdict says so.
+func TestLatenessAtSpeedupOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
+		tp.Client = lateClient(m, func(string, int) time.Duration { return 10 * time.Millisecond })
+		row := run(t, tp).Rows[0]
+		if !strings.Contains(row.Verdict.String(), "the client's times and the server's differ by 10 ms of wall clock at x1, which no speedup removes") || row.Suggested != nil {
+			t.Errorf("verdict %q, suggested %+v", row.Verdict, row.Suggested)
+		}
+	})
+}
+
+// A stream's first event late by 2 ms at x100: its TTFT is off, and the
+// row says which speedup the host keeps.
+func TestStreamLateness(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: 100})
+		st := &harness.Stream{Client: lateClient(m, func(string, int) time.Duration { return 2 * time.Millisecond }),
+			Points: seedPoints[:1], MaxNewTokens: 256, Options: harness.Options{NewID: counter(), Flush: retryFlushes}}
+		row := run(t, st).Stream[0]
+		// The first event 0.2 s late, the last on time: the span from one to
+		// the other 0.2 s short.
+		span := 255 / *row.Truth.Decode
+		if got, want := row.Truth.TTFTErr, 0.2/row.Truth.TTFT; math.Abs(got-want) > 1e-6 || math.Abs(*row.Truth.DecodeErr-(span/(span-0.2)-1)) > 1e-6 {
+			t.Errorf("errors %g, %g; want %g and %g", got, *row.Truth.DecodeErr, want, span/(span-0.2)-1)
+		}
+		if row.Suggested == nil || row.Suggested.Speedup != 5 || !strings.Contains(row.Verdict.String(), "run the mock at --speedup 5 or less") {
+			t.Errorf("verdict %q, suggested %+v; want --speedup 5", row.Verdict, row.Suggested)
+		}
+	})
+}
+
+// On virtual time nothing is late: no truth cause, whatever the speedup.
+func TestNoLatenessOnVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Speedup: 1000})
+		row := run(t, twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce)).Rows[0]
+		if row.Verdict.String() != "ok" || row.Suggested != nil {
+			t.Errorf("at x1000 on virtual time: verdict %q, suggested %+v; want ok", row.Verdict, row.Suggested)
+		}
+	})
+}
+
+// b-a over a handful of speculative rounds is SUSPECT and names the b that
+// spans 40; at that b the row has nothing to say. Without speculative
+// decoding one token is one round, and b = 17 is exact.
+func TestSpeculativeRounds(t *testing.T) {
+	for _, tt := range []struct {
+		profile string
+		b       int
+		want    string
+	}{
+		{"llama-8b-eagle3-h100", 17, "SUSPECT: b-a = 16: only %d speculative rounds, and decode moves by a whole round (%d %%) from run to run: use --b 129 (about 43 rounds of 2.97 tokens)"},
+		{"llama-8b-eagle3-h100", 129, "ok"},
+		{"default", 17, "ok"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := mocktest.Profile(t, tt.profile)
+			p.FlushBusyAfterFinishS = 0 // no overlap flush window: the verdict is the rounds' alone
+			m := mocktest.Start(t, api.Config{Profile: p})
+			tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
+			tp.B = tt.b
+			row := run(t, tp).Rows[0]
+			rounds := row.Runs[0].B.SpecVerifyCt
+			want := tt.want
+			if strings.Contains(want, "%d") {
+				want = fmt.Sprintf(want, *rounds, 100 / *rounds)
+			}
+			if got := row.Verdict.String(); got != want {
+				t.Errorf("%s, b=%d: verdict %q, want %q", tt.profile, tt.b, got, want)
+			}
+			switch {
+			case tt.profile == "default" && (rounds != nil || row.SpecRounds != nil):
+				t.Errorf("default: rounds %v, %v; want none reported", rounds, row.SpecRounds)
+			case tt.profile != "default" && (rounds == nil || row.SpecRounds == nil || *row.SpecRounds != float64(*rounds)):
+				t.Errorf("%s, b=%d: spec rounds %v, leg b's spec_verify_ct %v; want equal", tt.profile, tt.b, row.SpecRounds, rounds)
+			}
+		})
+	}
+}
+
+// Repeats that agree say nothing; repeats that scatter (b-a = 16 under
+// EAGLE3, every run a draw of whole rounds) are SUSPECT with the median's
+// 95 % interval, computed from the runs: ±1.96 x 1.2533 s/√n.
+func TestSpreadOverRepeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
+		tp.Repeat = 5
+		if row := run(t, tp).Rows[0]; row.Verdict.String() != "ok" || row.Spread != 0 {
+			t.Errorf("five exact runs: verdict %q, spread %g; want ok, 0", row.Verdict, row.Spread)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
+		// b-a = 72 spans some 24 rounds: enough for the rounds check, few
+		// enough that five runs scatter.
+		tp.Repeat, tp.B = 5, 73
+		row := run(t, tp).Rows[0]
+		var decodes []float64
+		for _, r := range row.Runs {
+			decodes = append(decodes, 72/(r.B.Seconds-r.A.Seconds))
+		}
+		mean, ss := 0.0, 0.0
+		for _, d := range decodes {
+			mean += d / 5
+		}
+		for _, d := range decodes {
+			ss += (d - mean) * (d - mean)
+		}
+		half := 1.96 * 1.2533 * math.Sqrt(ss/4) / math.Sqrt(5) / *row.DecodeTPS
+		want := fmt.Sprintf("is known to ±%s %% only (95 %%); about %d runs would know it to ±2.5 %%",
+			fmt.Sprint(math.Round(1000*half)/10), int(math.Ceil(5*half*half/(0.025*0.025))))
+		if half <= harness.Tolerance || row.Verdict.Level() != harness.Suspect || !strings.Contains(row.Verdict.String(), want) {
+			t.Errorf("verdict %q; want it to say %q", row.Verdict, want)
+		}
+		if row.Suggested == nil || row.Suggested.Repeat != int(math.Ceil(5*half*half/(0.025*0.025))) {
+			t.Errorf("suggested %+v", row.Suggested)
+		}
+	})
+}
+
+// One run of three stalled so long that its t_a passed its t_b: the row
+// says so of that run, with its times, and its median decode stands (the
+// stalled run counts as the fastest).
+func TestReversedRunAmongRepeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
+		tp := twoPoint(m, seedPoints[:1], harness.FlushNonce)
+		tp.Repeat, tp.B = 3, 193
+		// ids 1 and 2 are the floor probe's; run 2's leg a is id-5.
+		tp.Client = lateClient(m, func(rid string, _ int) time.Duration {
+			if rid == "twopoint-id-5" {
+				return 3 * time.Second
+			}
+			return 0
+		})
+		row := run(t, tp).Rows[0]
+		r := row.Runs[1]
+		want := fmt.Sprintf("SUSPECT: t_b <= t_a in 1 of 3 runs (run 2: t_a %.3f, t_b %.3f): their decode is undefined; the median counts them as the fastest", r.A.Seconds, r.B.Seconds)
+		if got := row.Verdict.String(); !strings.HasPrefix(got, want) {
+			t.Errorf("verdict %q, want it to start %q", got, want)
+		}
+		d1, d3 := 192/(row.Runs[0].B.Seconds-row.Runs[0].A.Seconds), 192/(row.Runs[2].B.Seconds-row.Runs[2].A.Seconds)
+		if row.DecodeTPS == nil || *row.DecodeTPS != math.Max(d1, d3) || *row.Truth.DecodeErr != 0 {
+			t.Errorf("decode %v, error %v; want the larger of runs 1 and 3, %g, and error 0", row.DecodeTPS, row.Truth.DecodeErr, math.Max(d1, d3))
+		}
+		var js bytes.Buffer
+		if err := (&harness.Report{Rows: []harness.Row{row}}).WriteJSON(&js); err != nil {
+			t.Errorf("the row does not encode: %v", err)
+		}
+	})
+}
+
+// --ctx sends exactly the tokens asked: on the BOS profile, where a
+// two-token word steps over the target, and over the OpenAI routes, which
+// size with the server's /tokenize too.
+func TestContextIsExact(t *testing.T) {
+	for _, backend := range []harness.Backend{harness.SGLang, harness.OpenAI} {
+		synctest.Test(t, func(t *testing.T) {
+			m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+			points := []harness.Point{{CtxReq: 1024, Tokens: 1024}, {CtxReq: 8192, Tokens: 8192}, {CtxReq: 32768, Tokens: 32768}}
+			tp := twoPoint(m, points, harness.Naive, harness.NonceMethod)
+			tp.Client.Backend = backend
+			for _, row := range run(t, tp).Rows {
+				for _, leg := range []harness.Leg{row.Runs[0].A, row.Runs[0].B} {
+					if leg.PromptTokens != row.CtxReq || leg.SizedTokens != row.CtxReq {
+						t.Errorf("%s, %s at %d, leg %s: %d prompt tokens (sized %d), want %d", backend, row.Method, row.CtxReq, leg.Name, leg.PromptTokens, leg.SizedTokens, row.CtxReq)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Under --nonce-position end the method's heading says where the nonce is.
+func TestNonceAtTheEndHeading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.NonceMethod, harness.FlushNonce)
+		tp.NoncePosition = harness.NonceEnd
+		var table bytes.Buffer
+		if err := run(t, tp).WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"method nonce: a fresh nonce at the END of each leg's prompt (--nonce-position end: everything before it is shared), no flush; a=1, b=17\n",
+			"method flush+nonce: flush before each leg and a fresh nonce at the END of each prompt (--nonce-position end: everything before it is shared); a=1, b=17\n",
+		} {
+			if !strings.Contains(table.String(), want) {
+				t.Errorf("table lacks %q:\n%s", want, table.String())
+			}
+		}
+	})
+}
+
+// On a profile that charges nothing every time is 0: the errors are 0,
+// not NaN, and the report encodes.
+func TestZeroCostProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.Prefill, p.Decode = profile.PrefillCost{}, profile.DecodeCost{}
+		p.FlushBusyAfterFinishS = 0 // no overlap flush window: this run never retries its flush
+		m := mocktest.Start(t, api.Config{Profile: p})
+		rep := run(t, twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce))
+		if row := rep.Rows[0]; row.Truth.TTFTErr != 0 || row.Verdict.String() != "SUSPECT: t_b = t_a, so decode is undefined" {
+			t.Errorf("ttft_err %g, verdict %q", row.Truth.TTFTErr, row.Verdict)
+		}
+		var js bytes.Buffer
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Errorf("the report does not encode: %v", err)
+		}
+	})
+}
