@@ -562,6 +562,7 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 			}
 		}
 	}
+	var beyond []offScaleLabel
 	for _, s := range pp.p.series {
 		for _, pt := range s.points {
 			at := vg.Point{X: tx(pt.ctx), Y: ty(pt.y)}
@@ -570,12 +571,61 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 			case pt.y > pp.p.yMax:
 				at.Y = c.Max.Y - vg.Points(5)
 				c.DrawGlyph(draw.GlyphStyle{Color: poisonColour, Radius: vg.Points(5), Shape: draw.TriangleGlyph{}}, at)
-				c.FillText(label, vg.Point{X: at.X + vg.Points(8), Y: at.Y + vg.Points(4)}, s.name+" "+plainNumber(pt.y, 0))
+				beyond = append(beyond, offScaleLabel{x: at.X, text: s.name + " " + figureText(pt.y)})
 			default:
 				drawPoisoned(c, at, s.colour)
 			}
 		}
 	}
+	for i, at := range placeOffScale(beyond, label, c.Min.X, c.Max.X, c.Max.Y-vg.Points(1)) {
+		c.FillText(label, at, beyond[i].text)
+	}
+}
+
+// offScaleLabel is the label of a poisoned point beyond the scale: its
+// series and value, written beside its triangle on the top edge.
+type offScaleLabel struct {
+	x    vg.Length // the triangle's
+	text string
+}
+
+// placeOffScale lays the labels out from the top edge down: each beside
+// its triangle, on the right, or on the left where the right would run
+// past xMax, and one line lower while it would cover a label placed
+// before it (two series poisoned at one context, neighbouring contexts).
+// It returns each label's top left corner, for sty aligned XLeft, YTop.
+func placeOffScale(labels []offScaleLabel, sty text.Style, xMin, xMax, top vg.Length) []vg.Point {
+	var placed []vg.Rectangle
+	out := make([]vg.Point, len(labels))
+	for i, l := range labels {
+		size := sty.Rectangle(l.text).Size()
+		x := l.x + vg.Points(8)
+		if x+size.X > xMax {
+			x = max(l.x-vg.Points(8)-size.X, xMin)
+		}
+		r := vg.Rectangle{Min: vg.Point{X: x, Y: top - size.Y}, Max: vg.Point{X: x + size.X, Y: top}}
+		for slices.ContainsFunc(placed, func(p vg.Rectangle) bool { return overlaps(p, r) }) {
+			r.Min.Y, r.Max.Y = r.Min.Y-size.Y, r.Max.Y-size.Y
+		}
+		placed = append(placed, r)
+		out[i] = vg.Point{X: r.Min.X, Y: r.Max.Y}
+	}
+	return out
+}
+
+func overlaps(a, b vg.Rectangle) bool {
+	return a.Min.X < b.Max.X && b.Min.X < a.Max.X && a.Min.Y < b.Max.Y && b.Min.Y < a.Max.Y
+}
+
+// figureText renders a figure to three significant digits, and whole
+// figures of three digits or more in full, with thousands separators:
+// "0.463", "30.7", "225,741".
+func figureText(y float64) string {
+	decimals := 0
+	if a := math.Abs(y); a > 0 && a < 100 {
+		decimals = 2 - int(math.Floor(math.Log10(a)))
+	}
+	return plainNumber(y, decimals)
 }
 
 // gridLines draws a light line at each y tick.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"image/jpeg"
 	"image/png"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +162,63 @@ func TestWritePlotFormats(t *testing.T) {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("svg: no %q", want)
 				}
+			}
+		}
+	}
+}
+
+// The poisoned points beyond the scale are labelled with their values to
+// three significant digits, inside the figure, and never over one
+// another: here two at the last context of the decode panel, where a
+// label on the right of its triangle would run off the page.
+func TestPlotOffScaleLabels(t *testing.T) {
+	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 32767 of 32768 prompt tokens (cached_tokens)"}}}
+	row := func(m Method, ctx int, ttft float64, decode float64, v Verdict) Row {
+		return Row{Method: m, CtxReq: ctx, PromptTokens: ctx, A: 1, B: 17,
+			Figures: Figures{TTFT: ttft, PrefillTPS: float64(ctx) / ttft, DecodeTPS: fp(decode)}, Verdict: v, Speedup: 1}
+	}
+	r := &Report{Method: "twopoint", Server: Server{Backend: SGLang, Speedup: 1}, Rows: []Row{
+		row(FlushNonce, 1024, 0.46, 2712, Verdict{}),
+		row(FlushNonce, 32768, 15.9, 2600, Verdict{}),
+		row(FlushMethod, 1024, 0.46, 2712, Verdict{}),
+		row(FlushMethod, 32768, 30.7, 225700, poisoned),
+		row(Naive, 1024, 0.46, 2700, poisoned),
+		row(Naive, 32768, 15.9, 225741, poisoned),
+	}}
+	var out bytes.Buffer
+	if err := r.WritePlot(&out, "svg", PlotCaption{}); err != nil {
+		t.Fatal(err)
+	}
+	width := 576.0 // points, the SVG's units
+	sty := textStyle(9, poisonColour)
+	type box struct {
+		text           string
+		x0, x1, y0, y1 float64
+	}
+	var boxes []box
+	for _, m := range regexp.MustCompile(`<text x="([-\d.]+)" y="([-\d.]+)"[^>]*fill:#D62728">([^<]*)</text>`).FindAllStringSubmatch(out.String(), -1) {
+		if !strings.Contains(m[3], " ") || strings.HasPrefix(m[3], "POISONED") {
+			continue // the legend
+		}
+		x, _ := strconv.ParseFloat(m[1], 64)
+		y, _ := strconv.ParseFloat(m[2], 64)
+		size := sty.Rectangle(m[3]).Size()
+		boxes = append(boxes, box{m[3], x, x + size.X.Points(), y - size.Y.Points(), y})
+	}
+	var texts []string
+	for _, b := range boxes {
+		texts = append(texts, b.text)
+		if b.x0 < 0 || b.x1 > width {
+			t.Errorf("%q spans x %.1f..%.1f, off the %.0f-point page", b.text, b.x0, b.x1, width)
+		}
+	}
+	if got, want := strings.Join(texts, "|"), "flush 30.7|flush 225,700|naive 225,741"; got != want {
+		t.Errorf("labels %q, want %q", got, want)
+	}
+	for i, a := range boxes {
+		for _, b := range boxes[i+1:] {
+			if a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1 {
+				t.Errorf("%q and %q overlap: %+v, %+v", a.text, b.text, a, b)
 			}
 		}
 	}
