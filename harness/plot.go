@@ -94,16 +94,16 @@ var (
 
 // panels lays out the plot's data: per panel its series and its y scale.
 func (r *Report) panels() []plotPanel {
-	unit := "s"
+	unit, ms := "s", "ms"
 	if r.Server.Mock != "" {
-		unit = "simulated s"
+		unit, ms = "simulated s", "simulated ms"
 	}
 	ttft := plotPanel{title: "Time to first token", yLabel: "TTFT (" + unit + ")"}
 	prefill := plotPanel{title: "Prefill throughput", yLabel: "prefill tok/s"}
 	decode := plotPanel{title: "Decode throughput", yLabel: "decode tok/s"}
 	var panels []*plotPanel
 	if r.Method == "stream" {
-		itl := plotPanel{title: "Inter-token latency: token-weighted against per event", yLabel: "ITL (ms, " + unit + ")"}
+		itl := plotPanel{title: "Inter-token latency: token-weighted against per event", yLabel: "ITL (" + ms + ")"}
 		weighted := plotSeries{name: "token-weighted ITL (s/out_tok)", colour: methodColours["stream"]}
 		perEvent := plotSeries{name: "per-event ITL (one token per event)", colour: perEventColour, dashes: dashed}
 		var t, p, d plotSeries

@@ -93,6 +93,12 @@ func TestPlotStreamITL(t *testing.T) {
 		itl.series[0].points[0].y != 2.6 || itl.series[1].points[0].y != 7.5 || itl.yMax != 8 {
 		t.Fatalf("the ITL panel: %+v", itl)
 	}
+	for _, tt := range []struct{ mock, want string }{{"", "ITL (ms)"}, {"default", "ITL (simulated ms)"}} {
+		r.Server.Mock = tt.mock
+		if got := r.panels()[3].yLabel; got != tt.want {
+			t.Errorf("server %q: the ITL axis says %q, want %q", tt.mock, got, tt.want)
+		}
+	}
 }
 
 func tickLabels(ticks []plot.Tick) string {
