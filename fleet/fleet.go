@@ -62,6 +62,10 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 		return nil, fmt.Errorf("--port %d: must be in 0..65535 (0: any free port)", basePort)
 	case layout == LayoutPorts && basePort > 0 && basePort+n-1 > 65535:
 		return nil, fmt.Errorf("--port %d: replicas need ports %d..%d", basePort, basePort, basePort+n-1)
+	case layout == LayoutPorts && net.ParseIP(host) == nil:
+		// The endpoints file and the topics name each replica by its
+		// address: the router's file discovery takes IP addresses only.
+		return nil, fmt.Errorf("--host %q: the router's endpoints file names each replica by IP address: give one, such as 127.0.0.1", host)
 	}
 	if strings.Contains(model, "@") {
 		return nil, fmt.Errorf("served model name %q: the KV events' topic kv@HOST:PORT@MODEL cannot hold an @", model)

@@ -52,6 +52,16 @@ func TestPlan(t *testing.T) {
 		t.Errorf("a binding endpoint: got %v, want it refused", err)
 	}
 
+	// The endpoints file takes IP addresses only: a host name would give
+	// the router, and fleet status, a file they refuse.
+	if _, err := Plan(2, LayoutPorts, "localhost", 30000, "m", nil); err == nil ||
+		err.Error() != `--host "localhost": the router's endpoints file names each replica by IP address: give one, such as 127.0.0.1` {
+		t.Errorf("--layout ports --host localhost: got %v, want it refused", err)
+	}
+	if _, err := Plan(2, LayoutAddresses, "localhost", 30000, "m", nil); err != nil {
+		t.Errorf("--layout addresses ignores --host: got %v", err)
+	}
+
 	for _, tt := range []struct {
 		n             int
 		layout, model string
