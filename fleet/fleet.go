@@ -75,6 +75,12 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 	if kv != nil {
 		base = *kv
 	}
+	if base.Topic != nil {
+		// The router subscribes to kv@ and reads each replica's identity
+		// from its topic: one topic for all would make them one endpoint.
+		return nil, fmt.Errorf("--kv-events-config topic %q: in a fleet each replica publishes under its own topic, kv@HOST:PORT@MODEL, "+
+			"which the router reads the replica from; leave topic out", *base.Topic)
+	}
 	if base.Binds() {
 		// The router's configuration takes events on one endpoint it binds;
 		// replicas that bind would need it to connect to each of them.
@@ -98,7 +104,7 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 			}
 			r.KVEvents.ReplayEndpoint = &ep
 		}
-		r.Topic = base.TopicOr(Topic(r.Host, r.Port, model))
+		r.Topic = Topic(r.Host, r.Port, model)
 		out[i] = r
 	}
 	return out, nil
@@ -118,8 +124,7 @@ func Topic(host string, port int, model string) string {
 
 // Listen binds every replica's HTTP address, all or none: a port that is
 // taken fails the fleet before any replica starts. A replica planned on
-// port 0 gets its free port here, and its topic names that port unless
-// the KV events config gives a topic.
+// port 0 gets its free port here, and its topic names that port.
 func Listen(replicas []Replica, model string) ([]net.Listener, error) {
 	lns := make([]net.Listener, 0, len(replicas))
 	for i := range replicas {
@@ -133,7 +138,7 @@ func Listen(replicas []Replica, model string) ([]net.Listener, error) {
 		}
 		lns = append(lns, ln)
 		r.Port = ln.Addr().(*net.TCPAddr).Port
-		r.Topic = r.KVEvents.TopicOr(Topic(r.Host, r.Port, model))
+		r.Topic = Topic(r.Host, r.Port, model)
 	}
 	return lns, nil
 }

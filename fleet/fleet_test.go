@@ -47,6 +47,12 @@ func TestPlan(t *testing.T) {
 	}
 	// Replicas that bind would leave the router one endpoint per replica
 	// to connect to: refused.
+	// A topic of the user's would be every replica's: refused.
+	topic := "kv@shared"
+	withTopic := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://10.0.0.9:5557", Topic: &topic, MaxQueueSize: 10}
+	if _, err := Plan(2, LayoutAddresses, "127.0.0.1", 30000, "m", &withTopic); err == nil || !strings.Contains(err.Error(), `--kv-events-config topic "kv@shared": in a fleet each replica publishes under its own topic`) {
+		t.Errorf("a topic for every replica: got %v, want it refused", err)
+	}
 	binds := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://*:5557", MaxQueueSize: 10}
 	if _, err := Plan(3, LayoutAddresses, "127.0.0.1", 30000, "m", &binds); err == nil || !strings.Contains(err.Error(), "tcp://*:5557 binds") {
 		t.Errorf("a binding endpoint: got %v, want it refused", err)
