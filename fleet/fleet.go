@@ -471,7 +471,9 @@ func StatusTable(w io.Writer, sts []Status) {
 	fmt.Fprintln(tw, "replica\thttp\trunning\tqueued\tkv used\tcache tokens\trequests\thit rate\t")
 	for _, s := range sts {
 		if s.Err != nil {
-			fmt.Fprintf(tw, "%s\t%s\tdown: %v\t\t\t\t\t\t\n", s.Name, s.Addr(), s.Err)
+			// The error ends the line, out of the columns, which it would
+			// otherwise widen for every row.
+			fmt.Fprintf(tw, "%s\t%s\t  down: %v\n", s.Name, s.Addr(), s.Err)
 			continue
 		}
 		st := s.Stats
