@@ -549,8 +549,14 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 				line = append(line, vg.Point{X: tx(pt.ctx), Y: ty(pt.y)})
 			}
 		}
-		if len(line) > 1 {
+		switch {
+		case len(line) > 1:
 			c.StrokeLines(lineStyle(s), c.ClipLinesXY(line)...)
+		case len(line) == 1 && s.model:
+			// One context: the model has no line and no marker, so a short
+			// one of its own stroke stands for its figure there.
+			at := line[0]
+			c.StrokeLine2(lineStyle(s), at.X-vg.Points(14), at.Y, at.X+vg.Points(14), at.Y)
 		}
 		for _, pt := range s.points {
 			if pt.level != Poisoned && !s.model {

@@ -229,3 +229,22 @@ func TestPlotOffScaleLabels(t *testing.T) {
 		}
 	}
 }
+
+// With one context the model has one point per panel, and it is drawn
+// (a short stroke at its figure), since it is in the legend and sets the
+// scale: one grey stroke in the legend and one in each panel.
+func TestPlotModelAtOneContext(t *testing.T) {
+	decode, steady := 320.0, 248.0
+	r := &Report{Method: "twopoint", Server: Server{Backend: SGLang, Mock: "default", Speedup: 1}, Rows: []Row{{
+		Method: FlushNonce, CtxReq: 2048, PromptTokens: 2048, A: 1, B: 17,
+		Figures: Figures{TTFT: 0.087, PrefillTPS: 23500, DecodeTPS: &decode},
+		Truth:   &TruthFigures{TTFT: 0.05, ColdTTFT: 0.047, SteadyDecode: &steady}, Speedup: 1,
+	}}}
+	var out bytes.Buffer
+	if err := r.WritePlot(&out, "svg", PlotCaption{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), "stroke:#7F7F7F"); got != 4 {
+		t.Errorf("%d strokes in the model's grey, want 4 (the legend's and one per panel)", got)
+	}
+}
