@@ -646,7 +646,8 @@ func (g gridLines) Plot(c draw.Canvas, plt *plot.Plot) {
 }
 
 // xRange pads the contexts so the first and last points are off the
-// axes: from 0 on a linear axis, by a quarter of a step on a log one.
+// axes: from 0 on a linear axis, by a quarter of a step on a log one; a
+// lone context sits in the middle.
 func (r *Report) xRange(logX bool) (float64, float64) {
 	lo, hi := math.Inf(1), 0.0
 	for _, t := range r.contextTicks() {
@@ -655,8 +656,11 @@ func (r *Report) xRange(logX bool) (float64, float64) {
 	if hi == 0 {
 		return 0, 1
 	}
-	if logX {
+	switch {
+	case logX:
 		return lo / 1.3, hi * 1.3
+	case lo == hi:
+		return 0, 2 * hi // one context: in the middle
 	}
 	return 0, hi * 1.08
 }

@@ -248,3 +248,25 @@ func TestPlotModelAtOneContext(t *testing.T) {
 		t.Errorf("%d strokes in the model's grey, want 4 (the legend's and one per panel)", got)
 	}
 }
+
+// A linear x axis runs from 0 to past the last context; a lone context
+// sits in the middle rather than against the right edge.
+func TestPlotXRange(t *testing.T) {
+	for _, tt := range []struct {
+		ctxs   []int
+		logX   bool
+		lo, hi float64
+	}{
+		{[]int{2048}, false, 0, 4096},
+		{[]int{1024, 2048}, false, 0, 2048 * 1.08},
+	} {
+		r := &Report{Method: "twopoint"}
+		for _, c := range tt.ctxs {
+			r.Rows = append(r.Rows, Row{Method: FlushNonce, CtxReq: c})
+		}
+		logX := r.contextRange() >= 8
+		if lo, hi := r.xRange(logX); logX != tt.logX || lo != tt.lo || hi != tt.hi {
+			t.Errorf("contexts %v: log %v, x %g..%g; want log %v, %g..%g", tt.ctxs, logX, lo, hi, tt.logX, tt.lo, tt.hi)
+		}
+	}
+}
