@@ -62,6 +62,10 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 		return nil, fmt.Errorf("--port %d: must be in 0..65535 (0: any free port)", basePort)
 	case layout == LayoutPorts && basePort > 0 && basePort+n-1 > 65535:
 		return nil, fmt.Errorf("--port %d: replicas need ports %d..%d", basePort, basePort, basePort+n-1)
+	case layout == LayoutPorts && net.ParseIP(host) == nil:
+		// The endpoints file and the topics name each replica by its
+		// address: the router's file discovery takes IP addresses only.
+		return nil, fmt.Errorf("--host %q: the router's endpoints file names each replica by IP address: give one, such as 127.0.0.1", host)
 	}
 	if strings.Contains(model, "@") {
 		return nil, fmt.Errorf("served model name %q: the KV events' topic kv@HOST:PORT@MODEL cannot hold an @", model)
@@ -70,6 +74,12 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 		HWM: kvevents.DefaultHWM, MaxQueueSize: kvevents.DefaultMaxQueueSize}
 	if kv != nil {
 		base = *kv
+	}
+	if base.Topic != nil {
+		// The router subscribes to kv@ and reads each replica's identity
+		// from its topic: one topic for all would make them one endpoint.
+		return nil, fmt.Errorf("--kv-events-config topic %q: in a fleet each replica publishes under its own topic, kv@HOST:PORT@MODEL, "+
+			"which the router reads the replica from; leave topic out", *base.Topic)
 	}
 	if base.Binds() {
 		// The router's configuration takes events on one endpoint it binds;
@@ -94,7 +104,7 @@ func Plan(n int, layout, host string, basePort int, model string, kv *kvevents.C
 			}
 			r.KVEvents.ReplayEndpoint = &ep
 		}
-		r.Topic = base.TopicOr(kvevents.RouterTopic(r.Host, r.Port, model))
+		r.Topic = kvevents.RouterTopic(r.Host, r.Port, model)
 		out[i] = r
 	}
 	return out, nil
@@ -106,8 +116,7 @@ const TopicFilter = "kv@"
 
 // Listen binds every replica's HTTP address, all or none: a port that is
 // taken fails the fleet before any replica starts. A replica planned on
-// port 0 gets its free port here, and its topic names that port unless
-// the KV events config gives a topic.
+// port 0 gets its free port here, and its topic names that port.
 func Listen(replicas []Replica, model string) ([]net.Listener, error) {
 	lns := make([]net.Listener, 0, len(replicas))
 	for i := range replicas {
@@ -121,7 +130,7 @@ func Listen(replicas []Replica, model string) ([]net.Listener, error) {
 		}
 		lns = append(lns, ln)
 		r.Port = ln.Addr().(*net.TCPAddr).Port
-		r.Topic = r.KVEvents.TopicOr(kvevents.RouterTopic(r.Host, r.Port, model))
+		r.Topic = kvevents.RouterTopic(r.Host, r.Port, model)
 	}
 	return lns, nil
 }
@@ -454,7 +463,9 @@ func StatusTable(w io.Writer, sts []Status) {
 	fmt.Fprintln(tw, "replica\thttp\trunning\tqueued\tkv used\tcache tokens\trequests\thit rate\t")
 	for _, s := range sts {
 		if s.Err != nil {
-			fmt.Fprintf(tw, "%s\t%s\tdown: %v\t\t\t\t\t\t\n", s.Name, s.Addr(), s.Err)
+			// The error ends the line, out of the columns, which it would
+			// otherwise widen for every row.
+			fmt.Fprintf(tw, "%s\t%s\t  down: %v\n", s.Name, s.Addr(), s.Err)
 			continue
 		}
 		st := s.Stats

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 func TestPlan(t *testing.T) {
@@ -47,9 +49,25 @@ func TestPlan(t *testing.T) {
 	}
 	// Replicas that bind would leave the router one endpoint per replica
 	// to connect to: refused.
+	// A topic of the user's would be every replica's: refused.
+	topic := "kv@shared"
+	withTopic := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://10.0.0.9:5557", Topic: &topic, MaxQueueSize: 10}
+	if _, err := Plan(2, LayoutAddresses, "127.0.0.1", 30000, "m", &withTopic); err == nil || !strings.Contains(err.Error(), `--kv-events-config topic "kv@shared": in a fleet each replica publishes under its own topic`) {
+		t.Errorf("a topic for every replica: got %v, want it refused", err)
+	}
 	binds := kvevents.Config{Publisher: "zmq", Endpoint: "tcp://*:5557", MaxQueueSize: 10}
 	if _, err := Plan(3, LayoutAddresses, "127.0.0.1", 30000, "m", &binds); err == nil || !strings.Contains(err.Error(), "tcp://*:5557 binds") {
 		t.Errorf("a binding endpoint: got %v, want it refused", err)
+	}
+
+	// The endpoints file takes IP addresses only: a host name would give
+	// the router, and fleet status, a file they refuse.
+	if _, err := Plan(2, LayoutPorts, "localhost", 30000, "m", nil); err == nil ||
+		err.Error() != `--host "localhost": the router's endpoints file names each replica by IP address: give one, such as 127.0.0.1` {
+		t.Errorf("--layout ports --host localhost: got %v, want it refused", err)
+	}
+	if _, err := Plan(2, LayoutAddresses, "localhost", 30000, "m", nil); err != nil {
+		t.Errorf("--layout addresses ignores --host: got %v", err)
 	}
 
 	for _, tt := range []struct {
@@ -183,4 +201,23 @@ func TestSGLangMetricsExported(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A replica that does not answer says why at the end of its row, and the
+// other rows keep their columns.
+func TestStatusTable(t *testing.T) {
+	var b bytes.Buffer
+	StatusTable(&b, []Status{
+		{Replica: Replica{Name: "sglmock-0", Host: "127.0.0.1", Port: 30000},
+			Stats: sim.Stats{Running: 1, KVUsed: 2048, KVCapacity: 262144, CacheTokens: 1407, Requests: 12, HitRate: 0.5}},
+		{Replica: Replica{Name: "sglmock-1", Host: "127.0.0.2", Port: 30000},
+			Err: errors.New(`Get "http://127.0.0.2:30000/sim/stats": dial tcp 127.0.0.2:30000: connect: connection refused`)},
+	})
+	want := "" +
+		"    replica             http  running  queued      kv used  cache tokens  requests  hit rate\n" +
+		"  sglmock-0  127.0.0.1:30000        1       0  2048/262144          1407        12     50.0%\n" +
+		"  sglmock-1  127.0.0.2:30000  down: Get \"http://127.0.0.2:30000/sim/stats\": dial tcp 127.0.0.2:30000: connect: connection refused\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
 }

@@ -94,16 +94,16 @@ var (
 
 // panels lays out the plot's data: per panel its series and its y scale.
 func (r *Report) panels() []plotPanel {
-	unit := "s"
+	unit, ms := "s", "ms"
 	if r.Server.Mock != "" {
-		unit = "simulated s"
+		unit, ms = "simulated s", "simulated ms"
 	}
 	ttft := plotPanel{title: "Time to first token", yLabel: "TTFT (" + unit + ")"}
 	prefill := plotPanel{title: "Prefill throughput", yLabel: "prefill tok/s"}
 	decode := plotPanel{title: "Decode throughput", yLabel: "decode tok/s"}
 	var panels []*plotPanel
 	if r.Method == "stream" {
-		itl := plotPanel{title: "Inter-token latency: token-weighted against per event", yLabel: "ITL (ms, " + unit + ")"}
+		itl := plotPanel{title: "Inter-token latency: token-weighted against per event", yLabel: "ITL (" + ms + ")"}
 		weighted := plotSeries{name: "token-weighted ITL (s/out_tok)", colour: methodColours["stream"]}
 		perEvent := plotSeries{name: "per-event ITL (one token per event)", colour: perEventColour, dashes: dashed}
 		var t, p, d plotSeries
@@ -549,8 +549,14 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 				line = append(line, vg.Point{X: tx(pt.ctx), Y: ty(pt.y)})
 			}
 		}
-		if len(line) > 1 {
+		switch {
+		case len(line) > 1:
 			c.StrokeLines(lineStyle(s), c.ClipLinesXY(line)...)
+		case len(line) == 1 && s.model:
+			// One context: the model has no line and no marker, so a short
+			// one of its own stroke stands for its figure there.
+			at := line[0]
+			c.StrokeLine2(lineStyle(s), at.X-vg.Points(14), at.Y, at.X+vg.Points(14), at.Y)
 		}
 		for _, pt := range s.points {
 			if pt.level != Poisoned && !s.model {
@@ -562,6 +568,7 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 			}
 		}
 	}
+	var beyond []offScaleLabel
 	for _, s := range pp.p.series {
 		for _, pt := range s.points {
 			at := vg.Point{X: tx(pt.ctx), Y: ty(pt.y)}
@@ -570,12 +577,61 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 			case pt.y > pp.p.yMax:
 				at.Y = c.Max.Y - vg.Points(5)
 				c.DrawGlyph(draw.GlyphStyle{Color: poisonColour, Radius: vg.Points(5), Shape: draw.TriangleGlyph{}}, at)
-				c.FillText(label, vg.Point{X: at.X + vg.Points(8), Y: at.Y + vg.Points(4)}, s.name+" "+plainNumber(pt.y, 0))
+				beyond = append(beyond, offScaleLabel{x: at.X, text: s.name + " " + figureText(pt.y)})
 			default:
 				drawPoisoned(c, at, s.colour)
 			}
 		}
 	}
+	for i, at := range placeOffScale(beyond, label, c.Min.X, c.Max.X, c.Max.Y-vg.Points(1)) {
+		c.FillText(label, at, beyond[i].text)
+	}
+}
+
+// offScaleLabel is the label of a poisoned point beyond the scale: its
+// series and value, written beside its triangle on the top edge.
+type offScaleLabel struct {
+	x    vg.Length // the triangle's
+	text string
+}
+
+// placeOffScale lays the labels out from the top edge down: each beside
+// its triangle, on the right, or on the left where the right would run
+// past xMax, and one line lower while it would cover a label placed
+// before it (two series poisoned at one context, neighbouring contexts).
+// It returns each label's top left corner, for sty aligned XLeft, YTop.
+func placeOffScale(labels []offScaleLabel, sty text.Style, xMin, xMax, top vg.Length) []vg.Point {
+	var placed []vg.Rectangle
+	out := make([]vg.Point, len(labels))
+	for i, l := range labels {
+		size := sty.Rectangle(l.text).Size()
+		x := l.x + vg.Points(8)
+		if x+size.X > xMax {
+			x = max(l.x-vg.Points(8)-size.X, xMin)
+		}
+		r := vg.Rectangle{Min: vg.Point{X: x, Y: top - size.Y}, Max: vg.Point{X: x + size.X, Y: top}}
+		for slices.ContainsFunc(placed, func(p vg.Rectangle) bool { return overlaps(p, r) }) {
+			r.Min.Y, r.Max.Y = r.Min.Y-size.Y, r.Max.Y-size.Y
+		}
+		placed = append(placed, r)
+		out[i] = vg.Point{X: r.Min.X, Y: r.Max.Y}
+	}
+	return out
+}
+
+func overlaps(a, b vg.Rectangle) bool {
+	return a.Min.X < b.Max.X && b.Min.X < a.Max.X && a.Min.Y < b.Max.Y && b.Min.Y < a.Max.Y
+}
+
+// figureText renders a figure to three significant digits, and whole
+// figures of three digits or more in full, with thousands separators:
+// "0.463", "30.7", "225,741".
+func figureText(y float64) string {
+	decimals := 0
+	if a := math.Abs(y); a > 0 && a < 100 {
+		decimals = 2 - int(math.Floor(math.Log10(a)))
+	}
+	return plainNumber(y, decimals)
 }
 
 // gridLines draws a light line at each y tick.
@@ -590,7 +646,8 @@ func (g gridLines) Plot(c draw.Canvas, plt *plot.Plot) {
 }
 
 // xRange pads the contexts so the first and last points are off the
-// axes: from 0 on a linear axis, by a quarter of a step on a log one.
+// axes: from 0 on a linear axis, by a quarter of a step on a log one; a
+// lone context sits in the middle.
 func (r *Report) xRange(logX bool) (float64, float64) {
 	lo, hi := math.Inf(1), 0.0
 	for _, t := range r.contextTicks() {
@@ -599,8 +656,11 @@ func (r *Report) xRange(logX bool) (float64, float64) {
 	if hi == 0 {
 		return 0, 1
 	}
-	if logX {
+	switch {
+	case logX:
 		return lo / 1.3, hi * 1.3
+	case lo == hi:
+		return 0, 2 * hi // one context: in the middle
 	}
 	return 0, hi * 1.08
 }

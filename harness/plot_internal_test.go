@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"image/jpeg"
 	"image/png"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +93,12 @@ func TestPlotStreamITL(t *testing.T) {
 		itl.series[0].points[0].y != 2.6 || itl.series[1].points[0].y != 7.5 || itl.yMax != 8 {
 		t.Fatalf("the ITL panel: %+v", itl)
 	}
+	for _, tt := range []struct{ mock, want string }{{"", "ITL (ms)"}, {"default", "ITL (simulated ms)"}} {
+		r.Server.Mock = tt.mock
+		if got := r.panels()[3].yLabel; got != tt.want {
+			t.Errorf("server %q: the ITL axis says %q, want %q", tt.mock, got, tt.want)
+		}
+	}
 }
 
 func tickLabels(ticks []plot.Tick) string {
@@ -161,6 +169,104 @@ func TestWritePlotFormats(t *testing.T) {
 					t.Errorf("svg: no %q", want)
 				}
 			}
+		}
+	}
+}
+
+// The poisoned points beyond the scale are labelled with their values to
+// three significant digits, inside the figure, and never over one
+// another: here two at the last context of the decode panel, where a
+// label on the right of its triangle would run off the page.
+func TestPlotOffScaleLabels(t *testing.T) {
+	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 32767 of 32768 prompt tokens (cached_tokens)"}}}
+	row := func(m Method, ctx int, ttft float64, decode float64, v Verdict) Row {
+		return Row{Method: m, CtxReq: ctx, PromptTokens: ctx, A: 1, B: 17,
+			Figures: Figures{TTFT: ttft, PrefillTPS: float64(ctx) / ttft, DecodeTPS: fp(decode)}, Verdict: v, Speedup: 1}
+	}
+	r := &Report{Method: "twopoint", Server: Server{Backend: SGLang, Speedup: 1}, Rows: []Row{
+		row(FlushNonce, 1024, 0.46, 2712, Verdict{}),
+		row(FlushNonce, 32768, 15.9, 2600, Verdict{}),
+		row(FlushMethod, 1024, 0.46, 2712, Verdict{}),
+		row(FlushMethod, 32768, 30.7, 225700, poisoned),
+		row(Naive, 1024, 0.46, 2700, poisoned),
+		row(Naive, 32768, 15.9, 225741, poisoned),
+	}}
+	var out bytes.Buffer
+	if err := r.WritePlot(&out, "svg", PlotCaption{}); err != nil {
+		t.Fatal(err)
+	}
+	width := 576.0 // points, the SVG's units
+	sty := textStyle(9, poisonColour)
+	type box struct {
+		text           string
+		x0, x1, y0, y1 float64
+	}
+	var boxes []box
+	for _, m := range regexp.MustCompile(`<text x="([-\d.]+)" y="([-\d.]+)"[^>]*fill:#D62728">([^<]*)</text>`).FindAllStringSubmatch(out.String(), -1) {
+		if !strings.Contains(m[3], " ") || strings.HasPrefix(m[3], "POISONED") {
+			continue // the legend
+		}
+		x, _ := strconv.ParseFloat(m[1], 64)
+		y, _ := strconv.ParseFloat(m[2], 64)
+		size := sty.Rectangle(m[3]).Size()
+		boxes = append(boxes, box{m[3], x, x + size.X.Points(), y - size.Y.Points(), y})
+	}
+	var texts []string
+	for _, b := range boxes {
+		texts = append(texts, b.text)
+		if b.x0 < 0 || b.x1 > width {
+			t.Errorf("%q spans x %.1f..%.1f, off the %.0f-point page", b.text, b.x0, b.x1, width)
+		}
+	}
+	if got, want := strings.Join(texts, "|"), "flush 30.7|flush 225,700|naive 225,741"; got != want {
+		t.Errorf("labels %q, want %q", got, want)
+	}
+	for i, a := range boxes {
+		for _, b := range boxes[i+1:] {
+			if a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1 {
+				t.Errorf("%q and %q overlap: %+v, %+v", a.text, b.text, a, b)
+			}
+		}
+	}
+}
+
+// With one context the model has one point per panel, and it is drawn
+// (a short stroke at its figure), since it is in the legend and sets the
+// scale: one grey stroke in the legend and one in each panel.
+func TestPlotModelAtOneContext(t *testing.T) {
+	decode, steady := 320.0, 248.0
+	r := &Report{Method: "twopoint", Server: Server{Backend: SGLang, Mock: "default", Speedup: 1}, Rows: []Row{{
+		Method: FlushNonce, CtxReq: 2048, PromptTokens: 2048, A: 1, B: 17,
+		Figures: Figures{TTFT: 0.087, PrefillTPS: 23500, DecodeTPS: &decode},
+		Truth:   &TruthFigures{TTFT: 0.05, ColdTTFT: 0.047, SteadyDecode: &steady}, Speedup: 1,
+	}}}
+	var out bytes.Buffer
+	if err := r.WritePlot(&out, "svg", PlotCaption{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), "stroke:#7F7F7F"); got != 4 {
+		t.Errorf("%d strokes in the model's grey, want 4 (the legend's and one per panel)", got)
+	}
+}
+
+// A linear x axis runs from 0 to past the last context; a lone context
+// sits in the middle rather than against the right edge.
+func TestPlotXRange(t *testing.T) {
+	for _, tt := range []struct {
+		ctxs   []int
+		logX   bool
+		lo, hi float64
+	}{
+		{[]int{2048}, false, 0, 4096},
+		{[]int{1024, 2048}, false, 0, 2048 * 1.08},
+	} {
+		r := &Report{Method: "twopoint"}
+		for _, c := range tt.ctxs {
+			r.Rows = append(r.Rows, Row{Method: FlushNonce, CtxReq: c})
+		}
+		logX := r.contextRange() >= 8
+		if lo, hi := r.xRange(logX); logX != tt.logX || lo != tt.lo || hi != tt.hi {
+			t.Errorf("contexts %v: log %v, x %g..%g; want log %v, %g..%g", tt.ctxs, logX, lo, hi, tt.logX, tt.lo, tt.hi)
 		}
 	}
 }

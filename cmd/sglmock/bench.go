@@ -450,6 +450,10 @@ func (pp profilePredictor) Seconds(prompt, cached, completion int) float64 {
 func (pp profilePredictor) CachedOnRepeat(prompt int) int { return pp.p.ReusablePrefixLen(prompt) }
 
 func dryRun(o *benchOptions, stdout, stderr io.Writer) int {
+	if err := fitsContext(o.points, o.b, o.profile); err != nil {
+		fmt.Fprintln(stderr, "sglmock bench:", err)
+		return 2
+	}
 	tp := &harness.TwoPoint{Points: o.points, A: o.a, B: o.b, Methods: o.methods, Repeat: o.repeat,
 		NoncePosition: harness.NoncePosition(o.noncePos)}
 	if err := tp.WriteDryRun(stdout, o.profile.Name, profilePredictor{o.profile}); err != nil {
@@ -457,4 +461,20 @@ func dryRun(o *benchOptions, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 0
+}
+
+// fitsContext refuses, as the server would, a context whose leg b does not
+// fit the profile: a prompt must be shorter than the longest input it
+// takes and leave room for b new tokens in the context length. A dry run
+// that priced such a sweep would promise one the server then stops at
+// that context.
+func fitsContext(points []harness.Point, b int, p *profile.Profile) error {
+	longest := min(p.MaxReqInputLen()-1, p.ContextLength-b)
+	for _, pt := range points {
+		if pt.Tokens > longest {
+			return fmt.Errorf("--ctx %d: profile %s takes prompts of at most %d tokens with b=%d (context_length %d); the server would refuse this one",
+				pt.Tokens, p.Name, longest, b, p.ContextLength)
+		}
+	}
+	return nil
 }

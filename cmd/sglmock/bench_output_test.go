@@ -287,3 +287,25 @@ func TestCostModelFromSimProfile(t *testing.T) {
 		})
 	}
 }
+
+// The dry run refuses a context the profile's server would refuse, as the
+// run itself would stop there: the longest prompt leaves room for leg b's
+// tokens and stays under the longest input.
+func TestBenchDryRunContextLength(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ctx", "1024,32768"}, "sglmock bench: --ctx 32768: profile default takes prompts of at most 32751 tokens with b=17 (context_length 32768); the server would refuse this one\n"},
+		{[]string{"--ctx", "32752"}, "sglmock bench: --ctx 32752: profile default takes prompts of at most 32751 tokens with b=17 (context_length 32768); the server would refuse this one\n"},
+		{[]string{"--ctx", "32762", "--b", "2"}, "sglmock bench: --ctx 32762: profile default takes prompts of at most 32761 tokens with b=2 (context_length 32768); the server would refuse this one\n"},
+		{[]string{"--ctx", "32751"}, ""},
+		{[]string{"--ctx", "32761", "--b", "2"}, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"bench", "twopoint", "--dry-run", "--profile", "default"}, tt.args...), &stdout, &stderr)
+		if want := map[bool]int{true: 0, false: 2}[tt.want == ""]; code != want || stderr.String() != tt.want {
+			t.Errorf("%q: exit %d, stderr %q; want %d, %q", tt.args, code, stderr.String(), want, tt.want)
+		}
+	}
+}

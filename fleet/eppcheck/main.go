@@ -84,6 +84,18 @@ flushed replica losing its prompts, and chat. Exits 1 if a check fails.
 		fmt.Fprintln(stderr, "eppcheck: --endpoints and --model are required, and no arguments (see --help)")
 		return 2
 	}
+	// A check with nothing to count would pass having checked nothing (no
+	// probe after the flush) or have no repeat to judge.
+	for _, c := range []struct {
+		name     string
+		got, min int
+	}{{"prompts", o.prompts, 1}, {"sends", o.sends, 2}, {"words", o.words, 1},
+		{"flush-prompts", o.flushPrompts, 1}, {"probes", o.probes, 1}, {"chat-sends", o.chatSends, 2}} {
+		if c.got < c.min {
+			fmt.Fprintf(stderr, "eppcheck: --%s %d: must be at least %d\n", c.name, c.got, c.min)
+			return 2
+		}
+	}
 	if err := check(o, stdout); err != nil {
 		fmt.Fprintln(stderr, "eppcheck:", err)
 		return 1
