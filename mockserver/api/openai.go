@@ -10,7 +10,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func (s *Server) completions(c *gin.Context) {
@@ -59,7 +58,7 @@ func (s *Server) completions(c *gin.Context) {
 		r.echo = func(i int) string {
 			prompt := prompts[i/p.copies]
 			if prompt.InputIDs != nil {
-				return tokenizer.Decode(prompt.InputIDs)
+				return s.eng.Tokenizer().Decode(prompt.InputIDs, false)
 			}
 			return prompt.Text
 		}
@@ -80,12 +79,11 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			writeValidationError(c, "messages: Field required: a chat needs at least one message")
 			return
 		}
-		text, err := renderChat(body.Messages)
-		if err != nil {
+		var err error
+		if prompt, err = s.chatPrompt(body.Messages); err != nil {
 			writeRefusal(c, openAIEnvelope, err)
 			return
 		}
-		prompt.Text = text
 	}
 	// SGLang takes max_completion_tokens or max_tokens, Python's "or": a
 	// zero max_completion_tokens falls through to max_tokens.
@@ -172,7 +170,7 @@ func (r *openAIRun) run() {
 		r.stream(streams)
 		return
 	}
-	outs, ok := collect(r.c.Request.Context(), r.plan.items, streams)
+	outs, ok := r.s.collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
 		return
 	}
@@ -230,7 +228,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		w.end(appendChatChunk(w.begin(), lastRID, object, created, model, &choice, u))
 	}
 	var finished []*output // chat choices, in the order they finished
-	outs, ok := streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
+	outs, ok := r.s.streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
 		first := o.sent == 0
 		lastRID = o.rid
 		delta := o.textDelta()

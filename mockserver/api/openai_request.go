@@ -169,18 +169,23 @@ func messageText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// renderChat applies the chat template to messages, with the generation
-// prompt, as the server does before tokenizing a chat.
-func renderChat(messages []chatMessage) (string, error) {
+// chatPrompt applies the chat template to messages, with the generation
+// prompt, as the server does before tokenizing a chat. A template that
+// cannot render them is the request's error.
+func (s *Server) chatPrompt(messages []chatMessage) (engine.Request, error) {
 	msgs := make([]tokenizer.Message, len(messages))
 	for i, m := range messages {
 		text, err := messageText(m.Content)
 		if err != nil {
-			return "", err
+			return engine.Request{}, err
 		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	return tokenizer.ApplyChatTemplate(msgs, true), nil
+	text, err := s.eng.Tokenizer().ApplyChatTemplate(msgs, true)
+	if err != nil {
+		return engine.Request{}, err
+	}
+	return engine.Request{Text: text}, nil
 }
 
 // chatBudget is the output of a chat completion without max_tokens: SGLang

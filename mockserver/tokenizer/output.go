@@ -21,13 +21,28 @@ var words = [...]string{
 	"third", "clear", "close", "quite", "rate", "cost", "step", "less", "near", "sure",
 }
 
-// wordIDs[i] and capitalIDs[i] are the ids of " word" and "Word".
-var wordIDs, capitalIDs = func() (sp, cp [len(words)]int32) {
-	for i, w := range words {
-		sp[i] = Encode(nil, " "+w)[0]
-		cp[i] = Encode(nil, string(w[0]-'a'+'A')+w[1:])[0]
+// outputVocab is what a tokenizer generates: the ids of capitalized words
+// for the first position, of " word" for the others, and of a comma and a
+// period.
+type outputVocab struct {
+	first, later  []int32
+	comma, period int32
+	// punctRuns allows a comma or period right after another. A
+	// vocabulary with tokens such as ".," must not: the pair would
+	// re-tokenize as one token.
+	punctRuns bool
+}
+
+// builtinOutput is the built-in tokenizer's output vocabulary: every
+// word is one piece, and no piece joins two punctuation bytes.
+var builtinOutput = func() *outputVocab {
+	o := &outputVocab{comma: ',', period: '.', punctRuns: true}
+	var c builtinCodec
+	for _, w := range words {
+		o.later = append(o.later, c.encode(nil, " "+w)[0])
+		o.first = append(o.first, c.encode(nil, string(w[0]-'a'+'A')+w[1:])[0])
 	}
-	return sp, cp
+	return o
 }()
 
 // mix is SplitMix64's finalizer: a fast, well-spread 64-bit hash step.
@@ -51,18 +66,30 @@ func PromptHash(ids []int32) uint64 {
 // OutputToken returns the token a prompt with hash h generates at output
 // position i (0-based). Position 0 is a capitalized word with no leading
 // space; later positions are a word with one, or now and then a comma or a
-// period.
-func OutputToken(h uint64, i int) int32 {
-	r := mix(h ^ mix(uint64(i)))
-	w := r % uint64(len(words))
+// period. The ids re-tokenize to themselves once decoded, so a chat that
+// sends the answer back extends its cached prompt.
+func (t *Tokenizer) OutputToken(h uint64, i int) int32 {
+	o := t.out
+	r := draw(h, i)
 	if i == 0 {
-		return capitalIDs[w]
+		return o.first[r%uint64(len(o.first))]
 	}
-	switch (r >> 32) % 16 {
+	switch punct(r) {
 	case 0:
-		return '.'
+		if o.punctRuns || i == 1 || punct(draw(h, i-1)) > 1 {
+			return o.period
+		}
 	case 1:
-		return ','
+		if o.punctRuns || i == 1 || punct(draw(h, i-1)) > 1 {
+			return o.comma
+		}
 	}
-	return wordIDs[w]
+	return o.later[r%uint64(len(o.later))]
 }
+
+// draw is the random number behind output position i.
+func draw(h uint64, i int) uint64 { return mix(h ^ mix(uint64(i))) }
+
+// punct is 0 for a period, 1 for a comma, more for a word: one position
+// in eight is punctuation.
+func punct(r uint64) uint64 { return (r >> 32) % 16 }
