@@ -43,7 +43,15 @@ func jsonOf(v any) string {
 
 // builtinTok and withBOS are the built-in tokenizer as a profile without
 // and with add_bos_token makes it.
-var builtinTok, withBOS = tokenizer.Builtin(tokenizer.BuiltinOptions{}), tokenizer.Builtin(tokenizer.BuiltinOptions{AddBOS: true})
+var builtinTok, withBOS = builtin(tokenizer.BuiltinOptions{}), builtin(tokenizer.BuiltinOptions{AddBOS: true})
+
+func builtin(o tokenizer.BuiltinOptions) *tokenizer.Tokenizer {
+	t, err := tokenizer.Builtin(o)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
 
 // expectedOutput is what the mock generates for a prompt: the tokens, and
 // the simulated time of each, for a lone request on an idle server.

@@ -157,7 +157,8 @@ func (s *Server) tokenize(c *gin.Context) {
 	var body struct {
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages []chatMessage   `json:"messages"`
-		// AddSpecialTokens adds the tokenizer's BOS, by default.
+		// AddSpecialTokens adds the tokenizer's BOS; by default a prompt
+		// gets it and a chat, whose template writes its own, does not.
 		AddSpecialTokens *bool `json:"add_special_tokens"`
 	}
 	if !s.readBody(c, &body) {
@@ -168,12 +169,12 @@ func (s *Server) tokenize(c *gin.Context) {
 	addSpecial := true
 	switch {
 	case body.Messages != nil:
-		prompt, err := s.chatPrompt(body.Messages)
+		prompt, err := s.chatPrompt(body.Messages, nil)
 		if err != nil {
 			writeRefusal(c, generateEnvelope, err)
 			return
 		}
-		text = prompt.Text
+		text, addSpecial = prompt.Text, false
 	case !isNull(body.Prompt):
 		if err := json.Unmarshal(body.Prompt, &text); err != nil {
 			writeValidationError(c, "prompt: Input should be a valid string")

@@ -80,7 +80,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			return
 		}
 		var err error
-		if prompt, err = s.chatPrompt(body.Messages); err != nil {
+		if prompt, err = s.chatPrompt(body.Messages, body.ChatTemplateKwargs); err != nil {
 			writeRefusal(c, openAIEnvelope, err)
 			return
 		}

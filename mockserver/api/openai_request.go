@@ -48,11 +48,12 @@ type chatMessage struct {
 
 type chatBody struct {
 	openAICommon
-	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *integer      `json:"max_completion_tokens"`
-	InputIDs            []int32       `json:"input_ids"`
-	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *integer      `json:"top_logprobs"`
+	Messages            []chatMessage  `json:"messages"`
+	MaxCompletionTokens *integer       `json:"max_completion_tokens"`
+	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
+	InputIDs            []int32        `json:"input_ids"`
+	Logprobs            bool           `json:"logprobs"`
+	TopLogprobs         *integer       `json:"top_logprobs"`
 }
 
 // openAIExtraKey is serving_base.py's _compute_extra_key: cache_salt then
@@ -170,9 +171,11 @@ func messageText(raw json.RawMessage) (string, error) {
 }
 
 // chatPrompt applies the chat template to messages, with the generation
-// prompt, as the server does before tokenizing a chat. A template that
-// cannot render them is the request's error.
-func (s *Server) chatPrompt(messages []chatMessage) (engine.Request, error) {
+// prompt and the request's chat_template_kwargs, as the server does before
+// tokenizing a chat: the prompt's text, tokenized without the BOS a text
+// prompt gets (the template writes its own). A template that cannot render
+// them is the request's error.
+func (s *Server) chatPrompt(messages []chatMessage, kwargs map[string]any) (engine.Request, error) {
 	msgs := make([]tokenizer.Message, len(messages))
 	for i, m := range messages {
 		text, err := messageText(m.Content)
@@ -181,11 +184,11 @@ func (s *Server) chatPrompt(messages []chatMessage) (engine.Request, error) {
 		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	text, err := s.eng.Tokenizer().ApplyChatTemplate(msgs, true)
+	text, err := s.eng.Tokenizer().ApplyChatTemplate(msgs, true, kwargs)
 	if err != nil {
 		return engine.Request{}, err
 	}
-	return engine.Request{Text: text}, nil
+	return engine.Request{Text: text, Templated: true}, nil
 }
 
 // chatBudget is the output of a chat completion without max_tokens: SGLang

@@ -119,7 +119,7 @@ func (s *Server) renderChat(c *gin.Context) {
 		writeValidationError(c, "messages: Field required: a chat needs at least one message")
 		return
 	}
-	prompt, err := s.chatPrompt(body.Messages)
+	prompt, err := s.chatPrompt(body.Messages, body.ChatTemplateKwargs)
 	if err != nil {
 		writeRefusal(c, openAIEnvelope, err)
 		return

@@ -76,7 +76,8 @@ type Config struct {
 	// --kv-events-config; see CacheEvents).
 	CacheEvents CacheEvents
 	// Tokenizer tokenizes text prompts and picks the output tokens; nil
-	// means the built-in one, with the profile's add_bos_token.
+	// means the built-in one, with the profile's add_bos_token and
+	// chat_template.
 	Tokenizer *tokenizer.Tokenizer
 }
 
@@ -164,7 +165,11 @@ func New(cfg Config) (*Engine, error) {
 	// afterwards changes nothing here.
 	prof := cfg.Profile.Clone()
 	if cfg.Tokenizer == nil {
-		cfg.Tokenizer = tokenizer.Builtin(tokenizer.BuiltinOptions{AddBOS: prof.AddBOSToken})
+		tok, err := tokenizer.Builtin(tokenizer.BuiltinOptions{AddBOS: prof.AddBOSToken, ChatTemplate: prof.ChatTemplate})
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		cfg.Tokenizer = tok
 	}
 	e := &Engine{
 		prof:      prof,
@@ -339,30 +344,22 @@ func (e *Engine) Tokenize(r Request) ([]int32, error) {
 }
 
 // prompt returns r's prompt: InputIDs itself, or Text tokenized. A text
-// whose byte length alone shows that it cannot fit the context length (a
-// token stands for at most the tokenizer's MaxTokenBytes bytes) is only
-// counted, which holds no more than a piece of it at a time, and refused
-// with SGLang's message: a 100 MB prompt costs no more memory than its
-// body.
+// that does not fit the context length is only counted past it, which
+// holds no more than a piece of it at a time, and refused with SGLang's
+// message: a 100 MB prompt costs no more memory than its body.
 func (e *Engine) prompt(r Request) ([]int32, error) {
 	if r.InputIDs != nil {
 		return r.InputIDs, nil
 	}
-	added := e.tok.Added()
-	if r.Templated {
-		added = 0
+	// About one token per 4 bytes of English: one allocation, usually;
+	// a text past the context length is only counted.
+	ctxLen := e.prof.ContextLength
+	dst := make([]int32, 0, min(len(r.Text)/4+8, ctxLen))
+	tokens, n := e.tok.EncodeWithin(dst, r.Text, !r.Templated, ctxLen-1)
+	if n >= ctxLen {
+		return nil, inputTooLong(n, ctxLen)
 	}
-	if ctxLen := e.prof.ContextLength; len(r.Text)/e.tok.MaxTokenBytes()+added >= ctxLen {
-		if n := e.tok.Count(r.Text) + added; n >= ctxLen {
-			return nil, inputTooLong(n, ctxLen)
-		}
-	}
-	// About one token per 4 bytes of English: one allocation, usually.
-	dst := make([]int32, 0, len(r.Text)/4+8)
-	if r.Templated {
-		return e.tok.Encode(dst, r.Text), nil
-	}
-	return e.tok.EncodePrompt(dst, r.Text), nil
+	return tokens, nil
 }
 
 // Check applies Submit's validation to r without queueing it, for callers

@@ -62,13 +62,19 @@ func drain(t *testing.T, s *Stream) []Event {
 
 // builtinTok is the built-in tokenizer, as an engine without a tokenizer
 // of its own uses it (BOS aside, which only EncodePrompt adds).
-var builtinTok = tokenizer.Builtin(tokenizer.BuiltinOptions{})
+var builtinTok = func() *tokenizer.Tokenizer {
+	t, err := tokenizer.Builtin(tokenizer.BuiltinOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
 
 // chatText renders msgs with the built-in chat template and the
 // generation prompt.
 func chatText(t *testing.T, msgs []tokenizer.Message) string {
 	t.Helper()
-	text, err := builtinTok.ApplyChatTemplate(msgs, true)
+	text, err := builtinTok.ApplyChatTemplate(msgs, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -773,8 +779,8 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 }
 
 // A text prompt too long for the context is refused with its exact token
-// count, without being tokenized: the check allocates nothing near the
-// prompt's size.
+// count, tokenized no further than the context: the check allocates
+// nothing near the prompt's size.
 func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := smallPool(t)
@@ -795,15 +801,16 @@ func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 		if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
 			t.Errorf("refusing a %d-byte prompt allocated %d bytes, want under 64 KiB", len(text), got)
 		}
-		// Below the byte bound a prompt is tokenized as usual (Submit then
-		// refuses it by its count); at the bound it is only counted.
-		below := strings.Repeat("a", 999*builtinTok.MaxTokenBytes()-1)
-		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 1+(len(below)+5)/6 {
-			t.Errorf("a %d-byte prompt: %d tokens, %v; want it tokenized", len(below), len(toks), err)
+		// A prompt one token short of the context length is tokenized;
+		// one more token and it is only counted.
+		below := strings.Repeat("a", 998*6) // 998 tokens and a BOS
+		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 999 {
+			t.Errorf("a %d-token prompt: %d tokens, %v; want it tokenized", 999, len(toks), err)
 		}
 		at := below + "a"
-		if toks, err := e.Tokenize(Request{Text: at}); err == nil || toks != nil {
-			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
+		want = "The input (1000 tokens) is longer than the model's context length (1000 tokens)."
+		if toks, err := e.Tokenize(Request{Text: at}); err == nil || err.Error() != want || toks != nil {
+			t.Errorf("a 1000-token prompt: %d tokens, %v; want %q", len(toks), err, want)
 		}
 		checkDrained(t, e)
 	})

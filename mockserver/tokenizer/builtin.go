@@ -9,16 +9,23 @@ import (
 type BuiltinOptions struct {
 	// AddBOS begins every text prompt with BOS, as a Llama tokenizer does.
 	AddBOS bool
+	// ChatTemplate names a built-in chat template (ChatTemplates); ""
+	// is ChatML.
+	ChatTemplate string
 }
 
 // Builtin returns sglmock's own tokenizer: no vocabulary file, about 1.3
 // tokens per English word, prefix-stable (see the package doc).
-func Builtin(o BuiltinOptions) *Tokenizer {
-	t := &Tokenizer{name: BuiltinName, enc: builtinCodec{}, chat: chatML, out: builtinOutput}
+func Builtin(o BuiltinOptions) (*Tokenizer, error) {
+	chat, err := builtinTemplate(o.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{name: BuiltinName, enc: builtinCodec{}, chat: chat, out: builtinOutput}
 	if o.AddBOS {
 		t.prefix = []int32{BOS}
 	}
-	return t
+	return t, nil
 }
 
 // BuiltinName is the built-in tokenizer's Name.
@@ -37,6 +44,14 @@ const (
 	// Llama tokenizer adds it. Text without special-token markup never
 	// produces it.
 	BOS int32 = 259
+	// The markers of the Llama 3 and Kimi K2 chat templates.
+	StartHeader int32 = 260
+	EndHeader   int32 = 261
+	EOT         int32 = 262
+	IMSystem    int32 = 263
+	IMUser      int32 = 264
+	IMAssistant int32 = 265
+	IMMiddle    int32 = 266
 
 	firstPiece  = 1024
 	maxLetters  = 6
@@ -47,11 +62,25 @@ var specials = []struct {
 	id   int32
 	text string
 }{
-	{EOS, "<|endoftext|>"},
+	{EOS, builtinEOSText},
 	{IMStart, "<|im_start|>"},
 	{IMEnd, "<|im_end|>"},
-	{BOS, "<|begin_of_text|>"},
+	{BOS, builtinBOSText},
+	{StartHeader, "<|start_header_id|>"},
+	{EndHeader, "<|end_header_id|>"},
+	{EOT, "<|eot_id|>"},
+	{IMSystem, "<|im_system|>"},
+	{IMUser, "<|im_user|>"},
+	{IMAssistant, "<|im_assistant|>"},
+	{IMMiddle, "<|im_middle|>"},
 }
+
+// The built-in BOS and EOS texts, the chat templates' bos_token and
+// eos_token.
+const (
+	builtinBOSText = "<|begin_of_text|>"
+	builtinEOSText = "<|endoftext|>"
+)
 
 // blockStart[k] is the number of letter runs shorter than k letters, so runs of
 // k letters occupy codes blockStart[k] .. blockStart[k+1]-1.
@@ -91,24 +120,20 @@ func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
-func (builtinCodec) encode(dst []int32, text string) []int32 {
-	for i := 0; i < len(text); {
+func (builtinCodec) encode(dst []int32, text string, limit int) ([]int32, int) {
+	start, n := len(dst), 0
+	for i := 0; i < len(text); n++ {
 		var id int32
 		id, i = next(text, i)
-		dst = append(dst, id)
+		if limit < 0 || n < limit {
+			dst = append(dst, id)
+		}
 	}
-	return dst
+	if limit >= 0 && n > limit {
+		dst = dst[:start]
+	}
+	return dst, n
 }
-
-// builtinMaxTokenBytes is the most bytes of text one built-in token stands
-// for: the longest special token's markup.
-var builtinMaxTokenBytes = func() int {
-	n := 1 + maxLetters // a piece: a space and up to maxLetters letters
-	for _, sp := range specials {
-		n = max(n, len(sp.text))
-	}
-	return n
-}()
 
 // next returns the id of the token that starts at text[i] and the index
 // just past it.
@@ -138,15 +163,6 @@ func next(text string, i int) (int32, int) {
 		n++
 	}
 	return pieceID(code, n, capital, space == 1), j
-}
-
-func (builtinCodec) maxTokenBytes() int { return builtinMaxTokenBytes }
-
-func (builtinCodec) specialID(text string) (int32, bool) {
-	if id, n := special(text); n == len(text) && n > 0 {
-		return id, true
-	}
-	return 0, false
 }
 
 func special(s string) (int32, int) {
@@ -220,14 +236,4 @@ func (c builtinCodec) decode(ids []int32, skipSpecial bool) string {
 		b = c.appendToken(b, id)
 	}
 	return string(b)
-}
-
-// count returns the number of tokens in text without keeping them: it
-// allocates nothing, whatever the text's size.
-func (builtinCodec) count(text string) int {
-	n := 0
-	for i := 0; i < len(text); n++ {
-		_, i = next(text, i)
-	}
-	return n
 }

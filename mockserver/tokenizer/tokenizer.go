@@ -23,11 +23,11 @@ type Tokenizer struct {
 
 // codec is a vocabulary and its encoding rules.
 type codec interface {
-	// encode appends the ids of text to dst: special tokens' text becomes
-	// their ids, and nothing is added around it.
-	encode(dst []int32, text string) []int32
-	// count is len(encode(nil, text)) with bounded memory.
-	count(text string) int
+	// encode appends the ids of text to dst (special tokens' text becomes
+	// their ids, and nothing is added around it) and returns how many
+	// there are. Past limit ids (limit < 0: no limit) it only counts them,
+	// holding no more than a piece's, and dst is returned as it came.
+	encode(dst []int32, text string, limit int) ([]int32, int)
 	// appendToken appends the text one token stands for in a stream of
 	// output: the bytes of a byte-level token, a SentencePiece token with
 	// its marker as a space. Concatenated, they are the output's text.
@@ -37,10 +37,6 @@ type codec interface {
 	decode(ids []int32, skipSpecial bool) string
 	// vocabSize is one past the largest id.
 	vocabSize() int64
-	// maxTokenBytes bounds the bytes of text one token stands for.
-	maxTokenBytes() int
-	// specialID returns the id of a special token's text.
-	specialID(text string) (int32, bool)
 }
 
 // Name is "built-in", or the directory of a loaded tokenizer.
@@ -49,25 +45,54 @@ func (t *Tokenizer) Name() string { return t.name }
 // Encode appends the token ids of text to dst, with no special tokens
 // added (Hugging Face's add_special_tokens=False); the text of a special
 // token becomes its id.
-func (t *Tokenizer) Encode(dst []int32, text string) []int32 { return t.enc.encode(dst, text) }
+func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
+	dst, _ = t.enc.encode(dst, text, -1)
+	return dst
+}
 
 // EncodePrompt appends the token ids of a text prompt to dst, with the
 // special tokens the tokenizer adds around one (a Llama tokenizer's BOS),
 // as SGLang tokenizes a /generate text or a completions prompt. Prompts
 // given as token ids are not encoded, so they never get a BOS.
 func (t *Tokenizer) EncodePrompt(dst []int32, text string) []int32 {
+	dst, _ = t.EncodeWithin(dst, text, true, -1)
+	return dst
+}
+
+// EncodeWithin appends the ids of text to dst as EncodePrompt
+// (addSpecial) or Encode do while there are at most limit of them (limit
+// < 0: no limit), and returns them and their number. A text with more
+// than limit tokens is only counted, holding at most a piece of it at a
+// time: ids is then dst as it came, and n the count.
+func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limit int) (ids []int32, n int) {
+	start := len(dst)
+	if !addSpecial {
+		return t.enc.encode(dst, text, limit)
+	}
+	added := len(t.prefix) + len(t.suffix)
+	inner := limit
+	if limit >= 0 {
+		inner = max(limit-added, 0)
+		if limit < added {
+			_, n := t.enc.encode(nil, text, 0)
+			return dst, n + added
+		}
+	}
 	dst = append(dst, t.prefix...)
-	dst = t.enc.encode(dst, text)
-	return append(dst, t.suffix...)
+	dst, n = t.enc.encode(dst, text, inner)
+	if limit >= 0 && n > inner {
+		return dst[:start], n + added
+	}
+	return append(dst, t.suffix...), n + added
 }
 
 // Count returns the number of tokens Encode gives text, holding at most
 // one pre-tokenized piece at a time: measuring a huge text costs no memory
 // in proportion to it.
-func (t *Tokenizer) Count(text string) int { return t.enc.count(text) }
-
-// Added is the number of tokens EncodePrompt adds around a text.
-func (t *Tokenizer) Added() int { return len(t.prefix) + len(t.suffix) }
+func (t *Tokenizer) Count(text string) int {
+	_, n := t.enc.encode(nil, text, 0)
+	return n
+}
 
 // AppendDecode appends the text of one output token to dst. A stream's
 // tokens appended one by one give the output's text, as SGLang's
@@ -84,10 +109,6 @@ func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
 
 // VocabSize is one past the largest id the tokenizer produces or decodes.
 func (t *Tokenizer) VocabSize() int64 { return t.enc.vocabSize() }
-
-// MaxTokenBytes is the most bytes of text one token stands for, so a text
-// of n bytes has at least n/MaxTokenBytes tokens.
-func (t *Tokenizer) MaxTokenBytes() int { return t.enc.maxTokenBytes() }
 
 // validUTF8 replaces each invalid byte sequence with U+FFFD, as Python's
 // bytes.decode("utf-8", "replace") does: one U+FFFD for each maximal

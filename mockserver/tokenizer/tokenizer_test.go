@@ -20,12 +20,20 @@ const english = `The two-point method is a textbook technique for measuring deco
 	`put a random nonce at the start of every prompt so that no earlier run can match it.`
 
 // plain and withBOS are the built-in tokenizer without and with BOS.
-var plain, withBOS = Builtin(BuiltinOptions{}), Builtin(BuiltinOptions{AddBOS: true})
+var plain, withBOS = mustBuiltin(BuiltinOptions{}), mustBuiltin(BuiltinOptions{AddBOS: true})
+
+func mustBuiltin(o BuiltinOptions) *Tokenizer {
+	t, err := Builtin(o)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
 
 // chat renders msgs with the generation prompt.
 func chat(t *testing.T, msgs []Message) string {
 	t.Helper()
-	s, err := plain.ApplyChatTemplate(msgs, true)
+	s, err := plain.ApplyChatTemplate(msgs, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,11 +273,6 @@ func TestCountAllocatesNothing(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(10, func() { plain.Count(text) }); allocs != 0 {
 		t.Fatalf("Count allocated %v times, want 0", allocs)
-	}
-	for _, tok := range plain.Encode(nil, text) {
-		if n := len(plain.AppendDecode(nil, tok)); n > plain.MaxTokenBytes() {
-			t.Fatalf("token %d stands for %d bytes, more than plain.MaxTokenBytes() %d", tok, n, plain.MaxTokenBytes())
-		}
 	}
 }
 
