@@ -193,11 +193,11 @@ func (s *Server) tokenize(c *gin.Context) {
 	if body.AddSpecialTokens != nil {
 		addSpecial = *body.AddSpecialTokens
 	}
-	var ids []int32
+	ids := []int32{} // an empty text's tokens are [], not null
 	if addSpecial {
-		ids = tok.EncodePrompt(nil, text)
+		ids = tok.EncodePrompt(ids, text)
 	} else {
-		ids = tok.Encode(nil, text)
+		ids = tok.Encode(ids, text)
 	}
 	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
 }

@@ -170,3 +170,65 @@ var OracleChats = [][]Message{
 	{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Say something."}, {Role: "assistant", Content: "Something."}, {Role: "user", Content: "More, in 中文 please 🙂"}},
 	{{Role: "user", Content: "  padded  "}, {Role: "assistant", Content: "ok"}, {Role: "user", Content: "code:\n```go\nx := 1\n```"}},
 }
+
+// WriteTokenizer writes a small Hugging Face tokenizer into dir, in Llama
+// 3's shape (byte-level BPE over GPT-2's byte characters, the GPT-4 split,
+// <|begin_of_text|> first), whose vocabulary has the bytes and a few
+// words, "The" and " the" among them (the mock's output needs a word), and
+// whose chat template is chatTemplate ("" for none).
+func WriteTokenizer(t testing.TB, dir, chatTemplate string) {
+	t.Helper()
+	// GPT-2's byte characters: printable bytes stand for themselves, the
+	// others for 256 and up, in order.
+	var char [256]rune
+	next := rune(256)
+	for b := range 256 {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE {
+			char[b] = rune(b)
+		} else {
+			char[b], next = next, next+1
+		}
+	}
+	vocab := map[string]int{}
+	for b := range 256 {
+		vocab[string(char[b])] = b
+	}
+	var merges []string
+	for _, w := range []string{"The", " the", "Hello", " world", " of", " and", "Hi"} {
+		var left string
+		for i := 0; i < len(w); i++ {
+			c := string(char[w[i]])
+			if i > 0 {
+				if _, ok := vocab[left+c]; !ok {
+					vocab[left+c] = len(vocab)
+					merges = append(merges, left+" "+c)
+				}
+			}
+			left += c
+		}
+	}
+	bos := len(vocab)
+	tokenizer := map[string]any{
+		"added_tokens": []map[string]any{{"id": bos, "content": "<|begin_of_text|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "Split", "behavior": "Isolated", "invert": false, "pattern": map[string]any{
+			"Regex": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}},
+		"post_processor": map[string]any{"type": "TemplateProcessing",
+			"single":         []any{map[string]any{"SpecialToken": map[string]any{"id": "<|begin_of_text|>", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"special_tokens": map[string]any{"<|begin_of_text|>": map[string]any{"id": "<|begin_of_text|>", "ids": []int{bos}}}},
+		"decoder": map[string]any{"type": "ByteLevel"},
+		"model":   map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
+	}
+	config := map[string]any{"bos_token": "<|begin_of_text|>", "eos_token": "<|begin_of_text|>"}
+	if chatTemplate != "" {
+		config["chat_template"] = chatTemplate
+	}
+	for name, v := range map[string]any{"tokenizer.json": tokenizer, "tokenizer_config.json": config} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
