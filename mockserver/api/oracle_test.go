@@ -73,9 +73,7 @@ func TestOracleOverHTTP(t *testing.T) {
 					}
 					code, body, _ = ts.Do(t, "POST", "/v1/chat/completions", jsonOf(map[string]any{"model": "m", "messages": chat, "max_tokens": 1}))
 					var c struct {
-						Usage struct {
-							PromptTokens int `json:"prompt_tokens"`
-						} `json:"usage"`
+						Usage usage `json:"usage"`
 					}
 					if err := json.Unmarshal([]byte(body), &c); code != 200 || err != nil || c.Usage.PromptTokens != len(ids) {
 						t.Errorf("chat %d: got %d %s, want prompt_tokens %d", i, code, body, len(ids))
@@ -105,13 +103,7 @@ func TestLoadedTokenizerOutputHitsTheCache(t *testing.T) {
 					Content string `json:"content"`
 				} `json:"message"`
 			} `json:"choices"`
-			Usage struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				CompletionTokens    int `json:"completion_tokens"`
-				PromptTokensDetails struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
+			Usage usage `json:"usage"`
 		}
 		chat := func(msgs []mocktest.Message) chatResponse {
 			code, body, _ := ts.Do(t, "POST", "/v1/chat/completions", jsonOf(map[string]any{"model": "m", "messages": msgs, "max_tokens": 40}))

@@ -12,6 +12,15 @@ import (
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
+// usage is an OpenAI response's usage.
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
 // Each built-in profile renders chats with its model family's template, so
 // two unrelated chats share what they share on a real server: Llama
 // 3.1-Instruct's BOS, system block (knowledge cut-off and date) and user
@@ -36,12 +45,7 @@ func TestProfileChatTemplates(t *testing.T) {
 					code, body, _ := ts.Do(t, "POST", "/v1/chat/completions",
 						jsonOf(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}, "max_tokens": 1}))
 					var r struct {
-						Usage struct {
-							PromptTokens        int `json:"prompt_tokens"`
-							PromptTokensDetails struct {
-								CachedTokens int `json:"cached_tokens"`
-							} `json:"prompt_tokens_details"`
-						} `json:"usage"`
+						Usage usage `json:"usage"`
 					}
 					if err := json.Unmarshal([]byte(body), &r); code != 200 || err != nil {
 						t.Fatalf("chat: %d %s", code, body)
