@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 	"unicode/utf8"
 )
@@ -34,6 +35,9 @@ type bpe struct {
 	// ignore_merges, tiktoken's rule).
 	wholeFirst bool
 	cache      *wordCache
+	// words, if set, cuts a long piece of SentencePiece-style text into
+	// words that merge alone (see wordSplitter).
+	words *wordSplitter
 }
 
 // ranker returns the rank and merged id of the symbols piece[a:b] and
@@ -89,6 +93,14 @@ func (m *bpe) tokenize(dst []int32, piece string) []int32 {
 		if id, ok := m.vocab[piece]; ok {
 			return append(dst, id)
 		}
+	}
+	if m.words != nil && len(piece) > maxCachedPiece {
+		for len(piece) > 0 {
+			var word string
+			word, piece = m.words.next(piece)
+			dst = m.tokenize(dst, word)
+		}
+		return dst
 	}
 	if len(piece) <= maxCachedPiece && m.cache != nil {
 		if ids, ok := m.cache.get(piece); ok {
@@ -199,6 +211,82 @@ func (m *bpe) symbols(syms []symbol, piece string) []symbol {
 	// The links were written for consecutive symbols; a dropped
 	// character leaves none missing, since nothing was appended for it.
 	return syms
+}
+
+// wordSplitter cuts SentencePiece-style text (no pre-tokenizer: a
+// Llama 2 or Mistral text is one piece) before each "▁" that follows
+// another character: no merge can join the two sides, because no token's
+// text has a character and then "▁" there (the few that do, listed in
+// spans, keep the cut from places they occur). The words then merge
+// alone, as they would in the whole, and the word cache serves them.
+type wordSplitter struct {
+	marker string
+	// spans are the tokens with a character before a marker, and the
+	// offsets of those markers in them.
+	spans []span
+}
+
+type span struct {
+	text string
+	at   []int
+}
+
+// maxSpans bounds the tokens that may cross a cut; a vocabulary with more
+// is merged whole.
+const maxSpans = 256
+
+// newWordSplitter returns the splitter of a vocabulary, or nil if too
+// many of its tokens cross the places it would cut.
+func newWordSplitter(marker string, vocab map[string]int32) *wordSplitter {
+	w := &wordSplitter{marker: marker}
+	for tok := range vocab {
+		var at []int
+		for i := len(marker); i < len(tok); {
+			k := strings.Index(tok[i:], marker)
+			if k < 0 {
+				break
+			}
+			if !strings.HasSuffix(tok[:i+k], marker) {
+				at = append(at, i+k)
+			}
+			i += k + len(marker)
+		}
+		if len(at) > 0 {
+			if len(w.spans) == maxSpans {
+				return nil
+			}
+			w.spans = append(w.spans, span{tok, at})
+		}
+	}
+	return w
+}
+
+// next returns s's first word and the rest.
+func (w *wordSplitter) next(s string) (word, rest string) {
+	for i := len(w.marker); i < len(s); {
+		k := strings.Index(s[i:], w.marker)
+		if k < 0 {
+			break
+		}
+		p := i + k
+		if !strings.HasSuffix(s[:p], w.marker) && !w.crossed(s, p) {
+			return s[:p], s[p:]
+		}
+		i = p + len(w.marker)
+	}
+	return s, ""
+}
+
+// crossed reports whether a token that crosses the cut at s[p] occurs there.
+func (w *wordSplitter) crossed(s string, p int) bool {
+	for _, sp := range w.spans {
+		for _, a := range sp.at {
+			if p-a >= 0 && p-a+len(sp.text) <= len(s) && s[p-a:p-a+len(sp.text)] == sp.text {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasBytes reports whether every byte of s has a fallback token.

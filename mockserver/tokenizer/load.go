@@ -324,6 +324,9 @@ func loadHF(dir string, cfg *hfConfig) (*Tokenizer, error) {
 			model.unk = id
 		}
 	}
+	if !byteLevel {
+		model.words = newWordSplitter("▁", model.vocab)
+	}
 	c.model = model
 
 	added := make([]addedToken, 0, len(f.AddedTokens))
