@@ -68,7 +68,7 @@ func Load(dir string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.name = dir
+	t.name, t.prompts = dir, newPromptCache()
 	if t.chat, err = loadChatTemplate(dir, cfg); err != nil {
 		return nil, err
 	}

@@ -374,3 +374,32 @@ func TestLoadTiktoken(t *testing.T) {
 		t.Errorf("Encode(hellp): got %v", got)
 	}
 }
+
+// A long text's ids are kept: a repeat gets the same ids from the cache,
+// a text of the same length that differs gets its own, and a cached text
+// over a limit is counted, not returned.
+func TestPromptCache(t *testing.T) {
+	tok, err := Load(writeDir(t, map[string]string{TokenizerJSON: llamaLike("Hello", " world")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("Hello world", minCachedPrompt/11+1) // 2 tokens per 11 bytes
+	first := tok.EncodePrompt(nil, text)
+	if _, ok := tok.prompts.get(text); !ok {
+		t.Fatal("a long text was not cached")
+	}
+	if again := tok.EncodePrompt(nil, text); !slices.Equal(again, first) {
+		t.Fatal("the cached ids differ")
+	}
+	other := "J" + text[1:]
+	if ids := tok.Encode(nil, other); slices.Equal(ids, first[1:]) {
+		t.Fatal("a different text of the same length got the cached ids")
+	}
+	n := len(first)
+	if ids, got := tok.EncodeWithin([]int32{7}, text, true, 10); got != n || !slices.Equal(ids, []int32{7}) {
+		t.Errorf("EncodeWithin past its limit: got %v and %d, want [7] and %d", ids, got, n)
+	}
+	if got := tok.Count(text); got != n-1 {
+		t.Errorf("Count: got %d, want %d", got, n-1)
+	}
+}

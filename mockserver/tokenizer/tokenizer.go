@@ -19,6 +19,7 @@ type Tokenizer struct {
 	prefix, suffix []int32
 	chat           *chatTemplate
 	out            *outputVocab
+	prompts        *promptCache // nil: none (the built-in tokenizer needs none)
 }
 
 // codec is a vocabulary and its encoding rules.
@@ -46,8 +47,27 @@ func (t *Tokenizer) Name() string { return t.name }
 // added (Hugging Face's add_special_tokens=False); the text of a special
 // token becomes its id.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
-	dst, _ = t.enc.encode(dst, text, -1)
+	dst, _ = t.encode(dst, text, -1)
 	return dst
+}
+
+// encode is the codec's encode through the prompt cache.
+func (t *Tokenizer) encode(dst []int32, text string, limit int) ([]int32, int) {
+	if t.prompts == nil || !cacheable(text) {
+		return t.enc.encode(dst, text, limit)
+	}
+	if ids, ok := t.prompts.get(text); ok {
+		if limit >= 0 && len(ids) > limit {
+			return dst, len(ids)
+		}
+		return append(dst, ids...), len(ids)
+	}
+	start := len(dst)
+	dst, n := t.enc.encode(dst, text, limit)
+	if limit < 0 || n <= limit {
+		t.prompts.put(text, dst[start:])
+	}
+	return dst, n
 }
 
 // EncodePrompt appends the token ids of a text prompt to dst, with the
@@ -67,19 +87,19 @@ func (t *Tokenizer) EncodePrompt(dst []int32, text string) []int32 {
 func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limit int) (ids []int32, n int) {
 	start := len(dst)
 	if !addSpecial {
-		return t.enc.encode(dst, text, limit)
+		return t.encode(dst, text, limit)
 	}
 	added := len(t.prefix) + len(t.suffix)
 	inner := limit
 	if limit >= 0 {
 		inner = max(limit-added, 0)
 		if limit < added {
-			_, n := t.enc.encode(nil, text, 0)
+			_, n := t.encode(nil, text, 0)
 			return dst, n + added
 		}
 	}
 	dst = append(dst, t.prefix...)
-	dst, n = t.enc.encode(dst, text, inner)
+	dst, n = t.encode(dst, text, inner)
 	if limit >= 0 && n > inner {
 		return dst[:start], n + added
 	}
@@ -90,7 +110,7 @@ func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limi
 // one pre-tokenized piece at a time: measuring a huge text costs no memory
 // in proportion to it.
 func (t *Tokenizer) Count(text string) int {
-	_, n := t.enc.encode(nil, text, 0)
+	_, n := t.encode(nil, text, 0)
 	return n
 }
 
