@@ -142,7 +142,7 @@ func (t tiktokenChunks) runs(s string, first bool, emit func(string, bool)) {
 	start, runLen := 0, 0
 	isSpace := false
 	for i, r := range s {
-		now := unicode.IsSpace(r)
+		now := pyIsSpace(r)
 		if i == 0 {
 			isSpace = now
 		}
@@ -158,3 +158,7 @@ func (t tiktokenChunks) runs(s string, first bool, emit func(string, bool)) {
 	}
 	t.inner.split(s[start:], first && start == 0, emit)
 }
+
+// pyIsSpace is Python's str.isspace for one character: Unicode white
+// space and the four information separators U+001C..U+001F.
+func pyIsSpace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
