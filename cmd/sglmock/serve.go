@@ -22,6 +22,7 @@ import (
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
 	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // serveOptions are sglmock serve's flags, spelled as SGLang's
@@ -38,6 +39,8 @@ type serveOptions struct {
 	apiKeyFile                                                      string
 	kvEventsConfig                                                  string // as given, for /server_info
 	kvEvents                                                        *kvevents.Config
+	tokenizerPath                                                   string
+	tokenizer                                                       *tokenizer.Tokenizer // nil: the profile's
 	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
 	profile                                                         *profile.Profile
 	// ignoredLaunchFlags are the flags of SGLang's launch_server given
@@ -78,7 +81,10 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	o := &serveOptions{}
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&o.port, "port", 30000, "port to listen on")
-	fs.StringVar(&o.modelPath, "model-path", "", "model path reported by /model_info (default: the profile's served model name)")
+	fs.StringVar(&o.modelPath, "model-path", "", "model path reported by /model_info (default: the profile's served model name); "+
+		"a model directory, or a model id in the local Hugging Face cache, also gives the tokenizer")
+	fs.StringVar(&o.tokenizerPath, "tokenizer-path", "", "a Hugging Face model `DIR` (tokenizer.json with tokenizer_config.json, or Kimi's tiktoken.model) "+
+		"whose tokenizer and chat template count and show every token (default: --model-path, else the profile's tokenizer_path, else the built-in tokenizer)")
 	fs.StringVar(&o.servedModelName, "served-model-name", "", "model name in /v1/models (default: --model-path)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require 'Authorization: Bearer KEY' (health checks and metrics stay open); "+
 		"--api-key-file or the SGLANG_API_KEY environment variable keep the key out of the process list")
@@ -168,7 +174,36 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		fmt.Fprintf(stderr, "%s: SGLang flags accepted and ignored (the profile stands for the deployment they describe): %s\n",
 			fs.Name(), strings.Join(o.ignoredLaunchFlags, " "))
 	}
+	if o.tokenizer, err = serveTokenizer(o.tokenizerPath, o.modelPath); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// serveTokenizer loads the tokenizer --tokenizer-path names, else the one
+// in --model-path's directory, as SGLang does; nil when neither gives one
+// (the profile's tokenizer_path or the built-in tokenizer then serve). A
+// --model-path that is no local model is only the model's name.
+func serveTokenizer(tokenizerPath, modelPath string) (*tokenizer.Tokenizer, error) {
+	flag, path := "--tokenizer-path", tokenizerPath
+	if path == "" {
+		flag, path = "--model-path", modelPath
+	}
+	if path == "" {
+		return nil, nil
+	}
+	dir, ok := tokenizer.Resolve(path)
+	if !ok {
+		if flag == "--model-path" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--tokenizer-path %s: no such directory, nor a model id in the local Hugging Face cache", path)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return tok, nil
 }
 
 // apiKey picks the API key: --api-key, else --api-key-file, else the
@@ -238,7 +273,8 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		}
 	}
 	defer ln.Close()
-	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel}
+	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel,
+		TokenizerPath: o.tokenizerPath}
 	pub, err := startKVEvents(o, logger)
 	if err != nil {
 		return err
@@ -267,6 +303,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,
 		BodyTimeout:       o.bodyTimeout,
+		Tokenizer:         o.tokenizer,
 	})
 	if err != nil {
 		return err
@@ -278,8 +315,8 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	go func() { served <- hs.Serve(ln) }()
 	args = srv.Args()
 	bi, _ := debug.ReadBuildInfo()
-	logger.Info(fmt.Sprintf("sglmock %s serving %s (profile %s, speedup %g) on http://%s; listen backlog %s",
-		sglmockVersion(version, bi), args.ServedModelName, o.profile.Name, o.speedup, ln.Addr(), backlog()))
+	logger.Info(fmt.Sprintf("sglmock %s serving %s (profile %s, speedup %g, tokenizer %s) on http://%s; listen backlog %s",
+		sglmockVersion(version, bi), args.ServedModelName, o.profile.Name, o.speedup, srv.Engine().Tokenizer().Name(), ln.Addr(), backlog()))
 	if o.skipWarmup {
 		srv.MarkReady()
 	} else if err := srv.Warmup(stop); err != nil && stop.Err() == nil {

@@ -41,6 +41,18 @@ func jsonOf(v any) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// builtinTok and withBOS are the built-in tokenizer as a profile without
+// and with add_bos_token makes it.
+var builtinTok, withBOS = builtin(tokenizer.BuiltinOptions{}), builtin(tokenizer.BuiltinOptions{AddBOS: true})
+
+func builtin(o tokenizer.BuiltinOptions) *tokenizer.Tokenizer {
+	t, err := tokenizer.Builtin(o)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
 // expectedOutput is what the mock generates for a prompt: the tokens, and
 // the simulated time of each, for a lone request on an idle server.
 func expectedOutput(p *profile.Profile, prompt []int32, n int) ([]int32, []time.Duration) {
@@ -52,7 +64,7 @@ func expectedOutput(p *profile.Profile, prompt []int32, n int) ([]int32, []time.
 		if i > 0 {
 			t += profile.Duration(p.DecodeRoundSeconds(1, len(prompt)+i))
 		}
-		toks = append(toks, tokenizer.OutputToken(h, i))
+		toks = append(toks, builtinTok.OutputToken(h, i))
 		at = append(at, t)
 	}
 	return toks, at
@@ -90,7 +102,7 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		}
 		mocktest.Golden(t, "generate/response.json", []byte(body))
 		var got generateResponse
-		if err := json.Unmarshal([]byte(body), &got); err != nil || got.Text != tokenizer.Decode(toks) || !slices.Equal(got.OutputIDs, toks) {
+		if err := json.Unmarshal([]byte(body), &got); err != nil || got.Text != builtinTok.Decode(toks, false) || !slices.Equal(got.OutputIDs, toks) {
 			t.Fatalf("got %s (%v), want the text and ids of %v", body, err, toks)
 		}
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
@@ -384,14 +396,30 @@ func TestFlushRightAfterAResponseOverHTTP(t *testing.T) {
 func TestBOSOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
-		ids := tokenizer.EncodePrompt(nil, "Hello world", true)
+		ids := withBOS.EncodePrompt(nil, "Hello world")
 		code, body, _ := ts.Do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
 		if code != 200 || body != fmt.Sprintf(`{"count":3,"max_model_len":131072,"tokens":%s}`, jsonOf(ids)) || ids[0] != tokenizer.BOS {
 			t.Fatalf("/tokenize: %d %s", code, body)
 		}
+		// add_special_tokens and skip_special_tokens, as SGLang's
+		// /tokenize and /detokenize take them.
+		code, body, _ = ts.Do(t, "POST", "/tokenize", `{"prompt": "Hello world", "add_special_tokens": false}`)
+		if want := fmt.Sprintf(`{"count":2,"max_model_len":131072,"tokens":%s}`, jsonOf(ids[1:])); code != 200 || body != want {
+			t.Fatalf("/tokenize without special tokens: got %d %s, want %s", code, body, want)
+		}
+		for _, tt := range []struct{ skip, want string }{
+			{``, `{"text":"Hello world"}`},
+			{`, "skip_special_tokens": true`, `{"text":"Hello world"}`},
+			{`, "skip_special_tokens": false`, `{"text":"<|begin_of_text|>Hello world"}`},
+		} {
+			code, body, _ := ts.Do(t, "POST", "/detokenize", fmt.Sprintf(`{"tokens": %s%s}`, jsonOf(ids), tt.skip))
+			if code != 200 || body != tt.want {
+				t.Fatalf("/detokenize%s: got %d %s, want %s", tt.skip, code, body, tt.want)
+			}
+		}
 		for _, tt := range []struct{ body, want string }{
 			{`{"text": "Hello world", "sampling_params": {"max_new_tokens": 1}}`, `"prompt_tokens":3,`},
-			{fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(tokenizer.Encode(nil, "Hello world"))), `"prompt_tokens":2,`},
+			{fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}}`, jsonOf(builtinTok.Encode(nil, "Hello world"))), `"prompt_tokens":2,`},
 		} {
 			if code, body, _ := ts.Do(t, "POST", "/generate", tt.body); code != 200 || !strings.Contains(body, tt.want) {
 				t.Fatalf("/generate %s: got %d %s, want %s", tt.body, code, body, tt.want)
@@ -663,10 +691,10 @@ func TestInfoEndpoints(t *testing.T) {
 			t.Fatalf("/ping: %d", code)
 		}
 		code, body, _ := ts.Do(t, "POST", "/tokenize", `{"prompt": "Hello world"}`)
-		if code != 200 || body != fmt.Sprintf(`{"count":2,"max_model_len":200000,"tokens":%s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))) {
+		if code != 200 || body != fmt.Sprintf(`{"count":2,"max_model_len":200000,"tokens":%s}`, jsonOf(builtinTok.Encode(nil, "Hello world"))) {
 			t.Fatalf("/tokenize: %d %s", code, body)
 		}
-		code, body, _ = ts.Do(t, "POST", "/v1/detokenize", fmt.Sprintf(`{"tokens": %s}`, jsonOf(tokenizer.Encode(nil, "Hello world"))))
+		code, body, _ = ts.Do(t, "POST", "/v1/detokenize", fmt.Sprintf(`{"tokens": %s}`, jsonOf(builtinTok.Encode(nil, "Hello world"))))
 		if code != 200 || body != `{"text":"Hello world"}` {
 			t.Fatalf("/detokenize: %d %s", code, body)
 		}

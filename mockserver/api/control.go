@@ -14,7 +14,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // flushedText is SGLang's /flush_cache reply on success.
@@ -198,18 +197,24 @@ func (s *Server) tokenize(c *gin.Context) {
 	var body struct {
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages []chatMessage   `json:"messages"`
+		// AddSpecialTokens adds the tokenizer's BOS; by default a prompt
+		// gets it and a chat, whose template writes its own, does not.
+		AddSpecialTokens *bool `json:"add_special_tokens"`
 	}
 	if !s.readBody(c, &body) {
 		return
 	}
+	tok := s.eng.Tokenizer()
 	var text string
+	addSpecial := true
 	switch {
 	case body.Messages != nil:
-		var err error
-		if text, err = renderChat(body.Messages); err != nil {
+		prompt, err := s.chatPrompt(body.Messages, nil)
+		if err != nil {
 			writeRefusal(c, generateEnvelope, err)
 			return
 		}
+		text, addSpecial = prompt.Text, false
 	case !isNull(body.Prompt):
 		if err := json.Unmarshal(body.Prompt, &text); err != nil {
 			writeValidationError(c, "prompt: Input should be a valid string")
@@ -221,11 +226,19 @@ func (s *Server) tokenize(c *gin.Context) {
 	}
 	// Counted first, without allocating: one request may not make the
 	// server hold a tokenization of unbounded size.
-	if n := tokenizer.Count(text); n > maxTokenizeTokens {
+	if n := tok.Count(text); n > maxTokenizeTokens {
 		writeValidationError(c, fmt.Sprintf("The text is %d tokens; /tokenize takes at most %d.", n, maxTokenizeTokens))
 		return
 	}
-	ids := tokenizer.EncodePrompt(nil, text, s.cfg.Profile.AddBOSToken)
+	if body.AddSpecialTokens != nil {
+		addSpecial = *body.AddSpecialTokens
+	}
+	ids := []int32{} // an empty text's tokens are [], not null
+	if addSpecial {
+		ids = tok.EncodePrompt(ids, text)
+	} else {
+		ids = tok.Encode(ids, text)
+	}
 	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
 }
 
@@ -236,6 +249,9 @@ const maxTokenizeTokens = 1 << 20
 func (s *Server) detokenize(c *gin.Context) {
 	var body struct {
 		Tokens []int32 `json:"tokens"`
+		// SkipSpecialTokens leaves special tokens out of the text, as
+		// SGLang does by default.
+		SkipSpecialTokens *bool `json:"skip_special_tokens"`
 	}
 	if !s.readBody(c, &body) {
 		return
@@ -248,7 +264,8 @@ func (s *Server) detokenize(c *gin.Context) {
 		writeValidationError(c, fmt.Sprintf("tokens: %d ids; /detokenize takes at most %d.", len(body.Tokens), maxTokenizeTokens))
 		return
 	}
-	writeJSON(c, http.StatusOK, gin.H{"text": tokenizer.Decode(body.Tokens)})
+	skip := body.SkipSpecialTokens == nil || *body.SkipSpecialTokens
+	writeJSON(c, http.StatusOK, gin.H{"text": s.eng.Tokenizer().Decode(body.Tokens, skip)})
 }
 
 // resetPrefixCache is vLLM's POST /reset_prefix_cache, which vLLM serves

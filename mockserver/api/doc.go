@@ -139,8 +139,8 @@
 //     at most 2048 sequences (prompts x n, n at most 128), 32 stop strings
 //     of at most 256 bytes, 1024 stop_token_ids, a rid of 512 bytes and a
 //     cache namespace (extra_key, cache_salt and lora_path) of 1024; a
-//     text prompt whose byte length alone shows it cannot fit the context
-//     is counted, not tokenized, before it is refused.
+//     text prompt is tokenized no further than the context length, then
+//     only counted, before it is refused.
 //   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
 //     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
 //     is its object (timestamp, version, dp_rank_count, loads with the

@@ -32,7 +32,7 @@ func (s *Server) generate(c *gin.Context) {
 		}
 		return
 	}
-	outs, ok := collect(c.Request.Context(), p.items, streams)
+	outs, ok := s.collect(c.Request.Context(), p.items, streams)
 	if !ok {
 		return // the client left; its requests are aborted
 	}
@@ -71,7 +71,7 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 		}
 		return
 	}
-	_, ok := streamOutputs(c.Request.Context(), w, p.items, streams, func(_ int, o *output) {
+	_, ok := s.streamOutputs(c.Request.Context(), w, p.items, streams, func(_ int, o *output) {
 		w.add(marshal(o.response(p.batch)))
 	})
 	if ok {

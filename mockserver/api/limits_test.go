@@ -11,7 +11,6 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // completionTokens posts body and returns the response's
@@ -81,7 +80,7 @@ func TestLimitMessages(t *testing.T) {
 			t.Fatalf("/server_info: want max_req_input_len = ctx - 6: %s", body)
 		}
 		maxInput := "Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."
-		vocab := tokenizer.VocabSize
+		vocab := builtinTok.VocabSize()
 		tests := []struct {
 			name, path, body string
 			want             string
@@ -228,7 +227,7 @@ func TestTokenizeBounds(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		text := strings.Repeat("a ", 1<<20+1)
 		code, body, _ := ts.Do(t, "POST", "/tokenize", fmt.Sprintf(`{"prompt": %q}`, text))
-		want := fmt.Sprintf("The text is %d tokens; /tokenize takes at most 1048576.", tokenizer.Count(text))
+		want := fmt.Sprintf("The text is %d tokens; /tokenize takes at most 1048576.", builtinTok.Count(text))
 		if code != 400 || !strings.Contains(body, want) {
 			t.Fatalf("got %d %.200s, want 400 naming the bound", code, body)
 		}

@@ -95,7 +95,7 @@ func splitmix(x uint64) uint64 {
 
 // position is the distribution at one position: the token there and its
 // alternatives, most probable first.
-func position(seed uint64, pos int, token int32, generated bool, top int, text bool) (tokenLogprob, []tokenLogprob) {
+func position(tok *tokenizer.Tokenizer, seed uint64, pos int, token int32, generated bool, top int, text bool) (tokenLogprob, []tokenLogprob) {
 	h := splitmix(seed ^ splitmix(uint64(pos)<<32|uint64(uint32(token))))
 	u := float64(h>>11) / (1 << 53)
 	p := 0.01 + 0.49*u
@@ -105,7 +105,7 @@ func position(seed uint64, pos int, token int32, generated bool, top int, text b
 	entry := func(id int32, prob float64) tokenLogprob {
 		e := tokenLogprob{logprob: math.Log(prob), id: id}
 		if text {
-			s := tokenizer.Decode([]int32{id})
+			s := tok.Decode([]int32{id}, false)
 			e.text = &s
 		}
 		return e
@@ -119,7 +119,7 @@ func position(seed uint64, pos int, token int32, generated bool, top int, text b
 	list := make([]tokenLogprob, 0, top+1)
 	list = append(list, chosen)
 	for j := 1; j <= top; j++ {
-		list = append(list, entry(tokenizer.OutputToken(h, j), (1-p)/math.Exp2(float64(j))))
+		list = append(list, entry(tok.OutputToken(h, j), (1-p)/math.Exp2(float64(j))))
 	}
 	slices.SortStableFunc(list, func(a, b tokenLogprob) int { return cmp.Compare(b.logprob, a.logprob) })
 	return chosen, list[:top]
@@ -148,7 +148,7 @@ func (o *output) logprobs() *logprobLists {
 			start = len(prompt) - 1
 		}
 		for i := max(start, 0); i < len(prompt); i++ {
-			e, alts := position(l.seed, i, prompt[i], false, lp.top, lp.text)
+			e, alts := position(o.tok, l.seed, i, prompt[i], false, lp.top, lp.text)
 			if i == 0 {
 				e.none, alts = true, nil
 			}
@@ -158,7 +158,7 @@ func (o *output) logprobs() *logprobLists {
 	}
 	l := o.lp
 	for i := len(l.out); i < len(o.ids); i++ {
-		e, alts := position(l.seed, len(prompt)+i, o.ids[i], true, lp.top, lp.text)
+		e, alts := position(o.tok, l.seed, len(prompt)+i, o.ids[i], true, lp.top, lp.text)
 		l.out, l.outTops = append(l.out, e), append(l.outTops, alts)
 	}
 	return l

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/sim"
 )
 
@@ -62,7 +61,7 @@ func (s *Server) completions(c *gin.Context) {
 		r.echo = func(i int) string {
 			prompt := prompts[i/p.copies]
 			if prompt.InputIDs != nil {
-				return tokenizer.Decode(prompt.InputIDs)
+				return s.eng.Tokenizer().Decode(prompt.InputIDs, false)
 			}
 			return prompt.Text
 		}
@@ -75,7 +74,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	prompt := engine.Request{Route: sim.RouteChat}
+	var prompt engine.Request
 	if body.InputIDs != nil {
 		prompt.InputIDs = body.InputIDs
 	} else {
@@ -83,13 +82,13 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			writeValidationError(c, "messages: Field required: a chat needs at least one message")
 			return
 		}
-		text, err := renderChat(body.Messages)
-		if err != nil {
+		var err error
+		if prompt, err = s.chatPrompt(body.Messages, body.ChatTemplateKwargs); err != nil {
 			writeRefusal(c, openAIEnvelope, err)
 			return
 		}
-		prompt.Text = text
 	}
+	prompt.Route = sim.RouteChat
 	// SGLang takes max_completion_tokens or max_tokens, Python's "or": a
 	// zero max_completion_tokens falls through to max_tokens.
 	maxTokens := body.MaxCompletionTokens.ptr()
@@ -181,7 +180,7 @@ func (r *openAIRun) run() {
 		r.stream(streams)
 		return
 	}
-	outs, ok := collect(r.c.Request.Context(), r.plan.items, streams)
+	outs, ok := r.s.collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
 		return
 	}
@@ -242,7 +241,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	}
 	var finished []*output // chat choices, in the order they finished
 	failed := false        // an abort with a status ended the stream
-	outs, ok := streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
+	outs, ok := r.s.streamOutputs(r.c.Request.Context(), w, r.plan.items, streams, func(i int, o *output) {
 		if failed {
 			return
 		}

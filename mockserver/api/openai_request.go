@@ -53,11 +53,12 @@ type chatMessage struct {
 
 type chatBody struct {
 	openAICommon
-	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *integer      `json:"max_completion_tokens"`
-	InputIDs            []int32       `json:"input_ids"`
-	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *integer      `json:"top_logprobs"`
+	Messages            []chatMessage  `json:"messages"`
+	MaxCompletionTokens *integer       `json:"max_completion_tokens"`
+	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
+	InputIDs            []int32        `json:"input_ids"`
+	Logprobs            bool           `json:"logprobs"`
+	TopLogprobs         *integer       `json:"top_logprobs"`
 }
 
 // openAIExtraKey is the extra_key the OpenAI routes pass on: an empty one
@@ -173,18 +174,25 @@ func messageText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
-// renderChat applies the chat template to messages, with the generation
-// prompt, as the server does before tokenizing a chat.
-func renderChat(messages []chatMessage) (string, error) {
+// chatPrompt applies the chat template to messages, with the generation
+// prompt and the request's chat_template_kwargs, as the server does before
+// tokenizing a chat: the prompt's text, tokenized without the BOS a text
+// prompt gets (the template writes its own). A template that cannot render
+// them is the request's error.
+func (s *Server) chatPrompt(messages []chatMessage, kwargs map[string]any) (engine.Request, error) {
 	msgs := make([]tokenizer.Message, len(messages))
 	for i, m := range messages {
 		text, err := messageText(m.Content)
 		if err != nil {
-			return "", err
+			return engine.Request{}, err
 		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
 	}
-	return tokenizer.ApplyChatTemplate(msgs, true), nil
+	text, err := s.eng.Tokenizer().ApplyChatTemplate(msgs, true, kwargs)
+	if err != nil {
+		return engine.Request{}, err
+	}
+	return engine.Request{Text: text, Templated: true}, nil
 }
 
 // chatBudget is the output of a chat completion without max_tokens: SGLang

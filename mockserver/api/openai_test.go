@@ -13,7 +13,6 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // The official Go client against the mock, over the in-memory listener.
@@ -183,8 +182,8 @@ func TestStreamHoldsBackAStopStringPrefix(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		prompt := ids(9, 30)
 		toks, _ := expectedOutput(ts.Engine().Profile(), prompt, 12)
-		full := tokenizer.Decode(toks)
-		stopStr := tokenizer.Decode(toks[5:7]) // spans two tokens
+		full := builtinTok.Decode(toks, false)
+		stopStr := builtinTok.Decode(toks[5:7], false) // spans two tokens
 		trimmed := full[:strings.Index(full, stopStr)]
 
 		_, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 12, "stop": %q, "stream": true}`, jsonOf(prompt), stopStr))

@@ -158,8 +158,8 @@ func disconnectAll(streams []*engine.Stream, streaming bool) {
 
 // collect reads every stream to its end. If ctx ends first (the client
 // disconnected), it tells the engine and reports false.
-func collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
-	outs := newOutputs(items, streams)
+func (s *Server) collect(ctx context.Context, items []item, streams []*engine.Stream) ([]*output, bool) {
+	outs := newOutputs(s.eng.Tokenizer(), items, streams)
 	for i, st := range streams {
 		last, tokens, err := st.Collect(ctx)
 		if err != nil {

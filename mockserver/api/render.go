@@ -12,6 +12,7 @@ import (
 // decoded as the tokens come (a token's text does not depend on its
 // neighbours), so rendering a stream costs time linear in its length.
 type output struct {
+	tok  *tokenizer.Tokenizer
 	item item
 	rid  string
 	ids  []int32
@@ -35,11 +36,11 @@ type output struct {
 	wall func(time.Duration) time.Time
 }
 
-// newOutputs starts an output for each stream.
-func newOutputs(items []item, streams []*engine.Stream) []*output {
+// newOutputs starts an output for each stream, decoded with tok.
+func newOutputs(tok *tokenizer.Tokenizer, items []item, streams []*engine.Stream) []*output {
 	outs := make([]*output, len(streams))
 	for i, st := range streams {
-		outs[i] = &output{item: items[i], rid: st.RID(), wall: st.WallAt}
+		outs[i] = &output{tok: tok, item: items[i], rid: st.RID(), wall: st.WallAt}
 	}
 	return outs
 }
@@ -71,11 +72,11 @@ func (o *output) holdsStopPrefix() bool {
 	if o.stopTail == 0 {
 		longest := 0
 		for _, st := range stops {
-			longest = max(longest, tokenizer.Count(st))
+			longest = max(longest, o.tok.Count(st))
 		}
 		o.stopTail = longest + 2
 	}
-	tail := tokenizer.Decode(o.ids[len(o.ids)-min(o.stopTail, len(o.ids)):])
+	tail := o.tok.Decode(o.ids[len(o.ids)-min(o.stopTail, len(o.ids)):], false)
 	for _, st := range stops {
 		if st == "" {
 			continue
@@ -96,7 +97,7 @@ func (o *output) add(ev engine.Event) {
 	o.ids = append(o.ids, ev.Tokens...)
 	for _, id := range ev.Tokens {
 		o.lastTokenAt = len(o.text)
-		o.text = tokenizer.AppendDecode(o.text, id)
+		o.text = o.tok.AppendDecode(o.text, id)
 	}
 	o.last = ev
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // gin's debug mode prints every route at start-up; a mock SGLang server
@@ -115,6 +116,9 @@ type Config struct {
 	// shows of its configuration, KVEvents its kv_events descriptor.
 	CacheEvents engine.CacheEvents
 	KVEvents    *KVEventsInfo
+	// Tokenizer, if set, replaces the built-in tokenizer; else New loads
+	// the profile's tokenizer_path, if it names one.
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // KVEventsInfo is the KV event publisher as /server_info's kv_events
@@ -158,6 +162,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = defaultMaxBody
 	}
+	if cfg.Tokenizer == nil && cfg.Profile.TokenizerPath != "" {
+		tok, err := tokenizer.Load(cfg.Profile.TokenizerPath)
+		if err != nil {
+			return nil, fmt.Errorf("profile %q: tokenizer_path: %w", cfg.Profile.Name, err)
+		}
+		cfg.Tokenizer = tok
+		if cfg.Args.TokenizerPath == "" {
+			cfg.Args.TokenizerPath = cfg.Profile.TokenizerPath
+		}
+	}
 	s := &Server{cfg: cfg}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
@@ -174,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:            cfg.Logger,
 		OnFinish:          onFinish,
 		CacheEvents:       cfg.CacheEvents,
+		Tokenizer:         cfg.Tokenizer,
 	})
 	if err != nil {
 		if s.metrics != nil {

@@ -172,10 +172,10 @@ const maxCoalesced = 64 << 10
 // last events stay buffered for the caller to end the stream with. It
 // returns the outputs, or false when the client left: the engine has been
 // told (SGLang aborts the requests later), and nothing more may be written.
-func streamOutputs(ctx context.Context, w *sse, items []item, streams []*engine.Stream, render func(i int, o *output)) ([]*output, bool) {
+func (s *Server) streamOutputs(ctx context.Context, w *sse, items []item, streams []*engine.Stream, render func(i int, o *output)) ([]*output, bool) {
 	src := events(ctx, streams)
 	defer src.stop()
-	outs := newOutputs(items, streams)
+	outs := newOutputs(s.eng.Tokenizer(), items, streams)
 	for left := len(streams); left > 0; {
 		t, err := src.next()
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // timedStream is a streaming response: when its status line arrived, and
@@ -196,9 +195,9 @@ func TestStreamTextIsTheAnswer(t *testing.T) {
 			extra string
 			want  string
 		}{
-			{``, tokenizer.Decode(toks)},
-			{fmt.Sprintf(`, "stop_token_ids": [%d]`, stop), tokenizer.Decode(toks[:end])},
-			{fmt.Sprintf(`, "stop_token_ids": [%d], "no_stop_trim": true`, stop), tokenizer.Decode(toks[:end+1])},
+			{``, builtinTok.Decode(toks, false)},
+			{fmt.Sprintf(`, "stop_token_ids": [%d]`, stop), builtinTok.Decode(toks[:end], false)},
+			{fmt.Sprintf(`, "stop_token_ids": [%d], "no_stop_trim": true`, stop), builtinTok.Decode(toks[:end+1], false)},
 		} {
 			for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 				body := fmt.Sprintf(`{"prompt": %s, "input_ids": %s, "max_tokens": 600%s`, jsonOf(prompt), jsonOf(prompt), tc.extra)

@@ -119,12 +119,11 @@ func (s *Server) renderChat(c *gin.Context) {
 		writeValidationError(c, "messages: Field required: a chat needs at least one message")
 		return
 	}
-	text, err := renderChat(body.Messages)
+	prompt, err := s.chatPrompt(body.Messages, body.ChatTemplateKwargs)
 	if err != nil {
-		writeValidationError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
-	prompt := engine.Request{Text: text}
 	ids, err := s.renderTokens(prompt)
 	if err != nil {
 		writeOpenAIError(c, err.Error())

@@ -171,8 +171,8 @@ func TestRetraction(t *testing.T) {
 		}
 		h := tokenizer.PromptHash(pa)
 		for i, tok := range out {
-			if tok != tokenizer.OutputToken(h, i) {
-				t.Fatalf("a's output token %d: got %d, want %d", i, tok, tokenizer.OutputToken(h, i))
+			if tok != builtinTok.OutputToken(h, i) {
+				t.Fatalf("a's output token %d: got %d, want %d", i, tok, builtinTok.OutputToken(h, i))
 			}
 		}
 		if len(out) != 6000 || ta.CompletionTokens != 6000 {

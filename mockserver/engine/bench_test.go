@@ -32,7 +32,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 	}
 	p.MaxRunningRequests = 256
 	e := &Engine{prof: p}
-	s := newScheduler(p, false, slog.New(slog.DiscardHandler), 40)
+	s := newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40)
 	var reqs []*req
 	for i := range 256 {
 		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, maxCached: 100, seq: uint64(i)}
@@ -83,7 +83,7 @@ func BenchmarkDecodeRound256(b *testing.B) {
 // over the token ids, the least any exact path must read.
 func BenchmarkPrompt200kPath(b *testing.B) {
 	var sb strings.Builder
-	for i := 0; tokenizer.Count(sb.String()) < 200_000; i++ {
+	for i := 0; builtinTok.Count(sb.String()) < 200_000; i++ {
 		sb.WriteString("The server keeps every prefix of every prompt in a radix tree, and request ")
 		sb.WriteString(strings.Repeat("x", i%7))
 		sb.WriteString(" reuses what it can. ")
@@ -93,7 +93,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 	}
 	text := sb.String()
 	raw := []byte(text)
-	ids := tokenizer.Encode(nil, text)
+	ids := builtinTok.Encode(nil, text)
 	other := slices.Clone(ids)
 	var pathNs, floorNs int64
 	var tokens int
@@ -112,7 +112,7 @@ func BenchmarkPrompt200kPath(b *testing.B) {
 		runtime.KeepAlive(n)
 		b.StartTimer()
 		start = time.Now()
-		toks := tokenizer.Encode(nil, text)
+		toks := builtinTok.Encode(nil, text)
 		tree.Match("", toks[:tree.ReusablePrefixLen(len(toks))])
 		tree.Insert("", toks, "")
 		pathNs += time.Since(start).Nanoseconds()

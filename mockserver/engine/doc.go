@@ -16,10 +16,11 @@
 //
 // # Scheduling, as SGLang does it
 //
-//   - A text prompt is tokenized on the caller's goroutine, with a BOS
-//     first when the profile's tokenizer adds one (add_bos_token). One
-//     whose byte length shows it cannot fit the context length is counted
-//     without being kept, and refused. Validation is SGLang's, with its
+//   - A text prompt is tokenized on the caller's goroutine with the
+//     server's tokenizer (the built-in one, or a model's own), with the
+//     special tokens it adds around a prompt (a BOS); a chat, whose
+//     template writes its own, without. One that does not fit the context
+//     length is only counted past it, and refused. Validation is SGLang's, with its
 //     messages, then the mock's bounds on what one request may ask for
 //     (rid, namespace, stop strings and ids: see MaxRIDBytes and the
 //     rest), so no request sizes an unbounded loop or record.

@@ -75,6 +75,10 @@ type Config struct {
 	// pages and asked to publish them where SGLang does (SGLang's
 	// --kv-events-config; see CacheEvents).
 	CacheEvents CacheEvents
+	// Tokenizer tokenizes text prompts and picks the output tokens; nil
+	// means the built-in one, with the profile's add_bos_token and
+	// chat_template.
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // Clock tells the wall time.
@@ -96,6 +100,7 @@ type call struct {
 // concurrent use.
 type Engine struct {
 	prof      *profile.Profile
+	tok       *tokenizer.Tokenizer
 	speedup   float64
 	spin      time.Duration
 	s         *scheduler
@@ -159,12 +164,20 @@ func New(cfg Config) (*Engine, error) {
 	// The engine keeps its own copy: a caller that changes its profile
 	// afterwards changes nothing here.
 	prof := cfg.Profile.Clone()
+	if cfg.Tokenizer == nil {
+		tok, err := tokenizer.Builtin(tokenizer.BuiltinOptions{AddBOS: prof.AddBOSToken, ChatTemplate: prof.ChatTemplate})
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		cfg.Tokenizer = tok
+	}
 	e := &Engine{
 		prof:      prof,
+		tok:       cfg.Tokenizer,
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
 		spinShare: maxSpinShare,
-		s:         newScheduler(prof, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
+		s:         newScheduler(prof, cfg.Tokenizer, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
 		inbox:     make(chan call),
 		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
@@ -201,6 +214,9 @@ func (e *Engine) Close() {
 
 // Profile returns the engine's copy of its profile: do not modify it.
 func (e *Engine) Profile() *profile.Profile { return e.prof }
+
+// Tokenizer returns the engine's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // Speedup returns the simulated seconds per wall second.
 func (e *Engine) Speedup() float64 { return e.speedup }
@@ -335,25 +351,22 @@ func (e *Engine) Tokenize(r Request) ([]int32, error) {
 }
 
 // prompt returns r's prompt: InputIDs itself, or Text tokenized. A text
-// whose byte length alone shows that it cannot fit the context length (a
-// token stands for at most tokenizer.MaxTokenBytes bytes) is only counted,
-// which allocates nothing, and refused with SGLang's message: a 100 MB
-// prompt costs no more memory than its body.
+// that does not fit the context length is only counted past it, which
+// holds no more than a piece of it at a time, and refused with SGLang's
+// message: a 100 MB prompt costs no more memory than its body.
 func (e *Engine) prompt(r Request) ([]int32, error) {
 	if r.InputIDs != nil {
 		return r.InputIDs, nil
 	}
-	bos := 0
-	if e.prof.AddBOSToken {
-		bos = 1
+	// About one token per 4 bytes of English: one allocation, usually;
+	// a text past the context length is only counted.
+	ctxLen := e.prof.ContextLength
+	dst := make([]int32, 0, min(len(r.Text)/4+8, ctxLen))
+	tokens, n := e.tok.EncodeWithin(dst, r.Text, !r.Templated, ctxLen-1)
+	if n >= ctxLen {
+		return nil, inputTooLong(n, ctxLen)
 	}
-	if ctxLen := e.prof.ContextLength; len(r.Text)/tokenizer.MaxTokenBytes+bos >= ctxLen {
-		if n := tokenizer.Count(r.Text) + bos; n >= ctxLen {
-			return nil, inputTooLong(n, ctxLen)
-		}
-	}
-	// About one token per 4 bytes of English: one allocation, usually.
-	return tokenizer.EncodePrompt(make([]int32, 0, len(r.Text)/4+8), r.Text, e.prof.AddBOSToken), nil
+	return tokens, nil
 }
 
 // Check applies Submit's validation to r without queueing it, for callers
@@ -399,11 +412,11 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	for _, id := range tokens {
 		if id < 0 {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, tokenizer.VocabSize)}
+				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, e.tok.VocabSize())}
 		}
-		if int64(id) >= tokenizer.VocabSize {
+		if int64(id) >= e.tok.VocabSize() {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), tokenizer.VocabSize)}
+				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), e.tok.VocabSize())}
 		}
 	}
 	switch maxInput := e.prof.MaxReqInputLen(); {

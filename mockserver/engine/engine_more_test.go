@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sglmock/sglmock/mockserver/profile"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 func TestSpeedupScalesWallTime(t *testing.T) {
@@ -377,11 +376,11 @@ func TestBOSIsSharedByTextPrompts(t *testing.T) {
 			for _, nonce := range []string{"3f2a9c1e", "b71d04aa"} {
 				r := Request{Text: nonce + rest, MaxNewTokens: 1}
 				if tt.ids {
-					r = Request{InputIDs: tokenizer.Encode(nil, r.Text), MaxNewTokens: 1}
+					r = Request{InputIDs: builtinTok.Encode(nil, r.Text), MaxNewTokens: 1}
 				}
 				last, _ = run(t, e, r)
 			}
-			if want := tokenizer.Count("b71d04aa"+rest) + tt.bosPrompt; last.CachedTokens != tt.cached || last.PromptTokens != want {
+			if want := builtinTok.Count("b71d04aa"+rest) + tt.bosPrompt; last.CachedTokens != tt.cached || last.PromptTokens != want {
 				t.Fatalf("%s: second nonce-prefixed prompt: cached %d of %d, want %d of %d", tt.name, last.CachedTokens, last.PromptTokens, tt.cached, want)
 			}
 		})

@@ -60,6 +60,27 @@ func drain(t *testing.T, s *Stream) []Event {
 	}
 }
 
+// builtinTok is the built-in tokenizer, as an engine without a tokenizer
+// of its own uses it (BOS aside, which only EncodePrompt adds).
+var builtinTok = func() *tokenizer.Tokenizer {
+	t, err := tokenizer.Builtin(tokenizer.BuiltinOptions{})
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
+
+// chatText renders msgs with the built-in chat template and the
+// generation prompt.
+func chatText(t *testing.T, msgs []tokenizer.Message) string {
+	t.Helper()
+	text, err := builtinTok.ApplyChatTemplate(msgs, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
 func submit(t *testing.T, e *Engine, r Request) *Stream {
 	t.Helper()
 	s, err := e.Submit(r)
@@ -180,7 +201,7 @@ func TestSeedTrapAndFixes(t *testing.T) {
 		p := loadProfile(t, "default")
 		e := startEngine(t, Config{Profile: p})
 		defer e.Close()
-		n := tokenizer.Count(body)
+		n := builtinTok.Count(body)
 
 		// The trap: the same prompt twice, no flush.
 		a, ta := run(t, e, Request{RID: "a", Text: body, MaxNewTokens: 1})
@@ -429,7 +450,7 @@ func TestStopConditions(t *testing.T) {
 		full, _ := run(t, e, Request{RID: "full", InputIDs: ids, MaxNewTokens: 40})
 		var out []int32
 		for i := range 40 {
-			out = append(out, tokenizer.OutputToken(tokenizer.PromptHash(ids), i))
+			out = append(out, builtinTok.OutputToken(tokenizer.PromptHash(ids), i))
 		}
 		if full.Finish.Reason != FinishLength || full.Finish.Length != 40 {
 			t.Fatalf("length finish: got %+v", full.Finish)
@@ -446,10 +467,10 @@ func TestStopConditions(t *testing.T) {
 			t.Fatalf("stop token with ignore_eos: got %+v", ignored.Finish)
 		}
 		// Stop at a string that spans tokens 5 and 6.
-		text := tokenizer.Decode(out)
-		stop := tokenizer.Decode(out[4:6])
+		text := builtinTok.Decode(out, false)
+		stop := builtinTok.Decode(out[4:6], false)
 		byStr, _ := run(t, e, Request{RID: "str", InputIDs: ids, MaxNewTokens: 40, Stop: []string{stop}})
-		wantTokens := len(tokenizer.Encode(nil, text[:strings.Index(text, stop)+len(stop)]))
+		wantTokens := len(builtinTok.Encode(nil, text[:strings.Index(text, stop)+len(stop)]))
 		if byStr.Finish.Reason != FinishStop || *byStr.Finish.MatchedString != stop || byStr.CompletionTokens != wantTokens {
 			t.Fatalf("stop string %q: got %+v after %d tokens, want %d", stop, byStr.Finish, byStr.CompletionTokens, wantTokens)
 		}
@@ -490,13 +511,13 @@ func TestValidationErrors(t *testing.T) {
 			{"max int", Request{InputIDs: prompt(1, 900), MaxNewTokens: math.MaxInt},
 				"You requested a total of 9223372036854776707 tokens: 900 tokens from the input messages and 9223372036854775807 tokens for the completion."},
 			{"bad id", Request{InputIDs: []int32{5, -3}}, "token id -3 outside the vocabulary"},
-			{"id past the vocabulary", Request{InputIDs: []int32{5, int32(tokenizer.VocabSize), 7}},
-				fmt.Sprintf("The input_ids [5, %d, 7] contains values greater than the vocab size (%d).", tokenizer.VocabSize, tokenizer.VocabSize)},
+			{"id past the vocabulary", Request{InputIDs: []int32{5, int32(builtinTok.VocabSize()), 7}},
+				fmt.Sprintf("The input_ids [5, %d, 7] contains values greater than the vocab size (%d).", builtinTok.VocabSize(), builtinTok.VocabSize())},
 			// The scheduler refuses max_req_input_len = ctx-6 tokens or more.
 			{"past max_req_input_len", Request{InputIDs: prompt(1, 994)},
 				"Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."},
 			// A long list past the vocabulary is listed up to 1024 ids.
-			{"long list past the vocabulary", Request{InputIDs: append(make([]int32, 5000), int32(tokenizer.VocabSize))},
+			{"long list past the vocabulary", Request{InputIDs: append(make([]int32, 5000), int32(builtinTok.VocabSize()))},
 				"The input_ids [" + strings.Repeat("0, ", 1024) + "...] contains values greater than the vocab size"},
 			// The mock's own bounds.
 			{"long rid", Request{RID: strings.Repeat("r", 513), InputIDs: prompt(1, 5)}, "The rid must be at most 512 bytes, got 513."},
@@ -732,17 +753,17 @@ func TestMultiTurnChatHitsTheCache(t *testing.T) {
 		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
 		defer e.Close()
 		msgs := []tokenizer.Message{{Role: "user", Content: "Tell me about prefix caches."}}
-		p1 := tokenizer.ApplyChatTemplate(msgs, true)
+		p1 := chatText(t, msgs)
 		s := submit(t, e, Request{RID: "t1", Text: p1, MaxNewTokens: 30})
 		var answer []int32
 		for _, ev := range drain(t, s) {
 			answer = append(answer, ev.Tokens...)
 		}
-		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: tokenizer.Decode(answer)},
+		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: builtinTok.Decode(answer, false)},
 			tokenizer.Message{Role: "user", Content: "And flushing?"})
-		last, _ := run(t, e, Request{RID: "t2", Text: tokenizer.ApplyChatTemplate(msgs, true), MaxNewTokens: 1})
+		last, _ := run(t, e, Request{RID: "t2", Text: chatText(t, msgs), MaxNewTokens: 1})
 		// Turn 1's prompt and all of its answer but the last token.
-		if want := tokenizer.Count(p1) + len(answer) - 1; last.CachedTokens != want {
+		if want := builtinTok.Count(p1) + len(answer) - 1; last.CachedTokens != want {
 			t.Fatalf("turn 2: cached %d, want %d", last.CachedTokens, want)
 		}
 	})
@@ -768,8 +789,8 @@ func TestClosedEngineRefusesWork(t *testing.T) {
 }
 
 // A text prompt too long for the context is refused with its exact token
-// count, without being tokenized: the check allocates nothing near the
-// prompt's size.
+// count, tokenized no further than the context: the check allocates
+// nothing near the prompt's size.
 func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := smallPool(t)
@@ -790,15 +811,16 @@ func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 		if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
 			t.Errorf("refusing a %d-byte prompt allocated %d bytes, want under 64 KiB", len(text), got)
 		}
-		// Below the byte bound a prompt is tokenized as usual (Submit then
-		// refuses it by its count); at the bound it is only counted.
-		below := strings.Repeat("a", 999*tokenizer.MaxTokenBytes-1)
-		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 1+(len(below)+5)/6 {
-			t.Errorf("a %d-byte prompt: %d tokens, %v; want it tokenized", len(below), len(toks), err)
+		// A prompt one token short of the context length is tokenized;
+		// one more token and it is only counted.
+		below := strings.Repeat("a", 998*6) // 998 tokens and a BOS
+		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 999 {
+			t.Errorf("a %d-token prompt: %d tokens, %v; want it tokenized", 999, len(toks), err)
 		}
 		at := below + "a"
-		if toks, err := e.Tokenize(Request{Text: at}); err == nil || toks != nil {
-			t.Errorf("a %d-byte prompt: %d tokens, %v; want it refused", len(at), len(toks), err)
+		want = "The input (1000 tokens) is longer than the model's context length (1000 tokens)."
+		if toks, err := e.Tokenize(Request{Text: at}); err == nil || err.Error() != want || toks != nil {
+			t.Errorf("a 1000-token prompt: %d tokens, %v; want %q", len(toks), err, want)
 		}
 		checkDrained(t, e)
 	})

@@ -20,6 +20,11 @@ type Request struct {
 	// InputIDs is the prompt; when nil, Text is tokenized.
 	InputIDs []int32
 	Text     string
+	// Templated marks a Text rendered from a chat template: it is
+	// tokenized without the special tokens the tokenizer adds around a
+	// prompt (a BOS), since the template writes its own, as SGLang's
+	// apply_chat_template(tokenize=True) encodes it.
+	Templated bool
 	// MaxNewTokens is the most tokens to generate; 0 runs the prefill only.
 	MaxNewTokens int
 	// StopTokenIDs and Stop end generation at a token id or once the output

@@ -87,6 +87,7 @@ func (it *iteration) end() time.Duration { return it.start + it.dur }
 // concurrent use: the engine loop owns it.
 type scheduler struct {
 	prof        *profile.Profile
+	tok         *tokenizer.Tokenizer
 	tree        *radixcache.Tree[string] // nil when the radix cache is disabled; a node's value is the rid of the request that inserted it
 	log         *slog.Logger
 	logInterval int
@@ -118,9 +119,10 @@ type scheduler struct {
 // profile's seed: one draw per iteration, in order.
 const jitterStream = 0x6a09e667f3bcc909
 
-func newScheduler(p *profile.Profile, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
+func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
 	s := &scheduler{
 		prof:        p,
+		tok:         tok,
 		log:         log,
 		logInterval: logInterval,
 		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream)),
@@ -590,12 +592,12 @@ func (s *scheduler) emit(r *req, n int) {
 		// Aborted while its step ran: the step's tokens come with the
 		// abort, which SGLang checks before any other finishing condition.
 		for range n {
-			r.outputs = append(r.outputs, tokenizer.OutputToken(r.hash, len(r.outputs)))
+			r.outputs = append(r.outputs, s.tok.OutputToken(r.hash, len(r.outputs)))
 		}
 		fin = &Finish{Reason: FinishAbort, Message: r.abortMsg}
 	}
 	for i := 0; i < n && fin == nil; i++ {
-		tok := tokenizer.OutputToken(r.hash, len(r.outputs))
+		tok := s.tok.OutputToken(r.hash, len(r.outputs))
 		r.outputs = append(r.outputs, tok)
 		fin = s.checkFinished(r)
 	}
@@ -643,7 +645,7 @@ func (s *scheduler) checkFinished(r *req) *Finish {
 	}
 	if len(r.stop) > 0 {
 		before := len(r.text)
-		r.text = tokenizer.AppendDecode(r.text, last)
+		r.text = s.tok.AppendDecode(r.text, last)
 		// A stop string that ends in this token starts in the tail; none
 		// ended earlier, so its first occurrence in the text is here.
 		from := max(0, before-r.maxStop+1)

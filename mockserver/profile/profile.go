@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
@@ -40,6 +41,16 @@ type Profile struct {
 	// text, completion prompt strings, chat) with a BOS token, as Llama's
 	// does; prompts sent as input_ids are taken as they are.
 	AddBOSToken bool `yaml:"add_bos_token,omitempty" json:"add_bos_token"`
+	// ChatTemplate names the built-in chat template the built-in
+	// tokenizer renders chats with (tokenizer.ChatTemplates: chatml,
+	// llama-3.1, kimi-k2); empty is ChatML. A loaded tokenizer uses its
+	// own.
+	ChatTemplate string `yaml:"chat_template,omitempty" json:"chat_template,omitempty"`
+	// TokenizerPath is a Hugging Face model directory whose tokenizer and
+	// chat template replace the built-in ones (sglmock serve's
+	// --tokenizer-path overrides it). A relative path is taken from the
+	// profile file's directory.
+	TokenizerPath string `yaml:"tokenizer_path,omitempty" json:"tokenizer_path,omitempty"`
 
 	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
 	Decode      DecodeCost   `yaml:"decode" json:"decode"`
@@ -238,7 +249,14 @@ func Load(nameOrPath string) (*Profile, error) {
 	}
 	defer f.Close()
 	base := strings.TrimSuffix(filepath.Base(nameOrPath), filepath.Ext(nameOrPath))
-	return Parse(f, base)
+	p, err := Parse(f, base)
+	if err != nil {
+		return nil, err
+	}
+	if p.TokenizerPath != "" && !filepath.IsAbs(p.TokenizerPath) {
+		p.TokenizerPath = filepath.Join(filepath.Dir(nameOrPath), p.TokenizerPath)
+	}
+	return p, nil
 }
 
 // Parse reads a profile from YAML and validates it. An unknown key is an
@@ -317,6 +335,8 @@ func (p *Profile) Validate() error {
 		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
 	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
 	v.check(p.MaxOutputTokens >= 0, "max_output_tokens", p.MaxOutputTokens, "must be >= 0 (0: the default)")
+	v.check(p.ChatTemplate == "" || slices.Contains(tokenizer.ChatTemplates(), p.ChatTemplate), "chat_template", p.ChatTemplate,
+		"must be one of "+strings.Join(tokenizer.ChatTemplates(), ", ")+" (a loaded tokenizer brings its own)")
 	v.cost("prefill.overhead_s", p.Prefill.OverheadS)
 	v.cost("prefill.per_token_s", p.Prefill.PerTokenS)
 	v.cost("prefill.attention_s", p.Prefill.AttentionS)

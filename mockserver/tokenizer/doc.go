@@ -1,32 +1,76 @@
-// Package tokenizer is sglmock's deterministic, offline stand-in for a model
-// tokenizer: fast, prefix-stable, about 1.3 tokens per English word, with no
-// vocabulary file to download.
+// Package tokenizer turns text into token ids and back for the mock,
+// renders chat templates and picks the mock's output tokens. A Tokenizer
+// is a value each server holds: two servers with different tokenizers
+// share nothing.
 //
-// # Token ids
+// Two kinds serve. Builtin is sglmock's deterministic, offline stand-in
+// for a model tokenizer: fast, prefix-stable, about 1.3 tokens per English
+// word, with no vocabulary file to download. Load reads a model's own from
+// a Hugging Face model directory, so a client that sizes prompts with the
+// model's tokenizer and the mock agree on every count.
+//
+// # The built-in tokenizer's ids
 //
 //   - 0..255: single bytes (punctuation, digits, white space, non-ASCII bytes).
-//   - 256..1023: special tokens; see EOS, IMStart, IMEnd and BOS (259,
+//   - 256..1023: special tokens; see EOS, IMStart, IMEnd, BOS (259,
 //     "<|begin_of_text|>", which EncodePrompt puts before a text prompt
-//     when the profile's tokenizer adds one; plain text never produces it).
+//     when BuiltinOptions.AddBOS says so; plain text never produces it)
+//     and the markers of the Llama 3 and Kimi K2 chat templates.
 //   - 1024 and up: a run of 1 to 6 ASCII letters, all lower case but maybe the
 //     first, with or without one leading space. The id encodes the run itself
 //     (bijective base 26, a capital flag and a space flag), so decoding needs
 //     no table and every id in range means exactly one piece.
 //
-// # Splitting
-//
 // Text is read left to right: a special token's text becomes its id; a space
 // followed by a letter starts a piece " Abcdef"; lower-case letters continue
 // it up to 6 letters, and an upper-case letter starts a new piece; every other
-// byte is a byte token. The split of a text's prefix is
-// a prefix of the split of the text, but for its last piece (a word cut short,
-// a trailing space), which is what a radix cache over real tokenizers sees too.
+// byte is a byte token. The split of a text's prefix is a prefix of the split
+// of the text, but for its last piece (a word cut short, a trailing space),
+// which is what a radix cache over real tokenizers sees too.
 //
-// # Output words
+// # A loaded tokenizer
 //
-// OutputToken gives the mock's deterministic "generated" tokens: whole words
-// of at most 5 letters, the first without a leading space and the rest with
-// one, and an occasional comma or period. Their decoded text tokenizes back to
-// the same ids, so a multi-turn chat that sends the answer back hits the radix
-// cache as it does with a real model.
+// Load runs tokenizer.json as Hugging Face's tokenizers library does (and
+// Kimi's tiktoken.model as its tokenization_kimi.py does): added tokens
+// are cut out of the text first (leftmost, longest); each part between them
+// is normalized, pre-tokenized into pieces, and each piece is merged by
+// byte-pair encoding, the pair of lowest rank first. Byte-level models
+// (Llama 3, Qwen, DeepSeek, GPT-2, Kimi) work on raw bytes, their
+// vocabulary's byte characters mapped back at load; SentencePiece-style
+// ones (Llama 2, Mistral, Gemma) on characters, with byte fallback. The
+// special tokens EncodePrompt adds come from the post-processor, or, for
+// transformers' Llama and Gemma tokenizer classes, from add_bos_token and
+// add_eos_token, as transformers (and so SGLang) applies them. Decode runs
+// the decoders and transformers' clean_up_tokenization_spaces.
+//
+// Speed comes from three places. The GPT-4-family split (Llama 3, Qwen)
+// has a scanner of its own, checked against the regex engine (regexp2, a
+// backtracking engine with lookaheads and Unicode classes, as Oniguruma
+// and fancy-regex have), which runs every other pattern a window at a
+// time. A SentencePiece text, one piece with no pre-tokenizer, is merged
+// word by word, cut where no token can cross. And pieces (64k) and long
+// prompts (the last 8) are cached, lock-free, so a benchmark that resends
+// a prompt does not pay for it twice.
+//
+// # Chat templates
+//
+// A chat is rendered with a Jinja template (github.com/ardanlabs/jinja,
+// which runs Hugging Face templates: namespace, loop controls,
+// raise_exception, tojson), with add_generation_prompt, bos_token,
+// eos_token, tools (none) and the request's chat_template_kwargs; the text
+// carries its own special tokens, so it is encoded without a BOS. A
+// template that fails is a *TemplateError, the request's 400. The built-in
+// tokenizer renders the template its profile names (chatml, llama-3.1,
+// kimi-k2: ChatTemplates), a loaded one its model's.
+//
+// # Output tokens
+//
+// Tokenizer.OutputToken gives the mock's deterministic "generated" tokens:
+// whole words, the first capitalized and the rest with a leading space, and
+// an occasional comma or period, drawn from the prompt's hash. A loaded
+// tokenizer keeps the words whose tokens read back as themselves after its
+// chat template's generation prompt, two by two, and forbids two
+// punctuation tokens in a row when they would merge, so a multi-turn chat
+// that sends the answer back hits the radix cache as it does with a real
+// model.
 package tokenizer

@@ -1,209 +1,185 @@
 package tokenizer
 
 import (
-	"fmt"
-	"strings"
+	"unicode/utf8"
 )
 
-// Special token ids.
-const (
-	EOS     int32 = 256 // end of text
-	IMStart int32 = 257 // start of a chat message
-	IMEnd   int32 = 258 // end of a chat message
-	// BOS begins a text prompt under a profile with add_bos_token, as a
-	// Llama tokenizer adds it. Text without special-token markup never
-	// produces it.
-	BOS int32 = 259
-
-	firstPiece  = 1024
-	maxLetters  = 6
-	alphabetLen = 26
-)
-
-var specials = []struct {
-	id   int32
-	text string
-}{
-	{EOS, "<|endoftext|>"},
-	{IMStart, "<|im_start|>"},
-	{IMEnd, "<|im_end|>"},
-	{BOS, "<|begin_of_text|>"},
+// Tokenizer turns text into token ids and back, renders chat templates and
+// picks the mock's output tokens. It is immutable once made (a loaded one's
+// word cache is internally synchronized), so one value serves every
+// goroutine of a server, and two servers with different tokenizers share
+// nothing.
+type Tokenizer struct {
+	// name is "built-in" or the directory the tokenizer was loaded from.
+	name string
+	enc  codec
+	// prefix and suffix are the ids EncodePrompt puts around a text (a
+	// BOS, an EOS), as the tokenizer's post-processor does with
+	// add_special_tokens.
+	prefix, suffix []int32
+	chat           *chatTemplate
+	out            *outputVocab
+	prompts        *promptCache // nil: none (the built-in tokenizer needs none)
 }
 
-// blockStart[k] is the number of letter runs shorter than k letters, so runs of
-// k letters occupy codes blockStart[k] .. blockStart[k+1]-1.
-var blockStart = func() [maxLetters + 2]int64 {
-	var b [maxLetters + 2]int64
-	size := int64(1)
-	for k := 1; k <= maxLetters+1; k++ {
-		b[k] = b[k-1]
-		if k > 1 {
-			b[k] += size
-		}
-		size *= alphabetLen
-	}
-	return b
-}()
+// codec is a vocabulary and its encoding rules.
+type codec interface {
+	// encode appends the ids of text to dst (special tokens' text becomes
+	// their ids, and nothing is added around it) and returns how many
+	// there are. Past limit ids (limit < 0: no limit) it only counts them,
+	// holding no more than a piece's, and dst is returned as it came.
+	encode(dst []int32, text string, limit int) ([]int32, int)
+	// appendToken appends the text one token stands for in a stream of
+	// output: the bytes of a byte-level token, a SentencePiece token with
+	// its marker as a space. Concatenated, they are the output's text.
+	appendToken(dst []byte, id int32) []byte
+	// decode is the tokenizer's decode of a whole sequence (its decoders,
+	// a leading space stripped where the tokenizer strips it).
+	decode(ids []int32, skipSpecial bool) string
+	// vocabSize is one past the largest id.
+	vocabSize() int64
+}
 
-// VocabSize is one past the largest id the tokenizer produces or decodes.
-var VocabSize = int64(firstPiece) + 4*blockStart[maxLetters+1]
+// Name is "built-in", or the directory of a loaded tokenizer.
+func (t *Tokenizer) Name() string { return t.name }
 
-// letterIndex maps a letter of either case to 0..25, anything else to -1.
-var letterIndex = func() [256]int8 {
-	var t [256]int8
-	for i := range t {
-		t[i] = -1
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = int8(c - 'a')
-		t[c-'a'+'A'] = int8(c - 'a')
-	}
-	return t
-}()
-
-func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
-
-func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
-
-// Encode appends the token ids of text to dst and returns the result.
-func Encode(dst []int32, text string) []int32 {
-	for i := 0; i < len(text); {
-		var id int32
-		id, i = next(text, i)
-		dst = append(dst, id)
-	}
+// Encode appends the token ids of text to dst, with no special tokens
+// added (Hugging Face's add_special_tokens=False); the text of a special
+// token becomes its id.
+func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
+	dst, _ = t.encode(dst, text, -1)
 	return dst
 }
 
-// MaxTokenBytes is the most bytes of text one token stands for (the
-// longest special token's markup), so a text of n bytes has at least
-// n/MaxTokenBytes tokens.
-var MaxTokenBytes = func() int {
-	n := 1 + maxLetters // a piece: a space and up to maxLetters letters
-	for _, sp := range specials {
-		n = max(n, len(sp.text))
+// encode is the codec's encode through the prompt cache.
+func (t *Tokenizer) encode(dst []int32, text string, limit int) ([]int32, int) {
+	if t.prompts == nil || !cacheable(text) {
+		return t.enc.encode(dst, text, limit)
 	}
+	if ids, ok := t.prompts.get(text); ok {
+		if limit >= 0 && len(ids) > limit {
+			return dst, len(ids)
+		}
+		return append(dst, ids...), len(ids)
+	}
+	start := len(dst)
+	dst, n := t.enc.encode(dst, text, limit)
+	if limit < 0 || n <= limit {
+		t.prompts.put(text, dst[start:])
+	}
+	return dst, n
+}
+
+// EncodePrompt appends the token ids of a text prompt to dst, with the
+// special tokens the tokenizer adds around one (a Llama tokenizer's BOS),
+// as SGLang tokenizes a /generate text or a completions prompt. Prompts
+// given as token ids are not encoded, so they never get a BOS.
+func (t *Tokenizer) EncodePrompt(dst []int32, text string) []int32 {
+	dst, _ = t.EncodeWithin(dst, text, true, -1)
+	return dst
+}
+
+// EncodeWithin appends the ids of text to dst as EncodePrompt
+// (addSpecial) or Encode do while there are at most limit of them (limit
+// < 0: no limit), and returns them and their number. A text with more
+// than limit tokens is only counted, holding at most a piece of it at a
+// time: ids is then dst as it came, and n the count.
+func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limit int) (ids []int32, n int) {
+	start := len(dst)
+	if !addSpecial {
+		return t.encode(dst, text, limit)
+	}
+	added := len(t.prefix) + len(t.suffix)
+	inner := limit
+	if limit >= 0 {
+		inner = max(limit-added, 0)
+		if limit < added {
+			_, n := t.encode(nil, text, 0)
+			return dst, n + added
+		}
+	}
+	dst = append(dst, t.prefix...)
+	dst, n = t.encode(dst, text, inner)
+	if limit >= 0 && n > inner {
+		return dst[:start], n + added
+	}
+	return append(dst, t.suffix...), n + added
+}
+
+// Count returns the number of tokens Encode gives text, holding at most
+// one pre-tokenized piece at a time: measuring a huge text costs no memory
+// in proportion to it.
+func (t *Tokenizer) Count(text string) int {
+	_, n := t.encode(nil, text, 0)
 	return n
-}()
-
-// next returns the id of the token that starts at text[i] and the index
-// just past it.
-func next(text string, i int) (int32, int) {
-	c := text[i]
-	if c == '<' {
-		if id, n := special(text[i:]); n > 0 {
-			return id, i + n
-		}
-	}
-	space := 0
-	if c == ' ' && i+1 < len(text) && letterIndex[text[i+1]] >= 0 {
-		space = 1
-	} else if letterIndex[c] < 0 {
-		return int32(c), i + 1
-	}
-	// A piece: optional space, a letter of either case, then up to five
-	// lower-case letters.
-	j := i + space
-	capital := isUpper(text[j])
-	code := int64(letterIndex[text[j]])
-	j++
-	n := 1
-	for j < len(text) && n < maxLetters && isLower(text[j]) {
-		code = code*alphabetLen + int64(text[j]-'a')
-		j++
-		n++
-	}
-	return pieceID(code, n, capital, space == 1), j
 }
 
-func special(s string) (int32, int) {
-	for _, sp := range specials {
-		if strings.HasPrefix(s, sp.text) {
-			return sp.id, len(sp.text)
-		}
-	}
-	return 0, 0
+// AppendDecode appends the text of one output token to dst. A stream's
+// tokens appended one by one give the output's text, as SGLang's
+// incremental detokenizer shows it: a byte-level token may end inside a
+// UTF-8 character, which the next completes.
+func (t *Tokenizer) AppendDecode(dst []byte, id int32) []byte { return t.enc.appendToken(dst, id) }
+
+// Decode returns the text of ids as the tokenizer's decode gives it, with
+// special tokens left out when skipSpecial (SGLang's skip_special_tokens).
+// Bytes that are not UTF-8 become U+FFFD, as Python's decode does.
+func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) string {
+	return validUTF8(t.enc.decode(ids, skipSpecial))
 }
 
-func pieceID(code int64, n int, capital, space bool) int32 {
-	id := int64(firstPiece) + 4*(blockStart[n]+code)
-	if capital {
-		id += 2
-	}
-	if space {
-		id++
-	}
-	return int32(id)
-}
+// VocabSize is one past the largest id the tokenizer produces or decodes.
+func (t *Tokenizer) VocabSize() int64 { return t.enc.vocabSize() }
 
-// AppendDecode appends the text of one token id to dst. An id outside the
-// vocabulary decodes as "<|unk_ID|>", so decoding never fails.
-func AppendDecode(dst []byte, id int32) []byte {
-	switch {
-	case id >= 0 && id < 256:
-		return append(dst, byte(id))
-	case id >= 256 && id < firstPiece:
-		for _, sp := range specials {
-			if sp.id == id {
-				return append(dst, sp.text...)
-			}
-		}
-		return fmt.Appendf(dst, "<|reserved_%d|>", id)
-	case int64(id) >= firstPiece && int64(id) < VocabSize:
-		v := int64(id) - firstPiece
-		if v&1 == 1 {
-			dst = append(dst, ' ')
-		}
-		capital := v&2 == 2
-		v /= 4
-		n := 1
-		for v >= blockStart[n+1] {
-			n++
-		}
-		code := v - blockStart[n]
-		start := len(dst)
-		for range n {
-			dst = append(dst, 0)
-		}
-		for k := n - 1; k >= 0; k-- {
-			dst[start+k] = byte('a' + code%alphabetLen)
-			code /= alphabetLen
-		}
-		if capital {
-			dst[start] -= 'a' - 'A'
-		}
-		return dst
-	default:
-		return fmt.Appendf(dst, "<|unk_%d|>", id)
+// validUTF8 replaces each invalid byte sequence with U+FFFD, as Python's
+// bytes.decode("utf-8", "replace") does: one U+FFFD for each maximal
+// subpart of a valid sequence (a character cut short is one U+FFFD), one
+// for each other invalid byte.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
 	}
-}
-
-// EncodePrompt appends the token ids of a text prompt to dst: BOS first when
-// addBOS (a tokenizer that adds special tokens, as Llama's does), then
-// text's ids. Prompts given as token ids are not encoded, so they never get
-// a BOS.
-func EncodePrompt(dst []int32, text string, addBOS bool) []int32 {
-	if addBOS {
-		dst = append(dst, BOS)
-	}
-	return Encode(dst, text)
-}
-
-// Decode returns the text of ids.
-func Decode(ids []int32) string {
-	var b []byte
-	for _, id := range ids {
-		b = AppendDecode(b, id)
+	b := make([]byte, 0, len(s)+8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+			n = invalidSubpart(s)
+		} else {
+			b = append(b, s[:n]...)
+		}
+		s = s[n:]
 	}
 	return string(b)
 }
 
-// Count returns the number of tokens in text without keeping them: it
-// allocates nothing, whatever the text's size.
-func Count(text string) int {
-	n := 0
-	for i := 0; i < len(text); n++ {
-		_, i = next(text, i)
+// invalidSubpart is the length of the maximal subpart of a valid UTF-8
+// sequence at the start of s, which does not begin with a valid character:
+// a lead byte and the continuation bytes that may follow it, or 1.
+func invalidSubpart(s string) int {
+	lo, hi := byte(0x80), byte(0xBF)
+	need := 0
+	switch c := s[0]; {
+	case c >= 0xC2 && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		need, lo = 2, 0xA0
+	case c == 0xED:
+		need, hi = 2, 0x9F
+	case c >= 0xE1 && c <= 0xEF:
+		need = 2
+	case c == 0xF0:
+		need, lo = 3, 0x90
+	case c == 0xF4:
+		need, hi = 3, 0x8F
+	case c >= 0xF1 && c <= 0xF3:
+		need = 3
+	}
+	n := 1
+	for ; n <= need && n < len(s); n++ {
+		if s[n] < lo || s[n] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
 	}
 	return n
 }

@@ -19,6 +19,27 @@ const english = `The two-point method is a textbook technique for measuring deco
 	`simply stop making sense. The remedy is to flush the cache between the two requests, and to ` +
 	`put a random nonce at the start of every prompt so that no earlier run can match it.`
 
+// plain and withBOS are the built-in tokenizer without and with BOS.
+var plain, withBOS = mustBuiltin(BuiltinOptions{}), mustBuiltin(BuiltinOptions{AddBOS: true})
+
+func mustBuiltin(o BuiltinOptions) *Tokenizer {
+	t, err := Builtin(o)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// chat renders msgs with the generation prompt.
+func chat(t *testing.T, msgs []Message) string {
+	t.Helper()
+	s, err := plain.ApplyChatTemplate(msgs, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	tests := []string{
 		"",
@@ -37,13 +58,13 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		english,
 	}
 	for _, text := range tests {
-		ids := Encode(nil, text)
-		if got := Decode(ids); got != text {
+		ids := plain.Encode(nil, text)
+		if got := plain.Decode(ids, false); got != text {
 			t.Errorf("Decode(Encode(%q)): got %q", text, got)
 		}
 		for _, id := range ids {
-			if id < 0 || int64(id) >= VocabSize {
-				t.Errorf("Encode(%q): id %d outside [0, %d)", text, id, VocabSize)
+			if id < 0 || int64(id) >= plain.VocabSize() {
+				t.Errorf("plain.Encode(%q): id %d outside [0, %d)", text, id, plain.VocabSize())
 			}
 		}
 	}
@@ -64,17 +85,17 @@ func TestEncodeSplits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, id := range Encode(nil, tt.text) {
-			got = append(got, Decode([]int32{id}))
+		for _, id := range plain.Encode(nil, tt.text) {
+			got = append(got, plain.Decode([]int32{id}, false))
 		}
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Encode(%q): got pieces %q, want %q", tt.text, got, tt.want)
+			t.Errorf("plain.Encode(%q): got pieces %q, want %q", tt.text, got, tt.want)
 		}
 	}
 }
 
 func TestSpecialTokens(t *testing.T) {
-	got := Encode(nil, "<|endoftext|><|im_start|><|im_end|><|begin_of_text|>")
+	got := plain.Encode(nil, "<|endoftext|><|im_start|><|im_end|><|begin_of_text|>")
 	if want := []int32{EOS, IMStart, IMEnd, BOS}; !slices.Equal(got, want) {
 		t.Fatalf("specials: got %v, want %v", got, want)
 	}
@@ -84,19 +105,19 @@ func TestSpecialTokens(t *testing.T) {
 // never produces it, so it is only ever the first token.
 func TestEncodePromptAddsBOS(t *testing.T) {
 	for _, text := range []string{"", "Hello world", english, "<|im_start|>user\nhi<|im_end|>\n"} {
-		plain := Encode(nil, text)
-		with := EncodePrompt(nil, text, true)
-		if len(with) != len(plain)+1 || with[0] != BOS || !slices.Equal(with[1:], plain) {
-			t.Errorf("EncodePrompt(%q, BOS): got %v, want BOS then %v", text, with, plain)
+		ids := plain.Encode(nil, text)
+		with := withBOS.EncodePrompt(nil, text)
+		if len(with) != len(ids)+1 || with[0] != BOS || !slices.Equal(with[1:], ids) {
+			t.Errorf("EncodePrompt(%q, BOS): got %v, want BOS then %v", text, with, ids)
 		}
-		if without := EncodePrompt(nil, text, false); !slices.Equal(without, plain) {
-			t.Errorf("EncodePrompt(%q, no BOS): got %v, want %v", text, without, plain)
+		if without := plain.EncodePrompt(nil, text); !slices.Equal(without, ids) {
+			t.Errorf("EncodePrompt(%q, no BOS): got %v, want %v", text, without, ids)
 		}
-		if slices.Contains(plain, BOS) {
+		if slices.Contains(ids, BOS) {
 			t.Errorf("Encode(%q) produced BOS", text)
 		}
 	}
-	if got := Decode([]int32{BOS}); got != "<|begin_of_text|>" {
+	if got := plain.Decode([]int32{BOS}, false); got != "<|begin_of_text|>" {
 		t.Errorf("Decode(BOS): got %q", got)
 	}
 }
@@ -108,19 +129,19 @@ func TestDecodeOutOfVocabulary(t *testing.T) {
 	}{
 		{-1, "<|unk_-1|>"},
 		{300, "<|reserved_300|>"},
-		{int32(VocabSize), "<|unk_" + strconv.FormatInt(VocabSize, 10) + "|>"},
+		{int32(plain.VocabSize()), "<|unk_" + strconv.FormatInt(plain.VocabSize(), 10) + "|>"},
 	}
 	for _, tt := range tests {
-		if got := Decode([]int32{tt.id}); got != tt.want {
+		if got := plain.Decode([]int32{tt.id}, false); got != tt.want {
 			t.Errorf("Decode(%d): got %q, want %q", tt.id, got, tt.want)
 		}
 	}
 }
 
 func TestPrefixStable(t *testing.T) {
-	full := Encode(nil, english)
+	full := plain.Encode(nil, english)
 	for cut := 0; cut <= len(english); cut++ {
-		prefix := Encode(nil, english[:cut])
+		prefix := plain.Encode(nil, english[:cut])
 		// All but the last piece of the prefix's tokens are the full text's.
 		keep := max(len(prefix)-1, 0)
 		if !slices.Equal(prefix[:keep], full[:keep]) {
@@ -131,7 +152,7 @@ func TestPrefixStable(t *testing.T) {
 
 func TestTokensPerWord(t *testing.T) {
 	words := len(strings.Fields(english))
-	tokens := Count(english)
+	tokens := plain.Count(english)
 	rate := float64(tokens) / float64(words)
 	// About 1.3 tokens a word is the target: 163 tokens for 122 words.
 	if words != 122 || tokens != 163 {
@@ -140,13 +161,13 @@ func TestTokensPerWord(t *testing.T) {
 }
 
 func TestOutputRoundTrips(t *testing.T) {
-	for _, h := range []uint64{0, 1, PromptHash([]int32{1, 2, 3}), PromptHash(Encode(nil, english))} {
+	for _, h := range []uint64{0, 1, PromptHash([]int32{1, 2, 3}), PromptHash(plain.Encode(nil, english))} {
 		var ids []int32
 		for i := range 500 {
-			ids = append(ids, OutputToken(h, i))
+			ids = append(ids, plain.OutputToken(h, i))
 		}
-		text := Decode(ids)
-		if got := Encode(nil, text); !slices.Equal(got, ids) {
+		text := plain.Decode(ids, false)
+		if got := plain.Encode(nil, text); !slices.Equal(got, ids) {
 			t.Fatalf("hash %d: re-tokenized output differs from the generated ids:\n%q", h, text)
 		}
 		if text[0] < 'A' || text[0] > 'Z' {
@@ -171,17 +192,17 @@ func TestOutputDeterministicPerPrompt(t *testing.T) {
 	out := func(h uint64, n int) []int32 {
 		var ids []int32
 		for i := range n {
-			ids = append(ids, OutputToken(h, i))
+			ids = append(ids, plain.OutputToken(h, i))
 		}
 		return ids
 	}
 	const want = "More also, place if being both. no they so is"
-	if got := Decode(out(a, 12)); got != want {
+	if got := plain.Decode(out(a, 12), false); got != want {
 		t.Fatalf("output of [5 6 7]: got %q, want %q", got, want)
 	}
 	same := 0
 	for i, tok := range out(a, 100) {
-		if tok == OutputToken(b, i) {
+		if tok == plain.OutputToken(b, i) {
 			same++
 		}
 	}
@@ -192,14 +213,14 @@ func TestOutputDeterministicPerPrompt(t *testing.T) {
 
 func TestMultiTurnChatExtendsThePrompt(t *testing.T) {
 	turn1 := []Message{{"system", "You are terse."}, {"user", "Say something."}}
-	prompt1 := Encode(nil, ApplyChatTemplate(turn1, true))
+	prompt1 := plain.Encode(nil, chat(t, turn1))
 	h := PromptHash(prompt1)
 	var answer []int32
 	for i := range 12 {
-		answer = append(answer, OutputToken(h, i))
+		answer = append(answer, plain.OutputToken(h, i))
 	}
-	turn2 := append(turn1, Message{"assistant", Decode(answer)}, Message{"user", "More."})
-	prompt2 := Encode(nil, ApplyChatTemplate(turn2, true))
+	turn2 := append(turn1, Message{"assistant", plain.Decode(answer, false)}, Message{"user", "More."})
+	prompt2 := plain.Encode(nil, chat(t, turn2))
 	want := append(slices.Clone(prompt1), answer...)
 	if !slices.Equal(prompt2[:len(want)], want) {
 		t.Fatalf("turn 2 prompt does not start with turn 1 prompt + answer")
@@ -207,7 +228,7 @@ func TestMultiTurnChatExtendsThePrompt(t *testing.T) {
 }
 
 func TestApplyChatTemplate(t *testing.T) {
-	got := ApplyChatTemplate([]Message{{"user", "Hi"}}, true)
+	got := chat(t, []Message{{"user", "Hi"}})
 	want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
@@ -234,7 +255,7 @@ func BenchmarkEncode(b *testing.B) {
 		countNs += time.Now().UnixNano() - start
 		b.StartTimer()
 		start = time.Now().UnixNano()
-		dst = Encode(dst[:0], text)
+		dst = plain.Encode(dst[:0], text)
 		encodeNs += time.Now().UnixNano() - start
 	}
 	b.SetBytes(int64(len(text)))
@@ -247,15 +268,30 @@ func BenchmarkEncode(b *testing.B) {
 // serve can be measured at no cost in memory.
 func TestCountAllocatesNothing(t *testing.T) {
 	text := strings.Repeat(english+" <|im_end|>\n", 100)
-	if got, want := Count(text), len(Encode(nil, text)); got != want {
+	if got, want := plain.Count(text), len(plain.Encode(nil, text)); got != want {
 		t.Fatalf("Count: got %d, want %d (Encode)", got, want)
 	}
-	if allocs := testing.AllocsPerRun(10, func() { Count(text) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(10, func() { plain.Count(text) }); allocs != 0 {
 		t.Fatalf("Count allocated %v times, want 0", allocs)
 	}
-	for _, tok := range Encode(nil, text) {
-		if n := len(AppendDecode(nil, tok)); n > MaxTokenBytes {
-			t.Fatalf("token %d stands for %d bytes, more than MaxTokenBytes %d", tok, n, MaxTokenBytes)
+}
+
+// Decode's text is valid UTF-8, as Python's decode(errors="replace")
+// makes it: one U+FFFD per maximal subpart of a valid sequence.
+func TestValidUTF8(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"caf\xc3\xa9", "café"},
+		{"\xe6\x97A", "\uFFFDA"},               // a 3-byte character cut after 2
+		{"\xe6A\x97", "\uFFFDA\uFFFD"},         // a lead byte, then a lone continuation
+		{"\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"}, // a surrogate: ED's second byte is at most 9F
+		{"\xf0\x9f\x99", "\uFFFD"},             // an emoji cut after 3 of 4
+		{"\xff\xfe", "\uFFFD\uFFFD"},
+		{"ok\xc3", "ok\uFFFD"},
+	}
+	for _, tt := range tests {
+		if got := validUTF8(tt.in); got != tt.want {
+			t.Errorf("validUTF8(%q): got %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
