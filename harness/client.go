@@ -210,6 +210,30 @@ func (c *Client) discoverModel(ctx context.Context) error {
 	return nil
 }
 
+// ContextLength is the server's context length as its /v1/models reports
+// it (max_model_len of the first model); 0 when the server reports none.
+func (c *Client) ContextLength(ctx context.Context) (int, error) {
+	var models struct {
+		Data []struct {
+			MaxModelLen json.Number `json:"max_model_len"`
+		} `json:"data"`
+	}
+	status, err := c.get(ctx, "/v1/models", &models)
+	switch {
+	case status == http.StatusNotFound || status == http.StatusUnauthorized:
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case len(models.Data) == 0 || models.Data[0].MaxModelLen == "":
+		return 0, nil
+	}
+	n, err := models.Data[0].MaxModelLen.Int64()
+	if err != nil || n <= 0 || n > MaxTokens {
+		return 0, nil // a length no model has says nothing to check against
+	}
+	return int(n), nil
+}
+
 func (c *Client) model() string {
 	if c.Model == "" {
 		return "default"

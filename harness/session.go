@@ -194,10 +194,21 @@ func validateCommon(points []Point, opt Options) error {
 	return nil
 }
 
-// startSession asks the server for /sim/ and measures the shared floor.
-func startSession(ctx context.Context, c *Client, opt Options) (*session, error) {
+// LongestPrompt is the longest prompt a server of context length ctxLen
+// takes with maxNew tokens to generate: SGLang refuses a prompt of
+// context_length - 6 tokens or more (max_req_input_len) and one whose
+// prompt and output pass the context length.
+func LongestPrompt(ctxLen, maxNew int) int { return min(ctxLen-7, ctxLen-maxNew) }
+
+// startSession asks the server for /sim/ and its context length, refuses
+// a context the server would refuse (before any request is sent), and
+// measures the shared floor.
+func startSession(ctx context.Context, c *Client, opt Options, points []Point, maxNew int) (*session, error) {
 	s, err := newSession(ctx, c, opt)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkContexts(ctx, c, points, maxNew); err != nil {
 		return nil, err
 	}
 	if err := s.measureFloor(ctx); err != nil {
@@ -205,6 +216,28 @@ func startSession(ctx context.Context, c *Client, opt Options) (*session, error)
 	}
 	return s, nil
 }
+
+// checkContexts refuses a context the server cannot take with maxNew
+// tokens of output, from the context length its /v1/models reports
+// (max_model_len, as SGLang and vLLM give it); a server that reports none
+// is not checked.
+func checkContexts(ctx context.Context, c *Client, points []Point, maxNew int) error {
+	ctxLen, err := c.ContextLength(ctx)
+	if err != nil || ctxLen <= 0 {
+		return err
+	}
+	longest := LongestPrompt(ctxLen, maxNew)
+	for _, p := range points {
+		if p.Tokens > longest {
+			return fmt.Errorf("context %d %w: it is %d, and with %d new tokens the longest prompt it takes is %d tokens",
+				p.Tokens, ErrContextTooLong, ctxLen, maxNew, max(longest, 0))
+		}
+	}
+	return nil
+}
+
+// ErrContextTooLong is a context the server cannot take.
+var ErrContextTooLong = errors.New("does not fit the server's context length")
 
 func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	if opt.NewID == nil {

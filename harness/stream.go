@@ -64,7 +64,7 @@ func (st *Stream) Run(ctx context.Context) (*Report, error) {
 	if err := st.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := startSession(ctx, st.Client, st.Options)
+	s, err := startSession(ctx, st.Client, st.Options, st.Points, st.MaxNewTokens)
 	if err != nil {
 		return nil, err
 	}

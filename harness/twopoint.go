@@ -241,7 +241,7 @@ func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
 	if err := tp.Validate(); err != nil {
 		return nil, err
 	}
-	s, err := startSession(ctx, tp.Client, tp.Options)
+	s, err := startSession(ctx, tp.Client, tp.Options, tp.Points, max(tp.A, tp.B))
 	if err != nil {
 		return nil, err
 	}

@@ -318,23 +318,7 @@ func TestOpenAIBackendWithoutCacheReport(t *testing.T) {
 // says so. The mock has the route: here it stands in without it.
 func TestVLLMFlushRouteMissing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := api.New(api.Config{Profile: mocktest.Profile(t, "default")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.MarkReady()
-		hs := s.HTTPServer()
-		mock := hs.Handler
-		hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/reset_prefix_cache" {
-				http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound)
-				return
-			}
-			mock.ServeHTTP(w, r)
-		})
-		srv := mocktest.NewHTTPServer(hs)
-		m := &mocktest.Mock{Server: s, HTTP: srv, URL: srv.URL, Client: srv.Client}
-		t.Cleanup(m.Close)
+		m := mocktest.StartBehind(t, api.Config{Profile: mocktest.Profile(t, "default")}, mocktest.Without("/reset_prefix_cache"))
 		tp := twoPoint(m, []harness.Point{{CtxReq: 512, Tokens: 512}}, harness.FlushNonce)
 		tp.Client.Backend = harness.VLLM
 		tp.Flush = harness.FlushPolicy{Retries: 3}

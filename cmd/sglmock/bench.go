@@ -469,7 +469,7 @@ func dryRun(o *benchOptions, stdout, stderr io.Writer) int {
 // that priced such a sweep would promise one the server then stops at
 // that context.
 func fitsContext(points []harness.Point, b int, p *profile.Profile) error {
-	longest := min(p.MaxReqInputLen()-1, p.ContextLength-b)
+	longest := harness.LongestPrompt(p.ContextLength, b)
 	for _, pt := range points {
 		if pt.Tokens > longest {
 			return fmt.Errorf("--ctx %d: profile %s takes prompts of at most %d tokens with b=%d (context_length %d); the server would refuse this one",

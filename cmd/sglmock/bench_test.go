@@ -129,11 +129,37 @@ func readCSV(t *testing.T, path string) [][]string {
 	return recs
 }
 
+// A context the server cannot take is refused before any request, with
+// the longest prompt it takes.
+func TestBenchContextTooLong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{}) // the default profile's context is 32768 tokens
+		c := &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang}
+		o, err := parseBenchFlags([]string{"twopoint", "--ctx", "1024,32752", "--method", "flush+nonce"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := bench(context.Background(), c, o, nil, &stdout, &stderr); code != 2 {
+			t.Fatalf("exit %d, want 2\n%s", code, stderr.String())
+		}
+		want := "context 32752 does not fit the server's context length: it is 32768, and with 17 new tokens the longest prompt it takes is 32751 tokens"
+		if !strings.Contains(stderr.String(), want) || stdout.Len() != 0 {
+			t.Errorf("stdout:\n%s\nstderr:\n%s\nwant nothing on stdout and %q", stdout.String(), stderr.String(), want)
+		}
+		if st := m.Server.Engine().Stats(); st.Counters.Requests != 0 {
+			t.Errorf("%d requests reached the engine, want none", st.Counters.Requests)
+		}
+	})
+}
+
 // A request the server refuses ends the run with exit 2 and the server's
 // message, after printing the rows measured before it.
 func TestBenchRequestRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mocktest.Start(t, api.Config{}) // the default profile's context is 32768 tokens
+		// A server that reports no context length: the refusal comes from
+		// the request itself.
+		m := mocktest.StartBehind(t, api.Config{}, mocktest.Without("/v1/models")) // the default profile's context is 32768 tokens
 		c := &harness.Client{HTTP: m.Client, BaseURL: m.URL, Backend: harness.SGLang}
 		o, err := parseBenchFlags([]string{"twopoint", "--ctx", "1024,40000", "--method", "flush+nonce"}, io.Discard)
 		if err != nil {

@@ -144,6 +144,13 @@ func Profile(t testing.TB, name string) *profile.Profile {
 // it, with Profile(t, "default") as served or a window of its own.
 func Start(t testing.TB, cfg api.Config) *Mock {
 	t.Helper()
+	return StartBehind(t, cfg, nil)
+}
+
+// StartBehind is Start with the mock's handler wrapped by wrap (nil: none):
+// a server that lacks a route, or answers one its own way.
+func StartBehind(t testing.TB, cfg api.Config, wrap func(http.Handler) http.Handler) *Mock {
+	t.Helper()
 	if cfg.Profile == nil {
 		cfg.Profile = Profile(t, "default")
 		cfg.Profile.FlushBusyAfterFinishS = 0
@@ -153,10 +160,30 @@ func Start(t testing.TB, cfg api.Config) *Mock {
 		t.Fatal(err)
 	}
 	s.MarkReady()
-	hs := NewHTTPServer(s.HTTPServer())
+	h := s.HTTPServer()
+	if wrap != nil {
+		h.Handler = wrap(h.Handler)
+	}
+	hs := NewHTTPServer(h)
 	m := &Mock{Server: s, HTTP: hs, URL: hs.URL, Client: hs.Client}
 	t.Cleanup(m.Close)
 	return m
+}
+
+// Without wraps a handler (StartBehind's wrap) so that it answers path 404
+// with SGLang's body, as a server without that route does.
+func Without(path string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == path {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				io.WriteString(w, `{"detail":"Not Found"}`)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 }
 
 // Close stops the HTTP server and the engine. Start registers it as a
