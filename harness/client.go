@@ -595,8 +595,21 @@ type FlushAttempt struct {
 	Body   string `json:"body"`
 }
 
-// OK tells whether the server accepted the flush.
-func (a FlushAttempt) OK() bool { return a.Status == http.StatusOK }
+// OK tells whether the server accepted the flush: a 200, unless its body
+// says {"success": false}, as current vLLM's /reset_prefix_cache answers
+// when it could not reset (a request was running).
+func (a FlushAttempt) OK() bool {
+	if a.Status != http.StatusOK {
+		return false
+	}
+	var answer struct {
+		Success *bool `json:"success"`
+	}
+	if json.Unmarshal([]byte(a.Body), &answer) == nil && answer.Success != nil {
+		return *answer.Success
+	}
+	return true
+}
 
 // FlushOnce asks the server once to empty its prefix cache: SGLang's
 // /flush_cache (with ?timeout= when timeout > 0, in the server's seconds),
