@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"go/build"
 	"math"
 	"strings"
@@ -101,6 +102,28 @@ func TestFlushAttemptOK(t *testing.T) {
 	} {
 		if got := tt.a.OK(); got != tt.want {
 			t.Errorf("%d %q: got %v, want %v", tt.a.Status, tt.a.Body, got, tt.want)
+		}
+	}
+}
+
+func TestParseMethods(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, err string
+	}{
+		{"naive,flush+nonce", "[naive flush+nonce]", ""},
+		{" nonce ", "[nonce]", ""},
+		{"naive,naive", "", "method naive is given twice (--repeat N measures a context N times)"},
+		{"fast", "", `method "fast": must be one of naive, flush, nonce, flush+nonce`},
+	} {
+		got, err := ParseMethods(tt.in)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("%q: got error %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != tt.want {
+			t.Errorf("%q: got %v, %v; want %s", tt.in, got, err, tt.want)
 		}
 	}
 }

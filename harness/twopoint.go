@@ -673,6 +673,9 @@ func ParseMethods(s string) ([]Method, error) {
 		if !slices.Contains(Methods, m) {
 			return nil, fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
 		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("method %s is given twice (--repeat N measures a context N times)", m)
+		}
 		out = append(out, m)
 	}
 	return out, nil
