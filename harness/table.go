@@ -128,7 +128,9 @@ func (tw *TableWriter) Close() error {
 			tw.printf("\n")
 		}
 		tw.printf("*_err: against the modelled times of the very requests sent (the client's measurement error);\n")
-		tw.printf("*_bias: against the cold TTFT and the steady-state decode rate at that context (the method's own error).\n")
+		if method != "stream" || tw.wide { // stream's compact table has no bias column
+			tw.printf("*_bias: against the cold TTFT and the steady-state decode rate at that context (the method's own error).\n")
+		}
 	}
 	return tw.err
 }
