@@ -14,6 +14,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -352,35 +353,30 @@ func (c *Client) Generate(ctx context.Context, p Prompt, maxNew int, rid string,
 	if err != nil {
 		return nil, err
 	}
-	// The clock starts when the request is written: the client's own
-	// encoding and connection set-up are not the server's latency.
-	// The transport reports the write on its own goroutine, possibly after
-	// the response began (a server may answer before the body is read), so
-	// the time comes over a channel; without one the clock starts at send.
-	start := time.Now()
-	wrote := make(chan time.Time, 1)
+	// The clock starts when the transport has a connection for the
+	// request, before it writes a byte: the client's own encoding and a
+	// new connection's set-up are not the server's latency, the write is
+	// part of any client's. GotConn runs on the goroutine that sends the
+	// request, so its time is never late; the transport's report of the
+	// finished write comes on its own goroutine, possibly after the
+	// answer has begun, and would shorten the measurement by as much.
+	var mu sync.Mutex
+	connected := time.Now()
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) {
-			// A retried request is written again: keep the last write, and
-			// never block the transport.
-			select {
-			case <-wrote:
-			default:
-			}
-			select {
-			case wrote <- time.Now():
-			default:
-			}
+		GotConn: func(httptrace.GotConnInfo) {
+			// A retried request gets a connection again: keep the last.
+			mu.Lock()
+			connected = time.Now()
+			mu.Unlock()
 		},
 	}))
 	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case start = <-wrote:
-	default:
-	}
+	mu.Lock()
+	start := connected
+	mu.Unlock()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := readBounded(resp.Body, maxSmallBody)

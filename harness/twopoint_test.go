@@ -32,7 +32,7 @@ func client(m *mocktest.Mock) *harness.Client {
 }
 
 // retryFlushes is bench's default: kimi-k2.6-rtx6000 refuses a flush for
-// 50 ms after a response, as SGLang does while its last batch settles.
+// 33 ms after a response, as SGLang does while its last batch settles.
 var retryFlushes = harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond}
 
 // seedPoints are the seed's contexts: 1024, 8192 and 32768 requested gave

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -367,4 +368,40 @@ func TestZeroCostProfile(t *testing.T) {
 			t.Errorf("the report does not encode: %v", err)
 		}
 	})
+}
+
+// lateWriteReport is a transport whose report of a finished write (the
+// transport's own, from its write goroutine) comes again when the answer
+// has arrived, as a descheduled write goroutine's can on a loaded host.
+type lateWriteReport struct{ base http.RoundTripper }
+
+func (l lateWriteReport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(r)
+	if tr := httptrace.ContextClientTrace(r.Context()); tr != nil && tr.WroteRequest != nil {
+		tr.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+	return resp, err
+}
+
+// The clock starts before the request is written, on the sending
+// goroutine: a late report of the write cannot shorten a measurement
+// below the server's own time.
+func TestLateWriteReportDoesNotShortenTheMeasurement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.FlushNonce)
+		tp.Client.HTTP = &http.Client{Transport: lateWriteReport{m.Client.Transport}}
+		row := run(t, tp).Rows[0]
+		if tr := row.Truth; tr.TTFTErr != 0 || tr.DecodeErr == nil || *tr.DecodeErr != 0 || row.Verdict.String() != "ok" {
+			t.Errorf("ttft_err %g, decode_err %v, verdict %q: want 0, 0 and ok", tr.TTFTErr, pctOf(tr.DecodeErr), row.Verdict)
+		}
+	})
+}
+
+// pctOf shows an optional figure.
+func pctOf(x *float64) string {
+	if x == nil {
+		return "undefined"
+	}
+	return fmt.Sprint(*x)
 }
