@@ -310,6 +310,10 @@ func (s *scheduler) planPrefill() *iteration {
 			s.unadmit(r)
 			break
 		}
+		// Clear the slot before advancing past it: the backing array
+		// outlives the slice's start, and a finished request must not stay
+		// reachable through it.
+		s.waiting[0] = nil
 		s.waiting = s.waiting[1:]
 		if r.truth.Retractions == 0 {
 			r.truth.Admitted = s.now
@@ -471,6 +475,10 @@ func (s *scheduler) complete(it *iteration) {
 	} else {
 		s.completeDecode(it)
 	}
+	// The iteration's lists are reused by the next one: drop their request
+	// pointers now, so that a finished request is not kept reachable.
+	clear(it.prefill)
+	clear(it.decode)
 }
 
 func (s *scheduler) completePrefill(it *iteration) {
