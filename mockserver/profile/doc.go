@@ -53,7 +53,11 @@
 // # Files
 //
 // Built-in profiles are embedded from builtin/*.yaml. Unknown keys and
-// impossible values are errors that name the field and the value. The
+// impossible values are errors that name the field and the value: a
+// fraction for an integer field (context_length: 32768.5) is refused, not
+// truncated, and so are costs whose largest iteration at the profile's
+// limits would pass MaxIterationSeconds (a day), which keeps every
+// modelled time far inside a time.Duration. The
 // evaluator (Profile.Expect) predicts a lone request's TTFT, decode time and
 // steady-state decode rate from the same functions the engine charges.
 package profile
