@@ -85,7 +85,7 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
-	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body before answering 408 (wall time)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body, and for the whole body beyond it at 1 MiB/s, before answering 408 (wall time)")
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")

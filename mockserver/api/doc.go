@@ -66,8 +66,18 @@
 //     [DONE], as SGLang's does.
 //   - 401 {"error":"Unauthorized"} without the --api-key bearer token
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
-//     413 past the body limit; 503 while starting (until the warmup
-//     request finishes) and while shutting down.
+//     413 past the body limit; 408 for a body that stops arriving for
+//     --body-timeout or, after it, comes slower than 1 MiB/s; 503 while
+//     starting (until the warmup request finishes) and while shutting
+//     down. An error repeats at most 256 bytes of a client's value (a
+//     model name, a rid) and says how long it was. A body holding a NUL
+//     byte is malformed JSON, as Python's parser says.
+//   - /flush_cache and /abort_request refuse, with 403, requests a browser
+//     sends for another site (Origin, Sec-Fetch-Site) and requests whose
+//     Host is a name other than a loopback name (localhost, *.localhost),
+//     the configured --host or the machine's host name: a page that
+//     rebinds its own domain to the server (DNS rebinding) cannot flush or
+//     abort. IP addresses are always accepted. SGLang has no such guard.
 //   - The prefix cache is partitioned by extra_key with the LoRA adapter
 //     appended, as SGLang's Req builds it. /generate has no cache_salt (the
 //     key is ignored there); the OpenAI routes prepend cache_salt to

@@ -310,7 +310,7 @@ func (s *Server) getModel(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("model"), "/")
 	if name != s.args.ServedModelName {
 		writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
-			"message": fmt.Sprintf("The model '%s' does not exist", name),
+			"message": fmt.Sprintf("The model '%s' does not exist", clip(name)),
 			"type":    "invalid_request_error",
 			"param":   "model",
 			"code":    "model_not_found",

@@ -104,7 +104,8 @@ type Config struct {
 	// ReadHeaderTimeout and IdleTimeout bound, in wall time, how long a
 	// connection may take to send a request's headers and stay idle
 	// between requests (HTTPServer applies them); BodyTimeout bounds each
-	// wait for more of a request's body. 0 means no limit.
+	// wait for more of a request's body, and the whole body to BodyTimeout
+	// plus one second per MiB. 0 means no limit.
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
 	// CacheEvents, if set, receives the radix cache's KV events
 	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
@@ -294,7 +295,7 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/v1/chat/completions", requireJSON, s.chatCompletions)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/*model", s.getModel)
-	handle(getPost, "/flush_cache", sameOriginOnly, s.flushCache)
+	handle(getPost, "/flush_cache", s.sameOriginOnly, s.flushCache)
 	r.GET("/health", s.health)
 	r.GET("/health_generate", s.healthGenerate)
 	r.GET("/get_model_info", s.modelInfo)
@@ -306,7 +307,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/metrics", s.serveMetrics)
 	handle(getPost, "/start_profile", s.startProfile)
 	handle(getPost, "/stop_profile", s.stopProfile)
-	r.POST("/abort_request", sameOriginOnly, s.abortRequest)
+	r.POST("/abort_request", s.sameOriginOnly, s.abortRequest)
 	r.POST("/tokenize", s.tokenize)
 	r.POST("/v1/tokenize", s.tokenize)
 	r.POST("/detokenize", s.detokenize)
@@ -380,6 +381,12 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		writeValidationError(c, "Field required: the request body is empty")
+		return false
+	}
+	// goccy/go-json stops at a NUL byte as at the end of its input, so
+	// `{...}\x00garbage` would pass; no JSON text holds a raw NUL.
+	if i := bytes.IndexByte(buf.Bytes(), 0); i >= 0 {
+		writeValidationError(c, fmt.Sprintf("JSON decode error at byte %d: invalid character '\\x00' (a NUL byte is never valid JSON)", i+1))
 		return false
 	}
 	// Both decoders copy what they keep, so the buffer is free after this.

@@ -153,7 +153,7 @@ func (s *Server) simRequests(c *gin.Context) {
 func (s *Server) simRequest(c *gin.Context) {
 	t, ok := s.eng.Truth(c.Param("rid"))
 	if !ok {
-		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", c.Param("rid"))})
+		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", clip(c.Param("rid")))})
 		return
 	}
 	writeJSON(c, http.StatusOK, truthJSON(t))

@@ -68,7 +68,7 @@ func (s *Server) checkRenderModel(c *gin.Context, model string) bool {
 		return true
 	}
 	writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
-		"message": fmt.Sprintf("The model `%s` does not exist.", model),
+		"message": fmt.Sprintf("The model `%s` does not exist.", clip(model)),
 		"type":    "NotFoundError", "param": "model", "code": http.StatusNotFound,
 	}})
 	return false
