@@ -18,7 +18,12 @@
 // ids the server would prefill for a request (BOS and chat template
 // included) in vLLM's GenerateRequest shape, without generating, so a
 // router that tokenizes through them (the llm-d router's token-producer)
-// hashes the blocks the replica's KV events announce.
+// hashes the blocks the replica's KV events announce. The body is parsed
+// once and its sampling fields, repeated for every prompt, are bounded
+// (64 KiB), so a render costs time and memory linear in its body; it stops
+// when its client leaves. max_tokens is vLLM's get_max_tokens: at most the
+// context left after the prompt, refused below 1 with vLLM's "max_tokens
+// must be at least 1, got N." in vLLM's error envelope.
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
 // model evaluator; its counts are bounded by the context length), /sim/requests (finished requests), /sim/requests/{rid}
