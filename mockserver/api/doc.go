@@ -117,7 +117,13 @@
 //     to a negative number, is refused with "<field> must be at most
 //     9223372036854775807, got <literal>." The mock's own bounds, which
 //     SGLang does not have, keep one request from sizing unbounded work:
-//     at most 2048 sequences (prompts x n, n at most 128), 32 stop strings
+//     at most 2048 sequences (prompts x n, n at most 128) that together may
+//     generate at most 1,048,576 tokens (each sequence counted at its
+//     max_new_tokens, at most the context length) and return at most
+//     2,097,152 logprob entries (positions x (1 + top_logprobs_num)), so
+//     one request holds at most some 100 MiB of output and 270 MiB of
+//     logprobs (measured); past them it is refused before anything runs,
+//     with the numbers; 32 stop strings
 //     of at most 256 bytes, 1024 stop_token_ids, a rid of 512 bytes and a
 //     cache namespace (extra_key, cache_salt and lora_path) of 1024; a
 //     text prompt whose byte length alone shows it cannot fit the context
