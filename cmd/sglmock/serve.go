@@ -37,7 +37,7 @@ type serveOptions struct {
 	apiKeyFile                                                      string
 	kvEventsConfig                                                  string // as given, for /server_info
 	kvEvents                                                        *kvevents.Config
-	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
+	readHeaderTimeout, idleTimeout, bodyTimeout, stallTimeout       time.Duration
 	profile                                                         *profile.Profile
 	// ready, if set, receives the listening address once the server is up.
 	ready chan<- string
@@ -85,6 +85,7 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", api.DefaultStallTimeout, "longest a write to a client may make no progress before the client counts as gone and its requests are aborted (wall time)")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body, and for the whole body beyond it at 1 MiB/s, before answering 408 (wall time)")
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
@@ -124,7 +125,7 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"read-header-timeout", o.readHeaderTimeout}, {"idle-timeout", o.idleTimeout}, {"body-timeout", o.bodyTimeout}} {
+	}{{"read-header-timeout", o.readHeaderTimeout}, {"idle-timeout", o.idleTimeout}, {"body-timeout", o.bodyTimeout}, {"stall-timeout", o.stallTimeout}} {
 		if d.v <= 0 {
 			return nil, fmt.Errorf("--%s %v: must be > 0", d.flag, d.v)
 		}
@@ -242,6 +243,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,
 		BodyTimeout:       o.bodyTimeout,
+		StallTimeout:      o.stallTimeout,
 	})
 	if err != nil {
 		return err

@@ -155,6 +155,13 @@
 //     waiting client's when its 4 s wait on the request times out or its
 //     next 50-token output goes out; until then they run, hold their KV
 //     and batch slot, and keep the server busy.
+//   - A client that stops reading its answer or stream is cut off once a
+//     write makes no progress for --stall-timeout (30 s, wall time), its
+//     requests aborted at once, and at most 64 writes may stay blocked
+//     past a second (the longest-blocked is cut first): stall.go. Each
+//     is counted (stalled_streams_aborted in /sim/stats,
+//     sglmock:stalled_streams_aborted_total in /metrics, with the KV
+//     event publisher's drops). SGLang waits forever.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout

@@ -191,7 +191,7 @@ func (r *openAIRun) run() {
 		}
 	}
 	u := r.s.usageOf(outs, r.plan.copies, true)
-	writeJSON(r.c, http.StatusOK, openAIResponse{
+	r.s.writeAnswer(r.c, openAIResponse{
 		ID:       outs[0].rid,
 		Object:   r.object,
 		Created:  time.Now().Unix(),
@@ -216,7 +216,7 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	if r.chat {
 		object = "chat.completion.chunk"
 	}
-	w := &sse{c: r.c}
+	w := r.s.newSSE(r.c)
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
 	lastRID := streams[0].RID()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // gin's debug mode prints every route at start-up; a mock SGLang server
@@ -107,10 +108,18 @@ type Config struct {
 	// wait for more of a request's body, and the whole body to BodyTimeout
 	// plus one second per MiB. 0 means no limit.
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
+	// StallTimeout is how long, in wall time, a write of an answer or a
+	// stream event may make no progress before the client counts as gone
+	// and its requests are aborted (stall.go); 0 means
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
 	// CacheEvents, if set, receives the radix cache's KV events
 	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
 	// shows of its configuration.
 	CacheEvents engine.CacheEvents
+	// KVEventStats, if set, reports the KV event publisher's counts under
+	// /sim/stats and /metrics.
+	KVEventStats func() sim.KVEvents
 }
 
 const (
@@ -130,6 +139,8 @@ type Server struct {
 	// healthChecks numbers /health_generate requests: two checks in the
 	// same nanosecond still get distinct rids.
 	healthChecks atomic.Uint64
+	// stalls bounds the writes to clients that stopped reading.
+	stalls *stallGuard
 }
 
 // New creates a server in the starting state: /health answers 503 until
@@ -147,7 +158,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = defaultMaxBody
 	}
-	s := &Server{cfg: cfg}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	s := &Server{cfg: cfg, stalls: &stallGuard{timeout: cfg.StallTimeout}}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
@@ -172,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = eng
 	if s.metrics != nil {
-		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName})
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName}, &mockCollector{s: s})
 	}
 	s.router = s.routes()
 	return s, nil

@@ -225,7 +225,7 @@ func (s *Server) renderCompletions(c *gin.Context) {
 		}
 		prompts[i] = engine.Request{} // its text is no longer needed
 	}
-	writeJSON(c, http.StatusOK, out)
+	s.writeAnswer(c, out)
 }
 
 func (s *Server) renderChat(c *gin.Context) {
@@ -274,7 +274,7 @@ func (s *Server) renderChat(c *gin.Context) {
 	out := s.rendered("chatcmpl-", ids, withMaxTokens(params, limit), &body)
 	null := json.RawMessage("null")
 	out.AssistantTokensMask = &null
-	writeJSON(c, http.StatusOK, out)
+	s.writeAnswer(c, out)
 }
 
 // renderTokens is the prompt as the engine would take it: token ids as
