@@ -110,7 +110,11 @@ type scheduler struct {
 	prefillIt, decodeIt iteration
 	seqBuf              []int32 // builds prompt+output for the finish insert
 	report              reporter
-	events              *cacheEvents // nil without Config.CacheEvents
+	// Decode lines written, the modelled time of the last, and the least
+	// modelled time between two (decodeLineDue).
+	decodeLines                   int
+	lastDecodeLine, decodeLineGap time.Duration
+	events                        *cacheEvents // nil without Config.CacheEvents
 }
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
