@@ -43,8 +43,10 @@ type KVEvents struct {
 	SubscriberDrops int64 `json:"subscriber_drops"`
 	SubscribersCut  int64 `json:"subscribers_cut"`
 	// ReplayClientsCut counts replay clients disconnected because they
-	// stopped reading, were too many at once, or sent malformed requests.
+	// stopped reading or were too many at once; ReplayMalformed the
+	// malformed replay requests.
 	ReplayClientsCut int64 `json:"replay_clients_cut"`
+	ReplayMalformed  int64 `json:"replay_malformed"`
 	// ReplayBufferBytes is what the replay buffer holds now.
 	ReplayBufferBytes int64 `json:"replay_buffer_bytes"`
 }

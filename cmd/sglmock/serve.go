@@ -230,6 +230,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		Profile:           o.profile,
 		Args:              args,
 		CacheEvents:       cacheEvents(pub),
+		KVEventStats:      kvEventStats(pub),
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,

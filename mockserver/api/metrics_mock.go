@@ -23,7 +23,7 @@ var (
 	descKVSubscribersCut = desc("sglmock:kv_events_subscribers_cut_total",
 		"KV event subscribers disconnected because they stopped reading.")
 	descKVReplayCut = desc("sglmock:kv_events_replay_clients_cut_total",
-		"KV event replay clients disconnected: stopped reading, too many at once, or malformed requests.")
+		"KV event replay clients disconnected: stopped reading, or too many at once.")
 	descKVReplayBytes = desc("sglmock:kv_events_replay_buffer_bytes", "Bytes the KV event replay buffer holds.")
 )
 

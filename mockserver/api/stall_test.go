@@ -130,3 +130,28 @@ func TestStalledStreamsAreBoundedInNumber(t *testing.T) {
 		mocktest.CheckIdle(t, m.Engine())
 	})
 }
+
+// The KV event publisher's drops and cuts appear in /sim/stats and
+// /metrics, as the server reads them.
+func TestKVEventDropsAreReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := sim.KVEvents{Batches: 9, Published: 7, DroppedQueueFull: 2, Subscribers: 1, SubscriberDrops: 5,
+			SubscribersCut: 1, ReplayClientsCut: 3, ReplayMalformed: 4, ReplayBufferBytes: 1024}
+		m := mocktest.Start(t, api.Config{EnableMetrics: true, KVEventStats: func() sim.KVEvents { return kv }})
+		if st := simStats(t, m); st.KVEvents == nil || *st.KVEvents != kv {
+			t.Fatalf("/sim/stats kv_events: got %+v, want %+v", st.KVEvents, kv)
+		}
+		_, metrics, _ := m.Do(t, "GET", "/metrics", "")
+		for _, want := range []string{
+			`sglmock:kv_events_dropped_total{model_name="sglmock/small-1b"} 2`,
+			`sglmock:kv_events_subscriber_drops_total{model_name="sglmock/small-1b"} 5`,
+			`sglmock:kv_events_subscribers_cut_total{model_name="sglmock/small-1b"} 1`,
+			`sglmock:kv_events_replay_clients_cut_total{model_name="sglmock/small-1b"} 3`,
+			`sglmock:kv_events_replay_buffer_bytes{model_name="sglmock/small-1b"} 1024`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
+}
