@@ -35,6 +35,7 @@ func TestDecodeLinesAreRateLimited(t *testing.T) {
 				e := startEngine(t, Config{Profile: p, Speedup: tt.speedup, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 				defer e.Close()
 				last, _ := run(t, e, Request{InputIDs: prompt(1, 16), MaxNewTokens: 16001})
+				synctest.Wait() // the engine has logged the last round and is idle
 				lines := strings.Count(buf.String(), "Decode batch")
 				want := tt.wantLines
 				if tt.speedup == 10 {
