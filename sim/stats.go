@@ -20,4 +20,33 @@ type Stats struct {
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
 	HitRate      float64 `json:"hit_rate"`
+	// StalledStreamsAborted counts the clients cut off because they
+	// stopped reading an answer or a stream (their requests aborted).
+	StalledStreamsAborted int64 `json:"stalled_streams_aborted"`
+	// KVEvents is the KV event publisher's counts; nil without one.
+	KVEvents *KVEvents `json:"kv_events,omitempty"`
+}
+
+// KVEvents counts what the KV event publisher sent and what it dropped
+// to keep its memory bounded.
+type KVEvents struct {
+	Batches   int64 `json:"batches"`   // batches the engine published
+	Published int64 `json:"published"` // batches sent on the socket
+	// DroppedQueueFull counts batches dropped because the publisher's
+	// queue was full (in batches or in bytes).
+	DroppedQueueFull int64 `json:"dropped_queue_full"`
+	// Subscribers is the subscribers connected now; SubscriberDrops the
+	// messages not sent to a subscriber whose queue was full; and
+	// SubscribersCut the subscribers disconnected because they stopped
+	// reading.
+	Subscribers     int   `json:"subscribers"`
+	SubscriberDrops int64 `json:"subscriber_drops"`
+	SubscribersCut  int64 `json:"subscribers_cut"`
+	// ReplayClientsCut counts replay clients disconnected because they
+	// stopped reading or were too many at once; ReplayMalformed the
+	// malformed replay requests.
+	ReplayClientsCut int64 `json:"replay_clients_cut"`
+	ReplayMalformed  int64 `json:"replay_malformed"`
+	// ReplayBufferBytes is what the replay buffer holds now.
+	ReplayBufferBytes int64 `json:"replay_buffer_bytes"`
 }

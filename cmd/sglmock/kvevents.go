@@ -6,6 +6,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // startKVEvents starts the KV event publisher --kv-events-config asks for,
@@ -40,4 +41,20 @@ func cacheEvents(pub *kvevents.Publisher) engine.CacheEvents {
 		return nil
 	}
 	return pub
+}
+
+// kvEventStats reports pub's counts as /sim/stats and /metrics show them,
+// or nil without a publisher.
+func kvEventStats(pub *kvevents.Publisher) func() sim.KVEvents {
+	if pub == nil {
+		return nil
+	}
+	return func() sim.KVEvents {
+		st := pub.Stats()
+		return sim.KVEvents{
+			Batches: st.Batches, Published: st.Published, DroppedQueueFull: st.Dropped,
+			Subscribers: st.Subscribers, SubscriberDrops: st.SubscriberDrops, SubscribersCut: st.SubscribersCut,
+			ReplayClientsCut: st.ReplayClientsCut, ReplayMalformed: st.ReplayMalformed, ReplayBufferBytes: st.ReplayBytes,
+		}
+	}
 }

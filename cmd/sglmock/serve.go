@@ -41,7 +41,7 @@ type serveOptions struct {
 	kvEvents                                                        *kvevents.Config
 	tokenizerPath                                                   string
 	tokenizer                                                       *tokenizer.Tokenizer // nil: the profile's
-	readHeaderTimeout, idleTimeout, bodyTimeout                     time.Duration
+	readHeaderTimeout, idleTimeout, bodyTimeout, stallTimeout       time.Duration
 	profile                                                         *profile.Profile
 	// ignoredLaunchFlags are the flags of SGLang's launch_server given
 	// that sglmock does not model, named in one warning line.
@@ -101,13 +101,14 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
-	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body before answering 408 (wall time)")
+	fs.DurationVar(&o.stallTimeout, "stall-timeout", api.DefaultStallTimeout, "longest a write to a client may make no progress before the client counts as gone and its requests are aborted (wall time)")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body, and for the whole body beyond it at 1 MiB/s, before answering 408 (wall time)")
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
 		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
-		`without a topic, SGLang's empty topic`)
+		`without a topic, SGLang's empty topic; the mock's own "bind": true binds the endpoint as given, e.g. "tcp://127.0.0.1:5557" for loopback only`)
 	profileFlags := profile.RegisterFlags(fs)
 	return fs, o, profileFlags
 }
@@ -145,7 +146,7 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"read-header-timeout", o.readHeaderTimeout}, {"idle-timeout", o.idleTimeout}, {"body-timeout", o.bodyTimeout}} {
+	}{{"read-header-timeout", o.readHeaderTimeout}, {"idle-timeout", o.idleTimeout}, {"body-timeout", o.bodyTimeout}, {"stall-timeout", o.stallTimeout}} {
 		if d.v <= 0 {
 			return nil, fmt.Errorf("--%s %v: must be > 0", d.flag, d.v)
 		}
@@ -290,6 +291,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		Args:              args,
 		CacheEvents:       cacheEvents(pub),
 		KVEvents:          kvInfo,
+		KVEventStats:      kvEventStats(pub),
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,
@@ -304,6 +306,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		IdleTimeout:       o.idleTimeout,
 		BodyTimeout:       o.bodyTimeout,
 		Tokenizer:         o.tokenizer,
+		StallTimeout:      o.stallTimeout,
 	})
 	if err != nil {
 		return err

@@ -23,8 +23,8 @@ import (
 // HTTPServer returns an http.Server for the handler with the configured
 // connection limits: ReadHeaderTimeout for a request's headers, IdleTimeout
 // for a kept-alive connection between requests. There is no write timeout:
-// a long stream must not be cut. The body's limit (BodyTimeout) applies per
-// read, in the handler.
+// a long stream must not be cut. The body's limits (BodyTimeout, for each
+// wait and for the whole body) apply in the handler.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
@@ -44,23 +44,56 @@ func noDelay(ctx context.Context, c net.Conn) context.Context {
 }
 
 // progressBody is a request body that must keep arriving: each read may
-// wait at most timeout for bytes, so a client that declares a large body
-// and trickles it (or stops) is cut off instead of holding the handler.
+// wait at most timeout for bytes, and the whole body must come within
+// timeout plus one second per minBodyRate bytes received, so a client that
+// declares a large body and trickles it (one byte a minute) or stops is cut
+// off instead of holding the handler. A client sending at minBodyRate or
+// faster never meets the overall deadline.
 type progressBody struct {
 	io.ReadCloser
-	rc      *http.ResponseController
-	timeout time.Duration
+	rc       *http.ResponseController
+	timeout  time.Duration
+	start    time.Time // the first read
+	received int64
 }
 
+// minBodyRate is the slowest average pace, in bytes per second, at which a
+// request body may arrive after its first timeout.
+const minBodyRate = 1 << 20
+
+// bodyTimeoutError is a body cut off at a deadline: overall is the
+// whole-body deadline, else the wait for more bytes.
+type bodyTimeoutError struct {
+	err     error
+	overall bool
+}
+
+func (e *bodyTimeoutError) Error() string { return e.err.Error() }
+func (e *bodyTimeoutError) Unwrap() error { return e.err }
+
 func (b *progressBody) Read(p []byte) (int, error) {
-	b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	now := time.Now()
+	if b.start.IsZero() {
+		b.start = now
+	}
+	deadline := now.Add(b.timeout)
+	overall := b.start.Add(b.timeout + time.Duration(b.received)*time.Second/minBodyRate)
+	cappedByOverall := overall.Before(deadline)
+	if cappedByOverall {
+		deadline = overall
+	}
+	b.rc.SetReadDeadline(deadline)
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
+	b.received += int64(n)
+	switch {
+	case err == io.EOF:
 		// The body is complete: the connection's own reads (the next
 		// request, or noticing a client that leaves mid-stream) have no
 		// deadline. After a timeout the deadline stays, so the server does
 		// not wait again for the rest of the body before closing.
 		b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = &bodyTimeoutError{err: err, overall: cappedByOverall}
 	}
 	return n, err
 }
@@ -85,13 +118,17 @@ func (s *Server) limitBody(c *gin.Context) {
 // slow, or cut off.
 func (s *Server) writeReadError(c *gin.Context, err error) {
 	var tooLarge *http.MaxBytesError
+	var slow *bodyTimeoutError
 	switch {
 	case errors.As(err, &tooLarge):
 		writeTooLarge(c, tooLarge.Limit)
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.As(err, &slow):
 		c.Header("Connection", "close")
-		writeJSON(c, http.StatusRequestTimeout, errorObject(fmt.Sprintf(
-			"Request body timeout: no bytes arrived for %v.", s.cfg.BodyTimeout), "Request Timeout", 408))
+		msg := fmt.Sprintf("Request body timeout: no bytes arrived for %v.", s.cfg.BodyTimeout)
+		if slow.overall {
+			msg = fmt.Sprintf("Request body timeout: the body arrived slower than %d bytes/s after its first %v.", minBodyRate, s.cfg.BodyTimeout)
+		}
+		writeJSON(c, http.StatusRequestTimeout, errorObject(msg, "Request Timeout", 408))
 	default:
 		writeValidationError(c, "could not read the request body: "+err.Error())
 	}
@@ -117,12 +154,19 @@ func (s *Server) authenticate(c *gin.Context) {
 }
 
 // sameOriginOnly guards the routes that change server state (flushing the
-// cache, aborting requests) against other web sites: a page the user
-// visits could otherwise send them from the browser to a server on
-// localhost. Browsers mark such requests with Sec-Fetch-Site or Origin;
-// command-line clients and benchmark scripts send neither. The server never
-// sends CORS headers, so no other site may read a response either.
-func sameOriginOnly(c *gin.Context) {
+// cache, aborting requests) against web pages: a page the user visits
+// could otherwise send them from the browser to a server on localhost.
+// Browsers mark a request from another site with Sec-Fetch-Site or Origin;
+// command-line clients and benchmark scripts send neither. A page that
+// rebinds its own domain to this server's address (DNS rebinding) sends
+// same-origin requests, still marked as a browser's, so a browser's
+// request must also name a Host the server answers to: an IP address, a
+// loopback name (localhost, *.localhost), the configured --host or the
+// machine's own host name, never another domain. A client that is no
+// browser may name the server as it likes (a Kubernetes service name).
+// The server never sends CORS headers, so no other site may read a
+// response either.
+func (s *Server) sameOriginOnly(c *gin.Context) {
 	r := c.Request
 	site := r.Header.Get("Sec-Fetch-Site")
 	origin := r.Header.Get("Origin")
@@ -131,15 +175,47 @@ func sameOriginOnly(c *gin.Context) {
 		u, err := url.Parse(origin)
 		ok = ok && err == nil && u.Host == r.Host
 	}
-	if ok {
+	if !ok {
+		from := origin
+		if from == "" {
+			from = "Sec-Fetch-Site: " + site
+		}
+		s.refuseStateChange(c, fmt.Sprintf(
+			"Cross-origin request refused: %s changes the server's state and takes no requests from web pages of other sites (%s).",
+			r.URL.Path, clip(from)))
 		return
 	}
-	from := origin
-	if from == "" {
-		from = "Sec-Fetch-Site: " + site
+	if (site != "" || origin != "") && !s.knownHost(r.Host) {
+		s.refuseStateChange(c, fmt.Sprintf(
+			"Host refused: %s changes the server's state and is served to a browser only under an IP address, a loopback name or the server's own name (--host %q), not under Host %q, which a web page could have rebound to this server.",
+			r.URL.Path, s.args.Host, clip(r.Host)))
 	}
-	writeJSON(c, http.StatusForbidden, errorObject(fmt.Sprintf(
-		"Cross-origin request refused: %s changes the server's state and takes no requests from web pages of other sites (%s).",
-		r.URL.Path, from), "Forbidden", 403))
+}
+
+func (s *Server) refuseStateChange(c *gin.Context, message string) {
+	writeJSON(c, http.StatusForbidden, errorObject(message, "Forbidden", 403))
 	c.Abort()
+}
+
+// knownHost reports whether a request's Host names this server in a way
+// no other site's page can: an IP literal, a loopback name, the configured
+// host or the machine's host name. An empty Host (HTTP/1.0) names no site.
+func (s *Server) knownHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	switch {
+	case host == "":
+		return true
+	case net.ParseIP(host) != nil:
+		return true
+	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
+		return true
+	case s.args.Host != "" && strings.EqualFold(host, s.args.Host):
+		return true
+	}
+	name, err := os.Hostname()
+	return err == nil && strings.EqualFold(host, name)
 }

@@ -28,7 +28,7 @@ func (s *Server) flushCache(c *gin.Context) {
 	if raw := c.Query("timeout"); raw != "" {
 		secs, err := strconv.ParseFloat(raw, 64)
 		if err != nil || secs < 0 || math.IsNaN(secs) || math.IsInf(secs, 0) {
-			writeValidationError(c, fmt.Sprintf("timeout: Input should be a finite number >= 0, got %q", raw))
+			writeValidationError(c, fmt.Sprintf("timeout: Input should be a finite number >= 0, got %q", clip(raw)))
 			return
 		}
 		// Clamped: past about 292 years a Duration overflows, and a timeout

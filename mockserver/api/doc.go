@@ -22,6 +22,12 @@
 // POST /reset_prefix_cache (dev mode's), so that `sglmock bench --backend
 // vllm` can be rehearsed against the mock: 200 {"success": bool}, false
 // while a request runs (see resetPrefixCache).
+// The render body is parsed once and its sampling fields, repeated for
+// every prompt, are bounded (64 KiB), so a render costs time and memory
+// linear in its body; it stops when its client leaves. max_tokens is
+// vLLM's get_max_tokens: at most the context left after the prompt,
+// refused below 1 with vLLM's "max_tokens must be at least 1, got N." in
+// vLLM's error envelope.
 //
 // Simulation: /sim/profile (active profile and speedup), /sim/expect (the
 // model evaluator; its counts are bounded by the context length), /sim/requests (finished requests,
@@ -97,8 +103,20 @@
 //     [DONE], as SGLang's does.
 //   - 401 {"error":"Unauthorized"} without the --api-key bearer token
 //     (health checks and metrics are open); 404 {"detail":"Not Found"};
-//     413 past the body limit; 503 while starting (until the warmup
-//     request finishes) and while shutting down.
+//     413 past the body limit; 408 for a body that stops arriving for
+//     --body-timeout or, after it, comes slower than 1 MiB/s; 503 while
+//     starting (until the warmup request finishes) and while shutting
+//     down. An error repeats at most 256 bytes of a client's value (a
+//     model name, a rid) and says how long it was. A body holding a NUL
+//     byte is malformed JSON, as Python's parser says.
+//   - /flush_cache, /reset_prefix_cache and /abort_request refuse, with
+//     403, requests a browser sends for another site (Origin,
+//     Sec-Fetch-Site), and browser requests whose Host is a name other
+//     than a loopback name (localhost, *.localhost), the configured --host
+//     or the machine's host name: a page that rebinds its own domain to
+//     the server (DNS rebinding) cannot flush or abort. IP addresses are
+//     always accepted, and so is any name from a client that is no browser
+//     (a Kubernetes service). SGLang has no such guard.
 //   - The prefix cache is partitioned by the pair (extra_key, cache_salt)
 //     on every route, as SGLang's RadixKey since PR #30827: extra_key with
 //     the LoRA adapter appended, as SGLang's Req builds it, and the salt
@@ -136,7 +154,13 @@
 //     to a negative number, is refused with "<field> must be at most
 //     9223372036854775807, got <literal>." The mock's own bounds, which
 //     SGLang does not have, keep one request from sizing unbounded work:
-//     at most 2048 sequences (prompts x n, n at most 128), 32 stop strings
+//     at most 2048 sequences (prompts x n, n at most 128) that together may
+//     generate at most 1,048,576 tokens (each sequence counted at its
+//     max_new_tokens, at most the context length) and return at most
+//     2,097,152 logprob entries (positions x (1 + top_logprobs_num)), so
+//     one request holds at most some 100 MiB of output and 270 MiB of
+//     logprobs (measured); past them it is refused before anything runs,
+//     with the numbers; 32 stop strings
 //     of at most 256 bytes, 1024 stop_token_ids, a rid of 512 bytes and a
 //     cache namespace (extra_key, cache_salt and lora_path) of 1024; a
 //     text prompt is tokenized no further than the context length, then
@@ -175,6 +199,13 @@
 //     model_name, moe_ep_rank, pp_rank and tp_rank. The warmup request
 //     counts, an ordinary request on SGLang; /health_generate's does not
 //     (log_metrics=false). Neither is listed under /sim/requests.
+//   - A client that stops reading its answer or stream is cut off once a
+//     write makes no progress for --stall-timeout (30 s, wall time), its
+//     requests aborted at once, and at most 64 writes may stay blocked
+//     past a second (the longest-blocked is cut first): stall.go. Each
+//     is counted (stalled_streams_aborted in /sim/stats,
+//     sglmock:stalled_streams_aborted_total in /metrics, with the KV
+//     event publisher's drops). SGLang waits forever.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout

@@ -198,3 +198,21 @@ func appendPythonString(b []byte, s string) []byte {
 	}
 	return append(b, '"')
 }
+
+// maxEcho bounds the bytes of a client's value that an error message
+// repeats: a 1 MB model name gets a short 404, not a 1 MB one.
+const maxEcho = 256
+
+// clip is a client's value as an error message repeats it: whole up to
+// maxEcho bytes, else its first maxEcho bytes (whole characters) and its
+// length.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
+}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"net/http"
 
 	"github.com/gin-gonic/gin"
 )
@@ -41,14 +40,14 @@ func (s *Server) generate(c *gin.Context) {
 		return
 	}
 	if !p.batch {
-		writeJSON(c, http.StatusOK, outs[0].response(false))
+		s.writeAnswer(c, outs[0].response(false))
 		return
 	}
 	resps := make([]generateResponse, len(outs))
 	for i, o := range outs {
 		resps[i] = o.response(false)
 	}
-	writeJSON(c, http.StatusOK, resps)
+	s.writeAnswer(c, resps)
 }
 
 // streamGenerate serves a streaming /generate. SGLang's generate_request
@@ -56,7 +55,7 @@ func (s *Server) generate(c *gin.Context) {
 // status line and headers go out at once, before prefill; a request refused
 // after that (refused, or a refusal at submit) gets one error event.
 func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
-	w := &sse{c: c}
+	w := s.newSSE(c)
 	if w.open() != nil {
 		return
 	}

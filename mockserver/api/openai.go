@@ -203,7 +203,7 @@ func (r *openAIRun) run() {
 		}
 	}
 	u := r.s.usageOf(outs, r.plan.copies, true)
-	writeJSON(r.c, http.StatusOK, openAIResponse{
+	r.s.writeAnswer(r.c, openAIResponse{
 		ID:       outs[0].rid,
 		Object:   r.object,
 		Created:  time.Now().Unix(),
@@ -226,7 +226,7 @@ func (r *openAIRun) run() {
 func (r *openAIRun) stream(streams []*engine.Stream) {
 	created := time.Now().Unix()
 	object := r.chunkObject()
-	w := &sse{c: r.c}
+	w := r.s.newSSE(r.c)
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
 	lastRID := streams[0].RID()
@@ -369,7 +369,7 @@ func (s *Server) getModel(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("model"), "/")
 	if name != s.args.ServedModelName {
 		writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
-			"message": fmt.Sprintf("The model '%s' does not exist", name),
+			"message": fmt.Sprintf("The model '%s' does not exist", clip(name)),
 			"type":    "invalid_request_error",
 			"param":   "model",
 			"code":    "model_not_found",

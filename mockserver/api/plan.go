@@ -83,10 +83,57 @@ func copiesOf(n *integer) (int, error) {
 	return int(*n), nil
 }
 
+// maxRequestOutputTokens bounds the tokens one request may have the server
+// generate and hold until it answers, summed over its sequences (prompts x
+// n x max_new_tokens, each capped by the context length), and
+// maxRequestLogprobs the logprob entries it may ask for (positions x (1 +
+// top_logprobs_num), prompt positions included): the sequences are bounded
+// in number, and these bound them in bytes. A request at both bounds pins
+// a few hundred MiB (TestRequestOutputIsBoundedInBytes measures it); SGLang
+// bounds neither, and a real server's memory would hold the same output.
+const (
+	maxRequestOutputTokens = 1 << 20
+	maxRequestLogprobs     = 1 << 21
+)
+
+// checkOutput refuses a plan whose sequences could together generate more
+// than maxRequestOutputTokens tokens, or return more than
+// maxRequestLogprobs logprob entries, before anything is submitted.
+func (s *Server) checkOutput(p plan) error {
+	ctxLen := s.cfg.Profile.ContextLength
+	var tokens, logprobs int64
+	longest := 0
+	for _, it := range p.items {
+		out := min(max(it.req.MaxNewTokens, 0), ctxLen)
+		longest = max(longest, out)
+		tokens += int64(out)
+		if lp := it.logprobs; lp.on {
+			positions := int64(out)
+			if lp.start >= 0 && it.req.InputIDs != nil {
+				positions += int64(max(len(it.req.InputIDs)-lp.start, 0))
+			}
+			logprobs += positions * int64(1+lp.top)
+		}
+	}
+	if tokens > maxRequestOutputTokens {
+		return fmt.Errorf("The request may generate %d tokens (%d sequences of up to %d): sglmock serves at most %d output tokens a request "+
+			"(prompts x n x max_new_tokens, each at most the context length). Split it, or ask for fewer tokens.",
+			tokens, len(p.items), longest, maxRequestOutputTokens)
+	}
+	if logprobs > maxRequestLogprobs {
+		return fmt.Errorf("The request asks for %d logprob entries (positions x (1 + top_logprobs_num) over %d sequences): "+
+			"sglmock returns at most %d a request. Ask for fewer alternatives or positions.", logprobs, len(p.items), maxRequestLogprobs)
+	}
+	return nil
+}
+
 // submit submits a plan's sequences; on the first refusal it aborts those
 // it already submitted and returns the refusal. With n > 1 it first caches
 // the prompts, as SGLang's parallel sampling does.
 func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
+	if err := s.checkOutput(p); err != nil {
+		return nil, err
+	}
 	if p.copies > 1 {
 		if err := s.cachePrompts(ctx, p); err != nil {
 			return nil, err

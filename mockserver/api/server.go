@@ -20,6 +20,7 @@ import (
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // gin's debug mode prints every route at start-up; a mock SGLang server
@@ -109,13 +110,22 @@ type Config struct {
 	// ReadHeaderTimeout and IdleTimeout bound, in wall time, how long a
 	// connection may take to send a request's headers and stay idle
 	// between requests (HTTPServer applies them); BodyTimeout bounds each
-	// wait for more of a request's body. 0 means no limit.
+	// wait for more of a request's body, and the whole body to BodyTimeout
+	// plus one second per MiB. 0 means no limit.
 	ReadHeaderTimeout, IdleTimeout, BodyTimeout time.Duration
+	// StallTimeout is how long, in wall time, a write of an answer or a
+	// stream event may make no progress before the client counts as gone
+	// and its requests are aborted (stall.go); 0 means
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
 	// CacheEvents, if set, receives the radix cache's KV events
 	// (engine.Config.CacheEvents); Args.KVEventsConfig is what /server_info
 	// shows of its configuration, KVEvents its kv_events descriptor.
 	CacheEvents engine.CacheEvents
 	KVEvents    *KVEventsInfo
+	// KVEventStats, if set, reports the KV event publisher's counts under
+	// /sim/stats and /metrics.
+	KVEventStats func() sim.KVEvents
 	// Tokenizer, if set, replaces the built-in tokenizer; else New loads
 	// the profile's tokenizer_path, if it names one.
 	Tokenizer *tokenizer.Tokenizer
@@ -145,6 +155,8 @@ type Server struct {
 	// healthChecks numbers /health_generate requests: two checks in the
 	// same nanosecond still get distinct rids.
 	healthChecks atomic.Uint64
+	// stalls bounds the writes to clients that stopped reading.
+	stalls *stallGuard
 }
 
 // New creates a server in the starting state: /health answers 503 until
@@ -172,7 +184,10 @@ func New(cfg Config) (*Server, error) {
 			cfg.Args.TokenizerPath = cfg.Profile.TokenizerPath
 		}
 	}
-	s := &Server{cfg: cfg}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	s := &Server{cfg: cfg, stalls: &stallGuard{timeout: cfg.StallTimeout}}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
@@ -198,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = eng
 	if s.metrics != nil {
-		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName})
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName}, &mockCollector{s: s})
 	}
 	s.router = s.routes()
 	return s, nil
@@ -324,8 +339,8 @@ func (s *Server) routes() *gin.Engine {
 	r.POST("/v1/chat/completions", requireJSON, s.chatCompletions)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/*model", s.getModel)
-	handle(getPost, "/flush_cache", sameOriginOnly, s.flushCache)
-	r.POST("/reset_prefix_cache", sameOriginOnly, s.resetPrefixCache) // vLLM's, for --backend vllm rehearsals
+	handle(getPost, "/flush_cache", s.sameOriginOnly, s.flushCache)
+	r.POST("/reset_prefix_cache", s.sameOriginOnly, s.resetPrefixCache) // vLLM's, for --backend vllm rehearsals
 	r.GET("/health", s.health)
 	r.GET("/health_generate", s.healthGenerate)
 	r.GET("/get_model_info", s.modelInfo)
@@ -337,7 +352,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/metrics", s.serveMetrics)
 	handle(getPost, "/start_profile", s.startProfile)
 	handle(getPost, "/stop_profile", s.stopProfile)
-	r.POST("/abort_request", sameOriginOnly, s.abortRequest)
+	r.POST("/abort_request", s.sameOriginOnly, s.abortRequest)
 	r.POST("/tokenize", s.tokenize)
 	r.POST("/v1/tokenize", s.tokenize)
 	r.POST("/detokenize", s.detokenize)
@@ -411,6 +426,12 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 	}
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		writeValidationError(c, "Field required: the request body is empty")
+		return false
+	}
+	// goccy/go-json stops at a NUL byte as at the end of its input, so
+	// `{...}\x00garbage` would pass; no JSON text holds a raw NUL.
+	if i := bytes.IndexByte(buf.Bytes(), 0); i >= 0 {
+		writeValidationError(c, fmt.Sprintf("JSON decode error at byte %d: invalid character '\\x00' (a NUL byte is never valid JSON)", i+1))
 		return false
 	}
 	// Both decoders copy what they keep, so the buffer is free after this.

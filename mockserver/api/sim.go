@@ -180,7 +180,7 @@ func (s *Server) prefillCosts(t *engine.Truth) (own, cold float64) {
 func (s *Server) simRequest(c *gin.Context) {
 	t, ok := s.eng.Truth(c.Param("rid"))
 	if !ok {
-		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", c.Param("rid"))})
+		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", clip(c.Param("rid")))})
 		return
 	}
 	writeJSON(c, http.StatusOK, truthJSON(t))

@@ -17,6 +17,11 @@ func (s *Server) simStats(c *gin.Context) {
 		KVUsed: st.KVUsed, KVCapacity: st.KVCapacity,
 		CacheTokens: st.CacheTokens, CacheEvictable: st.CacheEvictable,
 		Requests: st.Requests, PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens,
+		StalledStreamsAborted: s.stalls.aborted.Load(),
+	}
+	if s.cfg.KVEventStats != nil {
+		kv := s.cfg.KVEventStats()
+		out.KVEvents = &kv
 	}
 	if st.PromptTokens > 0 {
 		out.HitRate = float64(st.CachedTokens) / float64(st.PromptTokens)

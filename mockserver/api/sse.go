@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 
@@ -18,7 +19,14 @@ type sse struct {
 	c       *gin.Context
 	started bool
 	buf     []byte
+	// stalls puts every write under the stall deadline (stall.go); err is
+	// the first write's error, after which nothing more is written.
+	stalls *stallGuard
+	err    error
 }
+
+// newSSE starts an SSE writer for c's response.
+func (s *Server) newSSE(c *gin.Context) *sse { return &sse{c: c, stalls: s.stalls} }
 
 // The SSE headers' values, shared by every response: net/http only reads
 // them.
@@ -58,13 +66,11 @@ func (w *sse) add(payload []byte) {
 
 func (w *sse) flush() error {
 	w.start()
-	_, err := w.c.Writer.Write(w.buf)
-	w.buf = w.buf[:0]
-	if err != nil {
-		return err
+	if w.err == nil {
+		w.err = w.stalls.write(w.c.Writer, w.buf)
 	}
-	w.c.Writer.Flush()
-	return nil
+	w.buf = w.buf[:0]
+	return w.err
 }
 
 func (w *sse) data(payload []byte) error {
@@ -197,9 +203,14 @@ func (s *Server) streamOutputs(ctx context.Context, w *sse, items []item, stream
 			}
 			t, ready = src.ready()
 		}
-		if left > 0 && len(w.buf) > 0 && w.flush() != nil {
-			disconnectAll(streams, true)
-			return nil, false
+		if left > 0 && len(w.buf) > 0 {
+			if err := w.flush(); errors.Is(err, errStalled) {
+				abortStreams(streams) // the client stopped reading: counted, aborted now
+				return nil, false
+			} else if err != nil {
+				disconnectAll(streams, true)
+				return nil, false
+			}
 		}
 	}
 	return outs, true

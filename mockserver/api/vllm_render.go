@@ -3,8 +3,10 @@ package api
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -37,23 +39,129 @@ type renderedPrompt struct {
 	AssistantTokensMask *json.RawMessage `json:"assistant_tokens_mask,omitempty"`
 }
 
-// renderSamplingKeys are the request fields vLLM carries into a rendered
-// request's sampling_params, as given.
-var renderSamplingKeys = []string{"temperature", "top_p", "top_k", "min_p", "seed", "n", "stop", "stop_token_ids",
-	"presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos", "skip_special_tokens", "logprobs"}
+// renderBody is a render request as both render endpoints read it, in one
+// parse: the fields they use, and the sampling fields vLLM carries into a
+// rendered request's sampling_params as given (the render endpoints do not
+// read those, so a long value is repeated, never parsed again).
+type renderBody struct {
+	Model               string          `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           *integer        `json:"max_tokens"`
+	MaxCompletionTokens *integer        `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	CacheSalt           *string         `json:"cache_salt"`
+	// ChatTemplateKwargs are the chat template's extra variables, as on
+	// the chat route.
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
 
-// renderSampling collects the sampling fields of body, with max_tokens the
-// output the server would allow.
-func renderSampling(body []byte, maxTokens int) map[string]any {
-	var raw map[string]json.RawMessage
-	json.Unmarshal(body, &raw) // the body was decoded once already
-	out := map[string]any{"max_tokens": maxTokens}
-	for _, k := range renderSamplingKeys {
-		if v, ok := raw[k]; ok && !isNull(v) {
-			out[k] = v
+	Temperature       json.RawMessage `json:"temperature"`
+	TopP              json.RawMessage `json:"top_p"`
+	TopK              json.RawMessage `json:"top_k"`
+	MinP              json.RawMessage `json:"min_p"`
+	Seed              json.RawMessage `json:"seed"`
+	N                 json.RawMessage `json:"n"`
+	Stop              json.RawMessage `json:"stop"`
+	StopTokenIDs      json.RawMessage `json:"stop_token_ids"`
+	PresencePenalty   json.RawMessage `json:"presence_penalty"`
+	FrequencyPenalty  json.RawMessage `json:"frequency_penalty"`
+	RepetitionPenalty json.RawMessage `json:"repetition_penalty"`
+	IgnoreEOS         json.RawMessage `json:"ignore_eos"`
+	SkipSpecialTokens json.RawMessage `json:"skip_special_tokens"`
+	Logprobs          json.RawMessage `json:"logprobs"`
+}
+
+// maxRenderSamplingBytes bounds the sampling values a render answer
+// repeats for every prompt, so that the answer stays linear in the body.
+const maxRenderSamplingBytes = 64 << 10
+
+// samplingParams returns the given sampling fields by key, checked for
+// their JSON kind (a number, a bool, a string or a list, as vLLM's request
+// model types them), or an error.
+func (b *renderBody) samplingParams() (map[string]json.RawMessage, error) {
+	out := make(map[string]json.RawMessage)
+	size := 0
+	for _, f := range []struct {
+		key   string
+		value json.RawMessage
+		kinds string // the first bytes the value may start with
+	}{
+		{"temperature", b.Temperature, "-0123456789"}, {"top_p", b.TopP, "-0123456789"}, {"top_k", b.TopK, "-0123456789"},
+		{"min_p", b.MinP, "-0123456789"}, {"seed", b.Seed, "-0123456789"}, {"n", b.N, "-0123456789"},
+		{"stop", b.Stop, `"[`}, {"stop_token_ids", b.StopTokenIDs, "["},
+		{"presence_penalty", b.PresencePenalty, "-0123456789"}, {"frequency_penalty", b.FrequencyPenalty, "-0123456789"},
+		{"repetition_penalty", b.RepetitionPenalty, "-0123456789"}, {"ignore_eos", b.IgnoreEOS, "tf"},
+		{"skip_special_tokens", b.SkipSpecialTokens, "tf"}, {"logprobs", b.Logprobs, "-0123456789tf"},
+	} {
+		if isNull(f.value) {
+			continue
 		}
+		if !strings.ContainsRune(f.kinds, rune(f.value[0])) {
+			return nil, malformed("%s: Input should be a valid %s, got %s", f.key, kindName(f.kinds), jsonKind(clip(string(f.value))))
+		}
+		out[f.key] = f.value
+		size += len(f.value)
 	}
+	if size > maxRenderSamplingBytes {
+		return nil, fmt.Errorf("The sampling parameters take %d bytes; the render endpoints repeat at most %d for each prompt.",
+			size, maxRenderSamplingBytes)
+	}
+	return out, nil
+}
+
+func kindName(kinds string) string {
+	switch kinds {
+	case "tf":
+		return "boolean"
+	case "[":
+		return "list"
+	case `"[`:
+		return "string or list of strings"
+	}
+	return "number"
+}
+
+// withMaxTokens is the sampling_params of one rendered prompt.
+func withMaxTokens(params map[string]json.RawMessage, maxTokens int) map[string]any {
+	out := make(map[string]any, len(params)+1)
+	for k, v := range params {
+		out[k] = v
+	}
+	out["max_tokens"] = maxTokens
 	return out
+}
+
+// renderMaxTokens is vLLM's get_max_tokens: the output the request may ask
+// for, at most the context left after the prompt, refused below 1 as
+// vLLM's SamplingParams refuses it.
+func (s *Server) renderMaxTokens(requested *int, promptLen int) (int, error) {
+	limit := s.cfg.Profile.ContextLength - promptLen
+	if requested != nil {
+		limit = min(limit, *requested)
+	}
+	if limit < 1 {
+		return 0, renderError{message: fmt.Sprintf("max_tokens must be at least 1, got %d.", limit), param: "max_tokens"}
+	}
+	return limit, nil
+}
+
+// renderError is a render refusal in vLLM's ErrorResponse shape.
+type renderError struct{ message, param string }
+
+func (e renderError) Error() string { return e.message }
+
+// writeRenderRefusal answers a refused render: vLLM's envelope for its own
+// refusals, SGLang's for the rest.
+func writeRenderRefusal(c *gin.Context, err error) {
+	var re renderError
+	if !errors.As(err, &re) {
+		writeRefusal(c, openAIEnvelope, err)
+		return
+	}
+	writeJSON(c, http.StatusBadRequest, gin.H{"error": gin.H{
+		"message": re.message, "type": "BadRequestError", "param": re.param, "code": http.StatusBadRequest,
+	}})
 }
 
 func renderID(prefix string) string {
@@ -68,16 +176,15 @@ func (s *Server) checkRenderModel(c *gin.Context, model string) bool {
 		return true
 	}
 	writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
-		"message": fmt.Sprintf("The model `%s` does not exist.", model),
+		"message": fmt.Sprintf("The model `%s` does not exist.", clip(model)),
 		"type":    "NotFoundError", "param": "model", "code": http.StatusNotFound,
 	}})
 	return false
 }
 
 func (s *Server) renderCompletions(c *gin.Context) {
-	var body completionBody
-	raw, ok := s.readRawBody(c, &body)
-	if !ok || !s.checkRenderModel(c, body.Model) {
+	var body renderBody
+	if !s.readBody(c, &body) || !s.checkRenderModel(c, body.Model) {
 		return
 	}
 	if isNull(body.Prompt) {
@@ -93,30 +200,49 @@ func (s *Server) renderCompletions(c *gin.Context) {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	maxTokens := 16
-	if body.MaxTokens != nil {
-		maxTokens = int(*body.MaxTokens)
+	params, err := body.samplingParams()
+	if err != nil {
+		writeRefusal(c, openAIEnvelope, err)
+		return
 	}
+	requested := 16 // CompletionRequest's default
+	if body.MaxTokens != nil {
+		requested = int(*body.MaxTokens)
+	}
+	ctx := c.Request.Context()
 	out := make([]renderedPrompt, len(prompts))
 	for i, p := range prompts {
+		if ctx.Err() != nil {
+			return // the client left: the rest is not rendered
+		}
 		ids, err := s.renderTokens(p)
+		if err == nil {
+			var maxTokens int
+			if maxTokens, err = s.renderMaxTokens(&requested, len(ids)); err == nil {
+				out[i] = s.rendered("cmpl-", ids, withMaxTokens(params, maxTokens), &body)
+			}
+		}
 		if err != nil {
-			writeOpenAIError(c, err.Error())
+			writeRenderRefusal(c, err)
 			return
 		}
-		out[i] = s.rendered("cmpl-", ids, raw, maxTokens, &body.openAICommon)
+		prompts[i] = engine.Request{} // its text is no longer needed
 	}
-	writeJSON(c, http.StatusOK, out)
+	s.writeAnswer(c, out)
 }
 
 func (s *Server) renderChat(c *gin.Context) {
-	var body chatBody
-	raw, ok := s.readRawBody(c, &body)
-	if !ok || !s.checkRenderModel(c, body.Model) {
+	var body renderBody
+	if !s.readBody(c, &body) || !s.checkRenderModel(c, body.Model) {
 		return
 	}
 	if len(body.Messages) == 0 {
 		writeValidationError(c, "messages: Field required: a chat needs at least one message")
+		return
+	}
+	params, err := body.samplingParams()
+	if err != nil {
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	prompt, err := s.chatPrompt(body.Messages, body.ChatTemplateKwargs)
@@ -129,26 +255,28 @@ func (s *Server) renderChat(c *gin.Context) {
 		writeOpenAIError(c, err.Error())
 		return
 	}
-	// The output the chat endpoint would allow: max_completion_tokens or
-	// max_tokens, else the context budget.
-	maxTokens := body.MaxCompletionTokens.ptr()
-	if maxTokens == nil || *maxTokens == 0 {
-		maxTokens = body.MaxTokens.ptr()
+	// The output the chat endpoint would allow: max_completion_tokens,
+	// else max_tokens (vLLM's order), at most the context left; without
+	// either, the context budget.
+	requested := body.MaxCompletionTokens.ptr()
+	if requested == nil {
+		requested = body.MaxTokens.ptr()
 	}
-	limit := 0
-	if maxTokens != nil {
-		limit = *maxTokens
+	var limit int
+	if requested != nil {
+		limit, err = s.renderMaxTokens(requested, len(ids))
 	} else {
 		prompt.InputIDs = ids
-		if limit, err = s.chatBudget(&prompt); err != nil {
-			writeOpenAIError(c, err.Error())
-			return
-		}
+		limit, err = s.chatBudget(&prompt)
 	}
-	out := s.rendered("chatcmpl-", ids, raw, limit, &body.openAICommon)
+	if err != nil {
+		writeRenderRefusal(c, err)
+		return
+	}
+	out := s.rendered("chatcmpl-", ids, withMaxTokens(params, limit), &body)
 	null := json.RawMessage("null")
 	out.AssistantTokensMask = &null
-	writeJSON(c, http.StatusOK, out)
+	s.writeAnswer(c, out)
 }
 
 // renderTokens is the prompt as the engine would take it: token ids as
@@ -168,22 +296,9 @@ func (s *Server) renderTokens(p engine.Request) ([]int32, error) {
 	return p.InputIDs, nil
 }
 
-func (s *Server) rendered(prefix string, ids []int32, raw []byte, maxTokens int, b *openAICommon) renderedPrompt {
+func (s *Server) rendered(prefix string, ids []int32, params map[string]any, b *renderBody) renderedPrompt {
 	return renderedPrompt{
-		RequestID: renderID(prefix), TokenIDs: ids, SamplingParams: renderSampling(raw, maxTokens),
+		RequestID: renderID(prefix), TokenIDs: ids, SamplingParams: params,
 		Model: s.args.ServedModelName, Stream: b.Stream, StreamOptions: b.StreamOptions, CacheSalt: b.CacheSalt,
 	}
-}
-
-// readRawBody is readBody that also returns the body's bytes.
-func (s *Server) readRawBody(c *gin.Context, v any) ([]byte, bool) {
-	var raw json.RawMessage
-	if !s.readBody(c, &raw) {
-		return nil, false
-	}
-	if err := decodeJSON(raw, v); err != nil {
-		writeValidationError(c, describeJSONError(err))
-		return nil, false
-	}
-	return raw, true
 }

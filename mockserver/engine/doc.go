@@ -127,7 +127,10 @@
 // rate) and a "Decode batch, ..." line every decode-log interval, which
 // takes the decode throughput since the last one, folds the interval's
 // speculative acceptance into the totals /server_info averages, and zeroes
-// the hit rate. Recording a figure and logging it are separate steps. A
+// the hit rate. Recording a figure and logging it are separate steps: the
+// decode line is written at most once per 50 ms of wall time at the
+// engine's speedup, so a profile that costs nothing does not write one
+// every few microseconds (SGLang's GPU never runs 40 batches that fast). A
 // flush resets the decode-batch count and the speculative totals, not the
 // throughput or the hit rate.
 //

@@ -186,6 +186,7 @@ func New(cfg Config) (*Engine, error) {
 		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
 	}
+	e.s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
 	e.s.onFinish = func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)

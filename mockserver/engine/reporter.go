@@ -142,12 +142,32 @@ func (s *scheduler) recordDecode(it *iteration) (decodeLog, bool) {
 	return l, true
 }
 
+// decodeLineWallGap is the least wall time between two decode lines at
+// the engine's speedup. SGLang writes one every decode-log interval (40
+// batches), which on a GPU is a fraction of a second; a profile that costs
+// nothing would write one every few microseconds, hundreds of thousands a
+// second, from the engine's goroutine. The figures are recorded at every
+// interval all the same; only the line is skipped.
+const decodeLineWallGap = 50 * time.Millisecond
+
+// decodeLineDue reports whether a decode line due by the interval may be
+// written now: the first, then one per decodeLineGap of modelled time
+// (decodeLineWallGap at the engine's speedup).
+func (s *scheduler) decodeLineDue() bool {
+	if s.decodeLines > 0 && s.now-s.lastDecodeLine < s.decodeLineGap {
+		return false
+	}
+	s.decodeLines++
+	s.lastDecodeLine = s.now
+	return true
+}
+
 // logDecode writes SGLang's decode line (metrics_reporter.py,
 // report_decode_stats), which has no #cached-token: only the prefill line
 // does, and SGLang's own log parser (debug_utils/log_parser.py) reads a
 // decode line by its "#running-req: N, #token: N".
 func (s *scheduler) logDecode(l decodeLog) {
-	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+	if !s.decodeLineDue() || !s.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
 	accept := ""

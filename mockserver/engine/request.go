@@ -197,9 +197,12 @@ func (t *Truth) QueueTime() time.Duration { return t.Admitted - t.Arrival }
 // did.
 func (t *Truth) Scheduled() bool { return len(t.Prefill) > 0 }
 
-// Stream delivers one request's events. Its mailbox is unbounded so a slow
-// reader never stalls the engine; a reader that keeps up reuses the same
-// few slots.
+// Stream delivers one request's events. A slow reader never stalls the
+// engine, and what it costs is bounded: past maxQueuedEvents queued events,
+// a new event is merged into the last one queued (its tokens appended, the
+// rest its own), as SGLang's tokenizer manager hands a client that lags the
+// latest output with every token since. A reader that keeps up reuses the
+// same few slots and sees every event.
 type Stream struct {
 	rid          string
 	promptTokens int
@@ -213,7 +216,14 @@ type Stream struct {
 	final    Event // the last event, once ended
 	onlyLast bool  // Collect waits: only the last event is kept and wakes the reader
 	notify   chan struct{}
+	// mergedTokens marks the last queued event's Tokens as the stream's
+	// own array, built by merging, which later merges may append to.
+	mergedTokens bool
 }
+
+// maxQueuedEvents bounds the events a stream queues for a reader that
+// lags; later ones are merged into the last.
+const maxQueuedEvents = 1024
 
 func newStream(e *Engine, r *req) *Stream {
 	return &Stream{rid: r.rid, promptTokens: len(r.tokens), engine: e, req: r, notify: make(chan struct{}, 1)}
@@ -320,7 +330,12 @@ func (s *Stream) push(ev Event) {
 		s.mu.Unlock()
 		return
 	}
-	s.events = append(s.events, ev)
+	if len(s.events)-s.head >= maxQueuedEvents {
+		s.mergeLast(ev)
+	} else {
+		s.events = append(s.events, ev)
+		s.mergedTokens = false
+	}
 	if ev.Finish != nil {
 		s.ended, s.final = true, ev
 	}
@@ -329,6 +344,20 @@ func (s *Stream) push(ev Event) {
 	case s.notify <- struct{}{}:
 	default:
 	}
+}
+
+// mergeLast merges ev into the last queued event: the tokens of both, in
+// order, and ev's counts, time and finish. The engine's token slices are
+// never appended to: the first merge copies them. s.mu is held.
+func (s *Stream) mergeLast(ev Event) {
+	last := &s.events[len(s.events)-1]
+	tokens := last.Tokens
+	if !s.mergedTokens {
+		tokens = append(make([]int32, 0, 2*(len(tokens)+len(ev.Tokens))), tokens...)
+		s.mergedTokens = true
+	}
+	ev.Tokens = append(tokens, ev.Tokens...)
+	*last = ev
 }
 
 // Errors from Submit and Flush. The HTTP layer answers each flush outcome

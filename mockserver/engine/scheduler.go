@@ -112,7 +112,11 @@ type scheduler struct {
 	prefillIt, decodeIt iteration
 	seqBuf              []int32 // builds prompt+output for the finish insert
 	report              reporter
-	events              *cacheEvents // nil without Config.CacheEvents
+	// Decode lines written, the modelled time of the last, and the least
+	// modelled time between two (decodeLineDue).
+	decodeLines                   int
+	lastDecodeLine, decodeLineGap time.Duration
+	events                        *cacheEvents // nil without Config.CacheEvents
 }
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
@@ -326,6 +330,10 @@ func (s *scheduler) planPrefill() *iteration {
 			s.unadmit(r)
 			break
 		}
+		// Clear the slot before advancing past it: the backing array
+		// outlives the slice's start, and a finished request must not stay
+		// reachable through it.
+		s.waiting[0] = nil
 		s.waiting = s.waiting[1:]
 		if r.truth.Retractions == 0 {
 			r.truth.Admitted = s.now
@@ -487,6 +495,10 @@ func (s *scheduler) complete(it *iteration) {
 	} else {
 		s.completeDecode(it)
 	}
+	// The iteration's lists are reused by the next one: drop their request
+	// pointers now, so that a finished request is not kept reachable.
+	clear(it.prefill)
+	clear(it.decode)
 }
 
 func (s *scheduler) completePrefill(it *iteration) {

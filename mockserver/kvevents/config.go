@@ -15,11 +15,16 @@ import (
 type Config struct {
 	// Publisher is "zmq" or "null" (events are computed, then dropped).
 	Publisher string `json:"publisher"`
-	// Endpoint is the PUB socket's address. With a "*" or "::" in it, or an
-	// ipc:// or inproc:// address, the replica binds it and subscribers
+	// Endpoint is the PUB socket's address. With "*", "::" or "0.0.0.0" as
+	// its host, or an ipc:// address, the replica binds it and subscribers
 	// connect; otherwise the replica connects to a subscriber that binds
-	// (SGLang's heuristic).
+	// (SGLang's heuristic), unless Bind says otherwise.
 	Endpoint string `json:"endpoint"`
+	// Bind, the mock's own key ("bind"), overrides the heuristic: true
+	// binds Endpoint as given, so "tcp://127.0.0.1:5557" listens on
+	// loopback only, which SGLang's heuristic cannot express; false
+	// connects. SGLang ignores the key.
+	Bind *bool `json:"bind"`
 	// ReplayEndpoint, if set, is a ROUTER socket the replica binds, which
 	// resends the buffered batches from a sequence number on.
 	ReplayEndpoint *string `json:"replay_endpoint"`
@@ -52,7 +57,7 @@ const (
 	MaxQueueSizeLimit = 1_000_000 // ten times SGLang's default: some 40 MB of queue
 )
 
-var knownKeys = []string{"publisher", "endpoint", "replay_endpoint", "buffer_steps", "hwm", "max_queue_size", "topic"}
+var knownKeys = []string{"publisher", "endpoint", "replay_endpoint", "buffer_steps", "hwm", "max_queue_size", "topic", "bind"}
 
 // ParseConfig reads --kv-events-config's JSON. Keys SGLang's pydantic
 // model does not know are ignored, as SGLang ignores them, and returned
@@ -109,16 +114,18 @@ func (c Config) Validate() error {
 }
 
 // checkEndpoint accepts the ZMQ addresses the publisher can open:
-// tcp://host:port (host "*" binds every address), ipc://path and
-// inproc://name.
+// tcp://host:port (host "*" binds every address) and ipc://path; SGLang
+// also takes inproc://, which no router in another process can reach.
 func checkEndpoint(key, ep string) error {
 	scheme, addr, ok := strings.Cut(ep, "://")
 	if !ok || addr == "" {
-		return fmt.Errorf("--kv-events-config: %s %q: want tcp://HOST:PORT, ipc://PATH or inproc://NAME", key, ep)
+		return fmt.Errorf("--kv-events-config: %s %q: want tcp://HOST:PORT or ipc://PATH", key, ep)
 	}
 	switch scheme {
-	case "ipc", "inproc":
+	case "ipc":
 		return nil
+	case "inproc":
+		return fmt.Errorf("--kv-events-config: %s %q: an inproc:// socket reaches only threads of the same process, where no router runs; use tcp:// or ipc://", key, ep)
 	case "tcp":
 		_, port, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -129,17 +136,21 @@ func checkEndpoint(key, ep string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("--kv-events-config: %s %q: unknown transport %q (tcp, ipc or inproc)", key, ep, scheme)
+	return fmt.Errorf("--kv-events-config: %s %q: unknown transport %q (tcp or ipc)", key, ep, scheme)
 }
 
 // Binds reports whether the replica binds the PUB endpoint (and
 // subscribers connect to it) rather than connecting to a subscriber that
-// binds: SGLang's rule, a "*" or "::" in the address or an ipc:// or
-// inproc:// address.
+// binds: the "bind" key when given, else SGLang's rule
+// (disaggregation/kv_events.py): a host of "*", "::" or "0.0.0.0", or an
+// ipc:// address.
 func (c Config) Binds() bool {
+	if c.Bind != nil {
+		return *c.Bind
+	}
 	ep := c.Endpoint
-	return strings.Contains(ep, "*") || strings.Contains(ep, "::") ||
-		strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
+	return strings.Contains(ep, "*") || strings.Contains(ep, "::") || strings.Contains(ep, "0.0.0.0") ||
+		strings.HasPrefix(ep, "ipc://")
 }
 
 // RouterTopic is the topic the llm-d router reads a replica's identity

@@ -50,20 +50,47 @@
 // The engine gathers events as its cache changes and publishes them at
 // SGLang's points: each prefill batch, each decode-log interval, and when
 // the scheduler goes idle (engine.CacheEvents). The publisher's goroutine
-// encodes and sends; the engine never waits for it: a full queue drops the
-// batch, where SGLang's scheduler would block (see Publisher).
+// encodes and sends; the engine never waits for it: a full queue (in
+// batches, max_queue_size, or in bytes, MaxQueueBytes) drops the batch,
+// where SGLang's scheduler would block (see Publisher).
 //
 // # Sockets
 //
 // Config is SGLang's KVEventsConfig with its JSON keys and defaults. With
-// "*" or "::" in the endpoint (or an ipc:// or inproc:// one) the replica
-// binds and the router connects to it; otherwise the replica connects to a
-// router that binds, retrying until the router is up and reconnecting when
-// it comes back. The high-water mark bounds the PUB socket's queue
-// (messages past it are dropped, as ZMQ drops them). An optional replay
-// ROUTER socket resends the last buffer_steps messages from a requested
-// sequence number, then the end marker -1. The topic defaults to SGLang's,
-// the empty topic, so a router tells replicas apart only by a topic the
-// operator sets; sglmock fleet sets kv@<host>:<port>@<served model name>,
-// the llm-d router's convention, on every replica (DefaultTopic).
+// "*", "::" or "0.0.0.0" as the host (or an ipc:// endpoint) the replica
+// binds and the router connects to it; otherwise the replica connects to
+// a router that binds, retrying every 100 ms until the router is up and
+// reconnecting when it comes back. The mock's own "bind" key overrides
+// that rule: {"endpoint": "tcp://127.0.0.1:5557", "bind": true} listens
+// on loopback only, which SGLang cannot express. A socket bound on every
+// interface is logged as a warning, since BlockStored carries the prompts'
+// token ids. An ipc:// socket file left by a killed process is removed
+// before binding, as libzmq's bind does. The topic defaults to
+// SGLang's, the empty topic, so a router tells replicas apart only by a
+// topic the operator sets; sglmock fleet sets kv@<host>:<port>@<served
+// model name>, the llm-d router's convention, on every replica
+// (RouterTopic).
+//
+// The sockets are the package's own ZMTP 3.0 implementation (zmtp.go,
+// NULL mechanism), which libzmq and go-zeromq subscribers talk to (the
+// tests run both), so that every peer costs a bounded amount:
+//
+//   - PUB (pubsock.go): each subscriber has its own queue, bounded by the
+//     high-water mark in messages and by 16 MiB, and its own writer, so a
+//     subscriber that reads slowly or not at all loses messages of its own
+//     (as libzmq drops at a pipe's high-water mark) and never holds up the
+//     others; one whose writes make no progress for 30 s is disconnected;
+//     at most 256 are served. Messages are encoded once and shared.
+//   - The replay ROUTER (replay.go) resends the last buffer_steps messages
+//     (and at most MaxReplayBytes of them) from a requested sequence
+//     number, then the end marker -1, as SGLang's _service_replay. Each
+//     client is served on its own goroutine, at most 16 at once; a reply
+//     that makes no progress for 10 s disconnects its client, and the
+//     warning for malformed requests is written at most once a second.
+//   - Every size a peer sends is bounded before it sizes a buffer, and the
+//     handshake has a 10 s deadline.
+//
+// Stats counts the drops and the cuts; /sim/stats and /metrics report
+// them. Subscribe and RequestReplay are go-zeromq clients, for tests and
+// tools.
 package kvevents

@@ -27,9 +27,31 @@ type Stats struct {
 	Events    int64 // changes gathered from the engine: pages stored or removed, clears (coalesced on the wire)
 	Batches   int64 // batches handed to the queue
 	Published int64 // batches sent on the transport
-	Dropped   int64 // batches dropped because the queue was full
+	Dropped   int64 // batches dropped because the queue was full, in batches or in bytes
 	SendErrs  int64 // batches the transport failed to send
+	// The sockets' counts: subscribers connected now, messages dropped for
+	// a subscriber whose queue was full, subscribers disconnected (stalled,
+	// or one too many), replay clients disconnected (stalled, or one too
+	// many) and malformed replay requests.
+	Subscribers      int
+	SubscriberDrops  int64
+	SubscribersCut   int64
+	ReplayClientsCut int64
+	ReplayMalformed  int64
+	// ReplayBytes is what the replay buffer holds now.
+	ReplayBytes int64
 }
+
+// Bounds in bytes, which SGLang does not have: its queue and replay buffer
+// are bounded in batches only, and a batch can hold a whole prompt's pages.
+const (
+	// MaxQueueBytes bounds the batches waiting for the publisher's
+	// goroutine, by their events' estimated encoded size.
+	MaxQueueBytes = 64 << 20
+	// MaxReplayBytes bounds the replay buffer: the oldest batches go first
+	// once it holds more.
+	MaxReplayBytes = 64 << 20
+)
 
 // Publisher is SGLang's ZmqEventPublisher for one engine: the engine
 // calls it as the radix cache changes (it is the engine's CacheEvents) and
@@ -37,22 +59,29 @@ type Stats struct {
 // them, in order, each with the next sequence number.
 //
 // The engine never waits for it. SGLang's queue.put blocks the scheduler
-// when max_queue_size batches wait; the mock's queue of that size drops
-// the batch instead, counting it in Stats.Dropped and logging it, and its
-// sequence number is skipped, so a subscriber sees the gap as it sees a
-// high-water-mark drop (the replay socket cannot resend it).
+// when max_queue_size batches wait; the mock's queue of that size (and of
+// MaxQueueBytes) drops the batch instead, counting it in Stats.Dropped and
+// logging it, and its sequence number is skipped, so a subscriber sees the
+// gap as it sees a high-water-mark drop (the replay socket cannot resend
+// it). The queue grows as batches come: an idle publisher holds nothing.
 type Publisher struct {
 	topic []byte
 	out   Transport
 	log   *slog.Logger
 
 	// Engine goroutine only.
-	pending []Event
-	nextSeq uint64
+	pending      []Event
+	pendingBytes int
+	nextSeq      uint64
 
-	mu     sync.Mutex // guards queue against Close
-	closed bool
-	queue  chan queued
+	mu         sync.Mutex // guards the queue
+	closed     bool
+	queue      []queued // from qhead on
+	qhead      int
+	queueBytes int
+	maxQueue   int
+	maxBytes   int // MaxQueueBytes; tests lower it
+	wake       chan struct{}
 
 	ring *ring
 	done chan struct{}
@@ -64,21 +93,29 @@ type Publisher struct {
 type queued struct {
 	seq   uint64
 	batch Batch
+	bytes int // the events' estimated encoded size
 }
 
+// eventBytes estimates an event's encoded size: its fixed fields and at
+// most five bytes a token.
+func eventBytes(tokens int) int { return 48 + 5*tokens }
+
 // NewPublisher starts a publisher that sends on out with the given topic,
-// keeping the last cfg.BufferSteps messages for Replay.
+// keeping the last cfg.BufferSteps messages (at most MaxReplayBytes) for
+// Replay.
 func NewPublisher(cfg Config, topic string, out Transport, log *slog.Logger) *Publisher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Publisher{
-		topic: []byte(topic),
-		out:   out,
-		log:   log,
-		queue: make(chan queued, cfg.MaxQueueSize),
-		ring:  newRing(cfg.BufferSteps),
-		done:  make(chan struct{}),
+		topic:    []byte(topic),
+		out:      out,
+		log:      log,
+		maxQueue: cfg.MaxQueueSize,
+		maxBytes: MaxQueueBytes,
+		wake:     make(chan struct{}, 1),
+		ring:     newRing(cfg.BufferSteps, MaxReplayBytes),
+		done:     make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -94,6 +131,9 @@ func (p *Publisher) Topic() string { return string(p.topic) }
 func (p *Publisher) Stored(parent int64, hasParent bool, pages []radixcache.Page) {
 	if len(pages) == 0 {
 		return
+	}
+	for _, pg := range pages {
+		p.pendingBytes += eventBytes(len(pg.Tokens)) // a page's own event, at most: coalescing only saves
 	}
 	e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pages[0].Bigram}
 	e.BlockSize = len(pages[0].Tokens) / e.unit()
@@ -140,12 +180,14 @@ func (p *Publisher) Removed(pages []radixcache.Page) {
 	for _, pg := range pages {
 		tail.Hashes = append(tail.Hashes, pg.Hash)
 	}
+	p.pendingBytes += len(pages) * eventBytes(0)
 	p.events.Add(int64(len(pages)))
 }
 
 // Cleared implements radixcache.Observer: AllBlocksCleared.
 func (p *Publisher) Cleared() {
 	p.pending = append(p.pending, Event{Kind: AllBlocksCleared})
+	p.pendingBytes += eventBytes(0)
 	p.events.Add(1)
 }
 
@@ -156,9 +198,9 @@ func (p *Publisher) Publish(at time.Time) {
 	if len(p.pending) == 0 {
 		return
 	}
-	q := queued{seq: p.nextSeq, batch: Batch{TS: float64(at.Unix()) + float64(at.Nanosecond())/1e9, Events: p.pending}}
+	q := queued{seq: p.nextSeq, batch: Batch{TS: float64(at.Unix()) + float64(at.Nanosecond())/1e9, Events: p.pending}, bytes: p.pendingBytes}
 	p.nextSeq++
-	p.pending = nil
+	p.pending, p.pendingBytes = nil, 0
 	p.batches.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -166,21 +208,59 @@ func (p *Publisher) Publish(at time.Time) {
 		p.dropped.Add(1)
 		return
 	}
-	select {
-	case p.queue <- q:
-	default:
+	waiting := len(p.queue) - p.qhead
+	if waiting >= p.maxQueue || waiting > 0 && p.queueBytes+q.bytes > p.maxBytes {
 		p.dropped.Add(1)
 		if now := time.Now().Unix(); p.lastDropLog.Swap(now) != now {
-			p.log.Warn(fmt.Sprintf("KV events: the publisher's queue is full (max_queue_size %d); batch %d (%d events) dropped, %d dropped so far",
-				cap(p.queue), q.seq, len(q.batch.Events), p.dropped.Load()))
+			p.log.Warn(fmt.Sprintf("KV events: the publisher's queue is full (%d batches, %d bytes; at most %d and %d); batch %d (%d events) dropped, %d dropped so far",
+				waiting, p.queueBytes, p.maxQueue, p.maxBytes, q.seq, len(q.batch.Events), p.dropped.Load()))
 		}
+		return
+	}
+	p.queue = append(p.queue, q)
+	p.queueBytes += q.bytes
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the next queued batch, waiting for one; ok is false once
+// the publisher is closed and the queue is empty.
+func (p *Publisher) take() (q queued, ok bool) {
+	for {
+		p.mu.Lock()
+		if p.qhead < len(p.queue) {
+			q = p.queue[p.qhead]
+			p.queue[p.qhead] = queued{}
+			p.qhead++
+			if p.qhead == len(p.queue) {
+				p.queue, p.qhead = p.queue[:0], 0
+				if cap(p.queue) > 1024 {
+					p.queue = nil // a burst's array goes back
+				}
+			}
+			p.queueBytes -= q.bytes
+			p.mu.Unlock()
+			return q, true
+		}
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return queued{}, false
+		}
+		<-p.wake
 	}
 }
 
 func (p *Publisher) run() {
 	defer close(p.done)
 	var buf []byte
-	for q := range p.queue {
+	for {
+		q, ok := p.take()
+		if !ok {
+			return
+		}
 		var err error
 		if buf, err = q.batch.Append(buf[:0]); err != nil {
 			p.log.Error("KV events: " + err.Error())
@@ -195,15 +275,22 @@ func (p *Publisher) run() {
 			p.published.Add(1)
 		}
 		p.ring.add(q.seq, payload)
+		if cap(buf) > 1<<20 {
+			buf = nil // a large batch's buffer goes back
+		}
 	}
 }
 
 // Stats returns the publisher's counts.
 func (p *Publisher) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Events: p.events.Load(), Batches: p.batches.Load(), Published: p.published.Load(),
-		Dropped: p.dropped.Load(), SendErrs: p.sendErrs.Load(),
+		Dropped: p.dropped.Load(), SendErrs: p.sendErrs.Load(), ReplayBytes: p.ring.size(),
 	}
+	if c, ok := p.out.(interface{ counts(*Stats) }); ok {
+		c.counts(&st)
+	}
+	return st
 }
 
 // Subscriptions returns the topic prefixes the transport's subscribers
@@ -220,7 +307,10 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	close(p.queue)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 	p.mu.Unlock()
 	<-p.done
 	return p.out.Close()
@@ -236,26 +326,37 @@ type Buffered struct {
 	Payload []byte
 }
 
-// ring keeps the last n sent messages (SGLang's deque(maxlen=buffer_steps)).
+// ring keeps the last n sent messages (SGLang's deque(maxlen=buffer_steps)),
+// and at most maxBytes of them: the oldest go first.
 type ring struct {
-	mu    sync.Mutex
-	n     int
-	items []Buffered // grows to n, then is overwritten from next on
-	next  int
+	mu       sync.Mutex
+	n        int
+	maxBytes int64
+	items    []Buffered // from head on, oldest first
+	head     int
+	bytes    int64
 }
 
-func newRing(n int) *ring { return &ring{n: n} }
+func newRing(n int, maxBytes int64) *ring { return &ring{n: n, maxBytes: maxBytes} }
 
 func (r *ring) add(seq uint64, payload []byte) {
+	if r.n == 0 {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.n == 0:
-	case len(r.items) < r.n:
-		r.items = append(r.items, Buffered{seq, payload})
-	default:
-		r.items[r.next] = Buffered{seq, payload}
-		r.next = (r.next + 1) % r.n
+	r.items = append(r.items, Buffered{seq, payload})
+	r.bytes += int64(len(payload))
+	for len(r.items)-r.head > r.n || r.bytes > r.maxBytes && len(r.items)-r.head > 1 {
+		r.bytes -= int64(len(r.items[r.head].Payload))
+		r.items[r.head] = Buffered{}
+		r.head++
+	}
+	if r.head > len(r.items)/2 {
+		// Move the live items to the front, so the array does not grow.
+		n := copy(r.items, r.items[r.head:])
+		clear(r.items[n:])
+		r.items, r.head = r.items[:n], 0
 	}
 }
 
@@ -263,12 +364,18 @@ func (r *ring) from(seq uint64) []Buffered {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Buffered
-	for i := range r.items {
-		if b := r.items[(r.next+i)%len(r.items)]; b.Seq >= seq {
+	for _, b := range r.items[r.head:] {
+		if b.Seq >= seq {
 			out = append(out, b)
 		}
 	}
 	return out
+}
+
+func (r *ring) size() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
 }
 
 // SeqBytes is a sequence number as the second frame carries it: 8 bytes,

@@ -5,16 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
-	"strconv"
+	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/transport"
 )
 
 // endSeq is the replay socket's end-of-replay marker: -1 as 8 bytes,
@@ -26,11 +23,12 @@ var endSeq = binary.BigEndian.AppendUint64(nil, ^uint64(0))
 const dialRetry = 100 * time.Millisecond
 
 // Start opens the sockets cfg names and starts a publisher on them:
-// "null" sends nothing; "zmq" binds or connects the PUB socket (Binds),
-// with the high-water mark, and binds the replay ROUTER socket if one is
-// configured. A connecting socket keeps trying in the background until the
-// subscriber is up, and reconnects when it goes, as libzmq's connect does;
-// the connection stays open for the publisher's life.
+// "null" sends nothing; "zmq" binds or connects the PUB socket (Binds) and
+// binds the replay ROUTER socket if one is configured. A connecting socket
+// keeps trying in the background until the subscriber is up, and
+// reconnects when it goes, as libzmq's connect does. A binding socket on
+// every interface is logged as a warning: its events carry the prompts'
+// token ids.
 func Start(cfg Config, topic string, logger *slog.Logger) (*Publisher, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -43,8 +41,9 @@ func Start(cfg Config, topic string, logger *slog.Logger) (*Publisher, error) {
 		return nil, err
 	}
 	p := NewPublisher(cfg, topic, t, logger)
-	if t.replay != nil {
-		go t.serveReplay(p)
+	if t.replayLn != nil {
+		t.replay = newReplaySocket(p.ring, logger)
+		t.replay.serve(t.replayLn)
 	}
 	return p, nil
 }
@@ -57,250 +56,134 @@ func (nullTransport) Close() error                      { return nil }
 
 // zmqTransport is the PUB socket and the optional replay ROUTER socket.
 type zmqTransport struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	pub    zmq4.Socket
-	replay zmq4.Socket
-	log    *slog.Logger
-	dialed chan struct{} // closed when a connecting socket's dial loop ends
-}
-
-// zmqLogger routes zmq4's own log lines to the logger at debug level.
-func zmqLogger(l *slog.Logger) *log.Logger {
-	return log.New(logWriter{l}, "", 0)
-}
-
-type logWriter struct{ l *slog.Logger }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.l.Debug("zmq4: " + strings.TrimSpace(string(b)))
-	return len(b), nil
+	cancel   context.CancelFunc
+	pub      *pubSocket
+	pubLn    net.Listener // nil when the socket connects
+	replay   *replaySocket
+	replayLn net.Listener
 }
 
 func openZMQ(cfg Config, logger *slog.Logger) (*zmqTransport, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &zmqTransport{ctx: ctx, cancel: cancel, log: logger}
-	t.pub = zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger(logger)), zmq4.WithDialerMaxRetries(0))
-	if cfg.HWM > 0 {
-		if err := t.pub.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
-			cancel()
-			return nil, fmt.Errorf("kv events: hwm: %w", err)
-		}
+	t := &zmqTransport{cancel: cancel, pub: newPubSocket(cfg.HWM, logger)}
+	network, addr, err := socketAddr(cfg.Endpoint)
+	if err != nil {
+		cancel()
+		return nil, err
 	}
 	if cfg.Binds() {
-		if err := t.pub.Listen(cfg.Endpoint); err != nil {
+		if t.pubLn, err = listen(network, addr); err != nil {
 			cancel()
 			return nil, fmt.Errorf("kv events: bind %s: %w", cfg.Endpoint, err)
 		}
+		warnWildcard(logger, "endpoint", cfg.Endpoint, network, addr)
+		t.pub.serve(t.pubLn)
 	} else {
-		hostport, ok := strings.CutPrefix(cfg.Endpoint, "tcp://")
-		if !ok {
-			cancel()
-			return nil, fmt.Errorf("kv events: %s: a connecting endpoint must be tcp://HOST:PORT", cfg.Endpoint)
-		}
-		t.dialed = make(chan struct{})
-		go t.keepConnected(hostport)
+		t.pub.dial(ctx, network, addr)
 	}
 	if cfg.ReplayEndpoint != nil {
-		t.replay = zmq4.NewRouter(ctx, zmq4.WithLogger(zmqLogger(logger)))
-		if err := t.replay.Listen(*cfg.ReplayEndpoint); err != nil {
+		network, addr, err := socketAddr(*cfg.ReplayEndpoint)
+		if err == nil {
+			t.replayLn, err = listen(network, addr)
+		}
+		if err != nil {
 			t.Close()
 			return nil, fmt.Errorf("kv events: bind replay %s: %w", *cfg.ReplayEndpoint, err)
 		}
+		warnWildcard(logger, "replay_endpoint", *cfg.ReplayEndpoint, network, addr)
 	}
 	return t, nil
 }
 
-// keepConnected dials the subscriber, waits for the connection to end,
-// and dials again, every dialRetry while it is down, until the transport
-// closes: libzmq's connect, whose connection stays open and comes back.
-// zmq4's own reconnect gives up when a dial reaches a listener that is
-// closing, so the dials go through the watched transport instead.
-func (t *zmqTransport) keepConnected(hostport string) {
-	defer close(t.dialed)
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	down := false
-	for {
-		select {
-		case <-retry.C:
-		case <-t.ctx.Done():
-			return
+// socketAddr is a ZMQ endpoint as a Go network and address: tcp://HOST:PORT
+// ("*" for every interface or an ephemeral port) or ipc://PATH.
+func socketAddr(ep string) (network, addr string, err error) {
+	scheme, rest, _ := strings.Cut(ep, "://")
+	switch scheme {
+	case "ipc":
+		return "unix", rest, nil
+	case "tcp":
+		i := strings.LastIndexByte(rest, ':')
+		if i < 0 {
+			return "", "", fmt.Errorf("kv events: %s: want tcp://HOST:PORT", ep)
 		}
-		id, ended := watchedDials.add()
-		err := t.pub.Dial(watchedScheme + "://" + hostport + "/" + id)
-		if err == nil {
-			down = false
-			select {
-			case <-ended:
-			case <-t.ctx.Done():
-			}
-		} else if !down && t.ctx.Err() == nil {
-			down = true
-			t.log.Info(fmt.Sprintf("KV events: the subscriber at %s is not up yet (%v); retrying every %v", hostport, err, dialRetry))
+		host, port := strings.Trim(rest[:i], "[]"), rest[i+1:]
+		if host == "*" {
+			host = ""
 		}
-		watchedDials.remove(id)
-		retry.Reset(dialRetry)
+		if port == "*" {
+			port = "0"
+		}
+		return "tcp", net.JoinHostPort(host, port), nil
 	}
+	return "", "", fmt.Errorf("kv events: %s: the publisher serves tcp:// and ipc:// endpoints", ep)
+}
+
+// listen binds addr. An ipc:// path left by a process that died is a
+// socket nothing listens on; it is removed first, as libzmq's bind does,
+// so a restart does not fail on it. A path that is not a socket is left
+// alone.
+func listen(network, addr string) (net.Listener, error) {
+	if network == "unix" {
+		if fi, err := os.Lstat(addr); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if c, err := net.Dial("unix", addr); err == nil {
+				c.Close() // a live socket: Listen reports it in use
+			} else {
+				os.Remove(addr)
+			}
+		}
+	}
+	return net.Listen(network, addr)
+}
+
+// warnWildcard warns of a socket bound on every interface.
+func warnWildcard(logger *slog.Logger, key, ep, network, addr string) {
+	if network != "tcp" {
+		return
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return
+	}
+	logger.Warn(fmt.Sprintf(`KV events: %s %s listens on every interface, and its events carry the prompts' token ids; `+
+		`for a router on this machine bind loopback only: "%s": "tcp://127.0.0.1:%s"%s`,
+		key, ep, key, port, map[bool]string{true: `, "bind": true`, false: ""}[key == "endpoint"]))
 }
 
 func (t *zmqTransport) Send(topic []byte, seq uint64, payload []byte) error {
-	return t.pub.SendMulti(zmq4.NewMsgFrom(topic, SeqBytes(seq), payload))
+	t.pub.send(string(topic), func() []byte { return appendMessage(nil, topic, SeqBytes(seq), payload) })
+	return nil
 }
 
-func (t *zmqTransport) Subscriptions() []string {
-	if tp, ok := t.pub.(zmq4.Topics); ok {
-		return tp.Topics()
+func (t *zmqTransport) Subscriptions() []string { return t.pub.topics() }
+
+// counts are the sockets' drops and cuts, for Publisher.Stats.
+func (t *zmqTransport) counts(st *Stats) {
+	st.Subscribers = t.pub.subscribers()
+	st.SubscriberDrops = t.pub.drops.Load()
+	st.SubscribersCut = t.pub.cut.Load()
+	if t.replay != nil {
+		st.ReplayClientsCut = t.replay.cut.Load()
+		st.ReplayMalformed = t.replay.malformed.Load()
 	}
-	return nil
 }
 
 func (t *zmqTransport) Close() error {
 	t.cancel()
-	err := t.pub.Close()
+	var err error
+	if t.pubLn != nil {
+		err = t.pubLn.Close()
+	}
+	if t.replayLn != nil {
+		err = errors.Join(err, t.replayLn.Close())
+	}
+	t.pub.close()
 	if t.replay != nil {
-		err = errors.Join(err, t.replay.Close())
+		t.replay.close()
+		t.replay.wg.Wait()
 	}
-	if t.dialed != nil {
-		<-t.dialed
-	}
+	t.pub.wg.Wait()
 	return err
-}
-
-// replayRetry is the pause after a failed receive on the replay socket.
-const replayRetry = 10 * time.Millisecond
-
-// serveReplay answers replay requests, [identity, "", start seq], with
-// every buffered message from start on, [identity, "", seq, payload], then
-// the end marker [identity, "", -1, ""], as SGLang's _service_replay. It
-// runs on its own goroutine, so a slow replay client never holds up the
-// publisher.
-func (t *zmqTransport) serveReplay(p *Publisher) {
-	for {
-		msg, err := t.replay.Recv()
-		if err != nil {
-			// A failing socket is retried after a pause, never in a spin.
-			select {
-			case <-t.ctx.Done():
-				return
-			case <-time.After(replayRetry):
-			}
-			continue
-		}
-		if len(msg.Frames) != 3 || len(msg.Frames[2]) != 8 {
-			t.log.Warn(fmt.Sprintf("KV events: invalid replay request of %d frames", len(msg.Frames)))
-			continue
-		}
-		id := msg.Frames[0]
-		start := binary.BigEndian.Uint64(msg.Frames[2])
-		for _, b := range p.Replay(start) {
-			if err := t.replay.SendMulti(zmq4.NewMsgFrom(id, nil, SeqBytes(b.Seq), b.Payload)); err != nil {
-				break
-			}
-		}
-		t.replay.SendMulti(zmq4.NewMsgFrom(id, nil, endSeq, nil))
-	}
-}
-
-// watchedScheme is a tcp transport registered with zmq4 whose connections
-// tell, by a channel, when they end: the address is HOST:PORT/ID, ID naming
-// the dial's channel in watchedDials.
-const watchedScheme = "sglmock-watched-tcp"
-
-func init() {
-	if err := zmq4.RegisterTransport(watchedScheme, watchedTransport{}); err != nil {
-		panic(err)
-	}
-}
-
-var watchedDials = dialRegistry{ends: map[string]chan struct{}{}}
-
-type dialRegistry struct {
-	mu   sync.Mutex
-	next uint64
-	ends map[string]chan struct{}
-}
-
-func (r *dialRegistry) add() (string, chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.next++
-	id := strconv.FormatUint(r.next, 10)
-	ch := make(chan struct{})
-	r.ends[id] = ch
-	return id, ch
-}
-
-func (r *dialRegistry) get(id string) chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ends[id]
-}
-
-func (r *dialRegistry) remove(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.ends, id)
-}
-
-type watchedTransport struct{}
-
-func (watchedTransport) Addr(ep string) (string, error) {
-	hostport, id, ok := strings.Cut(ep, "/")
-	if !ok || id == "" {
-		return "", fmt.Errorf("kv events: %q: want HOST:PORT/ID", ep)
-	}
-	if _, _, err := net.SplitHostPort(hostport); err != nil {
-		return "", err
-	}
-	return ep, nil
-}
-
-func (watchedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	hostport, id, _ := strings.Cut(addr, "/")
-	c, err := d.DialContext(ctx, "tcp", hostport)
-	if err != nil {
-		return nil, err
-	}
-	return &watchedConn{Conn: c, ended: watchedDials.get(id)}, nil
-}
-
-func (watchedTransport) Listen(context.Context, string) (net.Listener, error) {
-	return nil, errors.New("kv events: the watched transport only dials")
-}
-
-// watchedConn closes ended when its connection fails or closes.
-type watchedConn struct {
-	net.Conn
-	ended chan struct{}
-	once  sync.Once
-}
-
-func (c *watchedConn) end() {
-	if c.ended != nil {
-		c.once.Do(func() { close(c.ended) })
-	}
-}
-
-func (c *watchedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if err != nil {
-		c.end()
-	}
-	return n, err
-}
-
-func (c *watchedConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if err != nil {
-		c.end()
-	}
-	return n, err
-}
-
-func (c *watchedConn) Close() error {
-	c.end()
-	return c.Conn.Close()
 }
 
 // Message is one message as a subscriber receives it.

@@ -155,6 +155,10 @@ func StartBehind(t testing.TB, cfg api.Config, wrap func(http.Handler) http.Hand
 		cfg.Profile = Profile(t, "default")
 		cfg.Profile.FlushBusyAfterFinishS = 0
 	}
+	if cfg.Args.Host == "" {
+		// The server's own name: the state-changing routes accept it.
+		cfg.Args.Host, _, _ = net.SplitHostPort(Host)
+	}
 	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -230,6 +234,10 @@ func (s *Server) Send(method, path, body string, header ...string) (int, string,
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if strings.EqualFold(header[i], "Host") {
+			req.Host = header[i+1] // net/http sends req.Host, not a Host header
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := s.Client.Do(req)

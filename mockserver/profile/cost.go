@@ -7,8 +7,50 @@ import (
 
 // Duration converts modelled seconds to a Duration, rounded to the
 // nanosecond. The engine sums Durations, so its timings are exact integers.
+// Seconds past a Duration's range (about 292 years) saturate at its bound
+// instead of wrapping to a negative time; a validated profile keeps every
+// iteration within MaxIterationSeconds, far below it.
 func Duration(seconds float64) time.Duration {
-	return time.Duration(math.Round(seconds * 1e9))
+	ns := math.Round(seconds * 1e9)
+	switch {
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	case ns <= math.MinInt64:
+		return math.MinInt64
+	case ns != ns: // NaN
+		return 0
+	}
+	return time.Duration(ns)
+}
+
+// MaxIterationSeconds bounds what one scheduler iteration may cost: a
+// profile whose largest prefill batch or decode round, at the limits it
+// sets, costs more is refused. Real iterations take milliseconds to
+// seconds; the bound keeps every modelled time far from a Duration's range.
+const MaxIterationSeconds = 86400
+
+// worstPrefillSeconds bounds the cost of the largest prefill batch the
+// profile's limits allow: as many chunks as requests may run, together
+// as many tokens as one batch takes (a whole prompt without chunking),
+// each at the full context.
+func (p *Profile) worstPrefillSeconds() float64 {
+	tokens, chunked := p.ChunkBudget()
+	if !chunked {
+		tokens = max(tokens, p.ContextLength)
+	}
+	chunks := float64(min(max(p.MaxRunningRequests, 1), max(tokens, 1)))
+	c := p.Prefill
+	ctx, t := float64(p.ContextLength), float64(tokens)
+	if len(c.Table) > 0 {
+		return chunks * (c.OverheadS + c.Table.At(ctx))
+	}
+	return chunks*c.OverheadS + c.PerTokenS*t + c.AttentionS*t*ctx
+}
+
+// worstDecodeSeconds bounds the cost of the largest decode round: every
+// request slot running, their contexts filling the KV pool.
+func (p *Profile) worstDecodeSeconds() float64 {
+	return p.DecodeRoundSeconds(max(p.MaxRunningRequests, 1), p.MaxTotalTokens)
 }
 
 // PrefillChunkSeconds is the cost of one prefill chunk of m new tokens for a

@@ -60,9 +60,13 @@
 // Built-in profiles are embedded from builtin/*.yaml. Unknown keys are
 // errors that name the line and the keys the field could have been
 // (CheckKeys, which scenarios' inline profiles use too); impossible values
-// are errors that name the field and the value. Fields documents every
-// field of a file, walking the Profile type, so the list is what Parse
-// reads; `sglmock profiles --fields` prints it. The
+// are errors that name the field and the value: a fraction for an integer
+// field (context_length: 32768.5) is refused, not truncated, and so are
+// costs whose largest iteration at the profile's limits would pass
+// MaxIterationSeconds (a day), which keeps every modelled time far inside
+// a time.Duration. Fields documents every field of a file, walking the
+// Profile type, so the list is what Parse reads; `sglmock profiles
+// --fields` prints it. The
 // evaluator (Profile.Expect) predicts a lone request's TTFT, decode time and
 // steady-state decode rate from the same functions the engine charges.
 package profile

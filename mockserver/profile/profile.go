@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -280,6 +281,9 @@ func Parse(r io.Reader, defaultName string) (*Profile, error) {
 	if p.Name == "" {
 		p.Name = defaultName
 	}
+	if err := wholeNumbers(doc.Content[0], reflect.TypeFor[Profile](), "", p.Name); err != nil {
+		return nil, err
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -352,6 +356,20 @@ func (p *Profile) Validate() error {
 		v.check(p.Decode.PerCtxTokenS == 0, "decode.ctx_table", "(set)",
 			"replaces per_ctx_token_s: set one or the other")
 		v.table("decode.ctx_table", p.Decode.CtxTable)
+	}
+	if v.err == nil {
+		// Costs the engine charges as Durations: the largest iteration the
+		// limits allow must stay within MaxIterationSeconds.
+		if secs := p.worstPrefillSeconds(); !(secs <= MaxIterationSeconds) {
+			v.check(false, "prefill", fmt.Sprintf("%.4g s", secs), fmt.Sprintf(
+				"the largest prefill batch (context_length %d, chunked_prefill_size %d) would cost this; one iteration may cost at most %d s",
+				p.ContextLength, p.ChunkedPrefillSize, MaxIterationSeconds))
+		}
+		if secs := p.worstDecodeSeconds(); !(secs <= MaxIterationSeconds) {
+			v.check(false, "decode", fmt.Sprintf("%.4g s", secs), fmt.Sprintf(
+				"the largest decode round (max_running_requests %d over max_total_tokens %d) would cost this; one iteration may cost at most %d s",
+				p.MaxRunningRequests, p.MaxTotalTokens, MaxIterationSeconds))
+		}
 	}
 	v.check(p.Jitter >= 0 && p.Jitter < 1, "jitter", p.Jitter, "must be in [0, 1)")
 	v.check(p.FlushBusyAfterFinishS >= 0 && p.FlushBusyAfterFinishS <= maxFlushBusyS, "flush_busy_after_finish_s",

@@ -1,0 +1,58 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// mockCollector exposes, next to SGLang's metrics, what the mock drops or
+// cuts off to keep its memory bounded: clients that stopped reading, and
+// the KV event publisher's drops. SGLang has none of these; their names
+// start with "sglmock:".
+type mockCollector struct{ s *Server }
+
+var (
+	descStalled = desc(tokenizerLabels, "sglmock:stalled_streams_aborted_total",
+		"Clients cut off, their requests aborted, because they stopped reading an answer or a stream.")
+	descKVBatches   = desc(tokenizerLabels, "sglmock:kv_events_batches_total", "KV event batches the engine published.")
+	descKVPublished = desc(tokenizerLabels, "sglmock:kv_events_published_total", "KV event batches sent on the socket.")
+	descKVDropped   = desc(tokenizerLabels, "sglmock:kv_events_dropped_total",
+		"KV event batches dropped because the publisher's queue was full (in batches or bytes).")
+	descKVSubscribers    = desc(tokenizerLabels, "sglmock:kv_events_subscribers", "KV event subscribers connected.")
+	descKVSubscriberDrop = desc(tokenizerLabels, "sglmock:kv_events_subscriber_drops_total",
+		"KV event messages not sent to a subscriber whose queue was full.")
+	descKVSubscribersCut = desc(tokenizerLabels, "sglmock:kv_events_subscribers_cut_total",
+		"KV event subscribers disconnected because they stopped reading.")
+	descKVReplayCut = desc(tokenizerLabels, "sglmock:kv_events_replay_clients_cut_total",
+		"KV event replay clients disconnected: stopped reading, or too many at once.")
+	descKVReplayBytes = desc(tokenizerLabels, "sglmock:kv_events_replay_buffer_bytes", "Bytes the KV event replay buffer holds.")
+)
+
+func (c *mockCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descStalled
+	if c.s.cfg.KVEventStats != nil {
+		for _, d := range []*prometheus.Desc{descKVBatches, descKVPublished, descKVDropped, descKVSubscribers,
+			descKVSubscriberDrop, descKVSubscribersCut, descKVReplayCut, descKVReplayBytes} {
+			ch <- d
+		}
+	}
+}
+
+func (c *mockCollector) Collect(ch chan<- prometheus.Metric) {
+	model := c.s.args.ServedModelName
+	metric := func(d *prometheus.Desc, t prometheus.ValueType, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, t, float64(v), model)
+	}
+	metric(descStalled, prometheus.CounterValue, c.s.stalls.aborted.Load())
+	if c.s.cfg.KVEventStats == nil {
+		return
+	}
+	kv := c.s.cfg.KVEventStats()
+	metric(descKVBatches, prometheus.CounterValue, kv.Batches)
+	metric(descKVPublished, prometheus.CounterValue, kv.Published)
+	metric(descKVDropped, prometheus.CounterValue, kv.DroppedQueueFull)
+	metric(descKVSubscribers, prometheus.GaugeValue, int64(kv.Subscribers))
+	metric(descKVSubscriberDrop, prometheus.CounterValue, kv.SubscriberDrops)
+	metric(descKVSubscribersCut, prometheus.CounterValue, kv.SubscribersCut)
+	metric(descKVReplayCut, prometheus.CounterValue, kv.ReplayClientsCut)
+	metric(descKVReplayBytes, prometheus.GaugeValue, kv.ReplayBufferBytes)
+}

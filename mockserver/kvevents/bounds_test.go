@@ -1,0 +1,367 @@
+package kvevents
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglmock/sglmock/radixcache"
+)
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// rawPeer connects to a socket at addr as a ZMTP peer of type typ and
+// completes the handshake, without anything reading for it afterwards.
+func rawPeer(t *testing.T, addr, typ string) *zmtpConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := handshake(c, typ, func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return z
+}
+
+// loopbackConfig binds loopback only, with the mock's "bind" key.
+func loopbackConfig(t *testing.T) (Config, string) {
+	port := freePort(t)
+	yes := true
+	cfg := testConfig(fmt.Sprintf("tcp://127.0.0.1:%d", port))
+	cfg.Bind = &yes
+	return cfg, fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+// bigBatch publishes one batch of n tokens (5 bytes a token encoded).
+func bigBatch(p *Publisher, n int) {
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = 1 << 30
+	}
+	p.Stored(0, false, []radixcache.Page{{Hash: 1, Tokens: tokens}})
+	p.Publish(time.Unix(0, 0))
+}
+
+// A subscriber that subscribes and then never reads costs a bounded
+// amount (its queue, 16 MiB, past the kernel's socket buffers) and never
+// holds up a healthy subscriber, which gets every message in order; the
+// messages dropped for it are counted.
+func TestSilentSubscriberIsBoundedAndStarvesNoOne(t *testing.T) {
+	cfg, addr := loopbackConfig(t)
+	topic := "kv@t"
+	p, err := Start(cfg, topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	silent := rawPeer(t, addr, "SUB")
+	silent.Write(appendMessage(nil, append([]byte{1}, topic...)))
+	healthy, err := Subscribe("tcp://"+addr, topic, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer healthy.Close()
+	waitFor(t, "both subscriptions", func() bool { return len(p.out.(*zmqTransport).pub.topics()) == 1 && p.Stats().Subscribers == 2 })
+	got := make(chan uint64, 512)
+	go func() {
+		defer close(got)
+		for {
+			m, err := healthy.Recv()
+			if err != nil {
+				return
+			}
+			got <- m.Seq
+		}
+	}()
+	base := liveHeap()
+	const n = 200 // 200 batches of 640 KiB: 125 MiB, far past the socket buffers
+	for i := range n {
+		bigBatch(p, 1<<17)
+		waitFor(t, "the batch to be sent", func() bool { return p.Stats().Published == int64(i+1) })
+	}
+	var seqs []uint64
+	for len(seqs) < n {
+		select {
+		case s := <-got:
+			seqs = append(seqs, s)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the healthy subscriber got %d of %d messages", len(seqs), n)
+		}
+	}
+	for i, s := range seqs {
+		if s != uint64(i) {
+			t.Fatalf("the healthy subscriber got seqs %v..., want 0..%d without a gap", seqs[:i+1], n-1)
+		}
+	}
+	pinned := liveHeap() - base
+	st := p.Stats()
+	t.Logf("%d bytes pinned; stats %+v", pinned, st)
+	// The silent one's queue (16 MiB and one message) and the replay
+	// buffer's last 4 batches (2.5 MiB), with slack for the runtime.
+	if pinned > 28<<20 || st.SubscriberDrops < n/2 {
+		t.Fatalf("got %d MiB pinned and %d messages dropped for the silent subscriber, want at most 28 MiB and most of the %d dropped",
+			pinned>>20, st.SubscriberDrops, n)
+	}
+}
+
+// A subscriber whose writes make no progress for the stall time is
+// disconnected and counted.
+func TestStalledSubscriberIsCut(t *testing.T) {
+	cfg, addr := loopbackConfig(t)
+	p, err := Start(cfg, "kv@t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.out.(*zmqTransport).pub.stall = 200 * time.Millisecond
+	silent := rawPeer(t, addr, "SUB")
+	silent.Write(appendMessage(nil, []byte("\x01kv@")))
+	waitFor(t, "the subscription", func() bool { return slices.Contains(p.Subscriptions(), "kv@") })
+	for range 20 {
+		bigBatch(p, 1<<17) // 12.5 MiB: past the socket buffers
+	}
+	waitFor(t, "the silent subscriber to be cut", func() bool { st := p.Stats(); return st.SubscribersCut == 1 && st.Subscribers == 0 })
+}
+
+// A replay client that never reads its replies delays no one else; 20,000
+// malformed requests write a warning a second, not 20,000.
+func TestReplayClientsAreIsolated(t *testing.T) {
+	cfg, _ := loopbackConfig(t)
+	rport := freePort(t)
+	rep := fmt.Sprintf("tcp://127.0.0.1:%d", rport)
+	cfg.ReplayEndpoint = &rep
+	var logs lockedBuffer
+	p, err := Start(cfg, "kv@t", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 4 {
+		bigBatch(p, 1<<20) // 4 batches of 5 MiB: 20 MiB to replay
+	}
+	waitFor(t, "the batches in the replay buffer", func() bool { return len(p.Replay(0)) == 4 })
+	silent := rawPeer(t, fmt.Sprintf("127.0.0.1:%d", rport), "DEALER")
+	silent.Write(appendMessage(nil, nil, SeqBytes(0)))
+	malformed := rawPeer(t, fmt.Sprintf("127.0.0.1:%d", rport), "DEALER")
+	var junk []byte
+	for range 20_000 {
+		junk = appendMessage(junk, []byte("x"))
+	}
+	go malformed.Write(junk)
+	msgs, err := RequestReplay(rep, 2)
+	if err != nil || len(msgs) != 2 || msgs[0].Seq != 2 || msgs[1].Seq != 3 {
+		t.Fatalf("a healthy replay next to a silent one: got %d messages, %v; want seqs 2 and 3", len(msgs), err)
+	}
+	waitFor(t, "the malformed requests", func() bool { return p.Stats().ReplayMalformed == 20_000 })
+	if n := strings.Count(logs.String(), "invalid replay request"); n < 1 || n > 3 {
+		t.Fatalf("got %d warnings for 20,000 malformed requests, want one a second", n)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The replay buffer keeps the last buffer_steps batches and at most its
+// bytes: the oldest go first.
+func TestReplayBufferIsBoundedInBytes(t *testing.T) {
+	r := newRing(10, 100)
+	for seq := range uint64(5) {
+		r.add(seq, make([]byte, 40))
+	}
+	var seqs []uint64
+	for _, b := range r.from(0) {
+		seqs = append(seqs, b.Seq)
+	}
+	if !slices.Equal(seqs, []uint64{3, 4}) || r.size() != 80 {
+		t.Fatalf("got seqs %v holding %d bytes, want the last 2 (80 bytes of at most 100)", seqs, r.size())
+	}
+	r.add(5, make([]byte, 500)) // one batch past the bound is kept alone
+	if got := r.from(0); len(got) != 1 || got[0].Seq != 5 {
+		t.Fatalf("got %d batches, want only the last, oversized one", len(got))
+	}
+}
+
+// The publisher's queue is bounded in bytes as in batches: a batch that
+// would pass the bytes is dropped and counted.
+func TestQueueIsBoundedInBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := &stuckTransport{release: make(chan struct{}), sent: make(chan uint64, 16)}
+		p := NewPublisher(Config{MaxQueueSize: 100}, "t", out, nil)
+		p.maxBytes = 3 * eventBytes(1000)
+		bigBatch(p, 1000)
+		synctest.Wait() // batch 0 is in Send, stuck
+		for range 5 {
+			bigBatch(p, 1000) // three queue, two find the queue's bytes full
+		}
+		if st := p.Stats(); st.Dropped != 2 {
+			t.Fatalf("stats %+v: want 2 batches dropped for their bytes", st)
+		}
+		close(out.release)
+		p.Close()
+	})
+}
+
+// An idle publisher holds nothing: the queue grows with its batches, not
+// preallocated at max_queue_size (SGLang's default, 100,000, was 4.6 MB a
+// replica).
+func TestIdlePublisherHoldsLittle(t *testing.T) {
+	cfg := Config{Publisher: "null", MaxQueueSize: DefaultMaxQueueSize, BufferSteps: DefaultBufferSteps}
+	base := liveHeap()
+	var ps []*Publisher
+	for range 50 {
+		p, err := Start(cfg, "t", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	per := (liveHeap() - base) / 50
+	for _, p := range ps {
+		p.Close()
+	}
+	if per > 16<<10 {
+		t.Fatalf("an idle publisher holds %d bytes, want at most 16 KiB", per)
+	}
+}
+
+// A connecting publisher whose subscriber is down retries every 100 ms
+// without its memory or goroutines growing.
+func TestDialRetriesHoldNothing(t *testing.T) {
+	cfg := testConfig(fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
+	p, err := Start(cfg, "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	wait := func(d time.Duration) {
+		deadline := time.Now().Add(d)
+		waitFor(t, "time to pass", func() bool { return time.Now().After(deadline) })
+	}
+	wait(500 * time.Millisecond)
+	heap1, g1 := liveHeap(), runtime.NumGoroutine()
+	wait(time.Second) // ten more failed dials
+	heap2, g2 := liveHeap(), runtime.NumGoroutine()
+	if heap2-heap1 > 32<<10 || g2 != g1 {
+		t.Fatalf("ten failed dials grew the heap by %d bytes and goroutines from %d to %d, want neither", heap2-heap1, g1, g2)
+	}
+}
+
+// An ipc:// socket left by a process that died does not stop a restart
+// from binding it, as libzmq unlinks it; a file that is not a socket is
+// left alone.
+func TestStaleIPCSocketIsReplaced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kv.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close() // the socket file stays, as after a kill
+	p, err := Start(testConfig("ipc://"+path), "t", nil)
+	if err != nil {
+		t.Fatalf("bind over a stale socket: %v", err)
+	}
+	s, err := Subscribe("ipc://"+path, "t", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the subscription", func() bool { return slices.Contains(p.Subscriptions(), "t") })
+	publishStored(p, 7)
+	if _, b := recvBatch(t, s); b.Events[0].Tokens[0] != 7 {
+		t.Fatalf("got %+v", b)
+	}
+	s.Close()
+	p.Close()
+	// A live socket is not taken over, and a plain file is not removed.
+	live, err := Start(testConfig("ipc://"+path), "t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if _, err := Start(testConfig("ipc://"+path), "t", nil); err == nil {
+		t.Fatal("a second bind of a live socket succeeded")
+	}
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(plain, []byte("x"), 0o600)
+	if _, err := Start(testConfig("ipc://"+plain), "t", nil); err == nil {
+		t.Fatal("bind over a plain file succeeded")
+	}
+	if _, err := os.Stat(plain); err != nil {
+		t.Fatalf("the plain file is gone: %v", err)
+	}
+}
+
+// SGLang binds tcp://0.0.0.0:PORT as it binds "*" and "::"; the mock's
+// "bind" key binds any address, and a bind on every interface is warned
+// of, naming the loopback alternative.
+func TestBindRules(t *testing.T) {
+	yes, no := true, false
+	for _, tt := range []struct {
+		endpoint string
+		bind     *bool
+		want     bool
+	}{
+		{"tcp://*:5557", nil, true}, {"tcp://[::]:5557", nil, true}, {"tcp://0.0.0.0:5557", nil, true},
+		{"tcp://127.0.0.1:5557", nil, false}, {"tcp://router:5557", nil, false}, {"ipc:///tmp/kv", nil, true},
+		{"tcp://127.0.0.1:5557", &yes, true}, {"tcp://*:5557", &no, false},
+	} {
+		if got := (Config{Endpoint: tt.endpoint, Bind: tt.bind}).Binds(); got != tt.want {
+			t.Errorf("Binds(%s, bind %v): got %v, want %v", tt.endpoint, tt.bind, got, tt.want)
+		}
+	}
+	port := freePort(t)
+	var logs lockedBuffer
+	p, err := Start(testConfig(fmt.Sprintf("tcp://0.0.0.0:%d", port)), "t", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", port), "t", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	waitFor(t, "the subscription", func() bool { return slices.Contains(p.Subscriptions(), "t") })
+	publishStored(p, 9)
+	if _, b := recvBatch(t, s); b.Events[0].Tokens[0] != 9 {
+		t.Fatalf("got %+v", b)
+	}
+	want := fmt.Sprintf(`listens on every interface, and its events carry the prompts' token ids; for a router on this machine bind loopback only: \"endpoint\": \"tcp://127.0.0.1:%d\", \"bind\": true`, port)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log %q lacks the warning %q", logs.String(), want)
+	}
+}

@@ -1,0 +1,266 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pubSocket is the publisher's PUB socket. Each subscriber has a queue of
+// its own, bounded in messages (the high-water mark) and in bytes, and a
+// writer of its own, so a subscriber that reads slowly, or not at all,
+// loses messages of its own (as libzmq's PUB drops at a pipe's high-water
+// mark) and never holds up the others; one whose writes make no progress
+// for subscriberStall is disconnected. Messages are encoded once and shared
+// by every queue. Both drops are counted.
+type pubSocket struct {
+	hwm      int
+	stall    time.Duration // subscriberStall; tests shorten it
+	log      *slog.Logger
+	mu       sync.Mutex
+	subs     map[*subscriber]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+	drops    atomic.Int64 // messages not queued for a subscriber whose queue was full
+	cut      atomic.Int64 // subscribers disconnected: stalled, or refused when too many
+	lastWarn atomic.Int64 // unix seconds of the last drop warning
+}
+
+// Bounds on what subscribers may cost.
+const (
+	// maxSubscriberBytes bounds a subscriber's queue in bytes (its first
+	// message is always taken, whatever its size).
+	maxSubscriberBytes = 16 << 20
+	// maxSubscribers bounds the connections a PUB socket keeps.
+	maxSubscribers = 256
+	// subscriberStall is how long a write to a subscriber may make no
+	// progress before the subscriber is disconnected.
+	subscriberStall = 30 * time.Second
+	// maxSubscriptionBytes bounds a subscription message (a topic prefix).
+	maxSubscriptionBytes = 4096
+)
+
+func newPubSocket(hwm int, log *slog.Logger) *pubSocket {
+	return &pubSocket{hwm: hwm, stall: subscriberStall, log: log, subs: map[*subscriber]struct{}{}}
+}
+
+// subscriber is one connected SUB (or XSUB) socket.
+type subscriber struct {
+	conn   *zmtpConn
+	mu     sync.Mutex
+	topics []string
+	queue  [][]byte
+	bytes  int
+	wake   chan struct{}
+	done   chan struct{} // closed when the connection ends
+	once   sync.Once
+}
+
+func subCompatible(peer string) bool { return peer == "SUB" || peer == "XSUB" }
+
+// serve accepts subscribers on ln until it closes.
+func (p *pubSocket) serve(ln net.Listener) { acceptEach(&p.wg, ln, p.attach) }
+
+// attach handshakes with c and serves it as a subscriber until it ends.
+// It returns when the connection is over.
+func (p *pubSocket) attach(c net.Conn) {
+	z, err := handshake(c, "PUB", subCompatible)
+	if err != nil {
+		p.log.Debug("KV events: a subscriber's handshake failed: " + err.Error())
+		c.Close()
+		return
+	}
+	s := &subscriber{conn: z, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed || len(p.subs) >= maxSubscribers {
+		full := !p.closed
+		p.mu.Unlock()
+		if full {
+			p.cut.Add(1)
+			p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
+		}
+		c.Close()
+		return
+	}
+	p.subs[s] = struct{}{}
+	p.mu.Unlock()
+	go p.write(s)
+	p.read(s)
+	s.end()
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+func (s *subscriber) end() {
+	s.once.Do(func() {
+		close(s.done)
+		s.conn.Close()
+	})
+}
+
+// read takes the subscriber's subscriptions (ZMTP 3.0's messages and 3.1's
+// commands) until the connection ends.
+func (p *pubSocket) read(s *subscriber) {
+	for {
+		frames, command, err := s.conn.readMessage(1, maxSubscriptionBytes)
+		if err != nil {
+			if errors.Is(err, ErrPeer) {
+				p.log.Debug("KV events: " + err.Error())
+			}
+			return
+		}
+		f := frames[0]
+		var topic string
+		var on bool
+		switch {
+		case command && len(f) > 0 && int(f[0]) <= len(f)-1:
+			name := string(f[1 : 1+f[0]])
+			topic, on = string(f[1+f[0]:]), name == "SUBSCRIBE"
+			if name != "SUBSCRIBE" && name != "CANCEL" {
+				continue // PING and the like
+			}
+		case !command && len(f) > 0 && f[0] <= 1:
+			topic, on = string(f[1:]), f[0] == 1
+		default:
+			continue // a PUB ignores other messages
+		}
+		s.mu.Lock()
+		if i := slices.Index(s.topics, topic); on && i < 0 {
+			s.topics = append(s.topics, topic)
+		} else if !on && i >= 0 {
+			s.topics = slices.Delete(s.topics, i, i+1)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// write sends the subscriber's queue until the connection ends; a write
+// that makes no progress for subscriberStall ends it.
+func (p *pubSocket) write(s *subscriber) {
+	defer s.end()
+	for {
+		select {
+		case <-s.wake:
+		case <-s.done:
+			return
+		}
+		for {
+			s.mu.Lock()
+			batch := s.queue
+			s.queue, s.bytes = nil, 0
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			bufs := net.Buffers(batch)
+			s.conn.SetWriteDeadline(time.Now().Add(p.stall))
+			if _, err := bufs.WriteTo(s.conn); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					p.cut.Add(1)
+					p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s read nothing for %v; disconnected", s.conn.RemoteAddr(), p.stall))
+				}
+				return
+			}
+		}
+	}
+}
+
+// send queues the message build encodes, built once, for every subscriber
+// of topic; with none, nothing is built.
+func (p *pubSocket) send(topic string, build func() []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var msg []byte
+	for s := range p.subs {
+		s.mu.Lock()
+		ok := slices.ContainsFunc(s.topics, func(t string) bool { return strings.HasPrefix(topic, t) })
+		if ok && msg == nil {
+			msg = build()
+		}
+		full := len(s.queue) > 0 && (p.hwm > 0 && len(s.queue) >= p.hwm || s.bytes+len(msg) > maxSubscriberBytes)
+		if ok && !full {
+			s.queue = append(s.queue, msg)
+			s.bytes += len(msg)
+		}
+		s.mu.Unlock()
+		switch {
+		case ok && full:
+			n := p.drops.Add(1)
+			if now := time.Now().Unix(); p.lastWarn.Swap(now) != now {
+				p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s reads too slowly; a message dropped for it (%d so far)", s.conn.RemoteAddr(), n))
+			}
+		case ok:
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// topics returns the subscribed prefixes of every subscriber, sorted.
+func (p *pubSocket) topics() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for s := range p.subs {
+		s.mu.Lock()
+		out = append(out, s.topics...)
+		s.mu.Unlock()
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (p *pubSocket) subscribers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.subs)
+}
+
+// close disconnects every subscriber; the listeners and the dial loop are
+// their owners'.
+func (p *pubSocket) close() {
+	p.mu.Lock()
+	p.closed = true
+	for s := range p.subs {
+		s.end()
+	}
+	p.mu.Unlock()
+}
+
+// dial keeps one connection to a subscriber that binds at addr, as
+// libzmq's connect does: it dials every dialRetry until the subscriber is
+// up, serves the connection while it lasts, and dials again when it ends,
+// until ctx ends.
+func (p *pubSocket) dial(ctx context.Context, network, addr string) {
+	p.wg.Go(func() {
+		var d net.Dialer
+		down := false
+		for ctx.Err() == nil {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				down = false
+				stop := context.AfterFunc(ctx, func() { c.Close() })
+				p.attach(c)
+				stop()
+			} else if !down && ctx.Err() == nil {
+				down = true
+				p.log.Info(fmt.Sprintf("KV events: the subscriber at %s is not up yet (%v); retrying every %v", addr, err, dialRetry))
+			}
+			select {
+			case <-time.After(dialRetry):
+			case <-ctx.Done():
+			}
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// replaySocket is the replay ROUTER socket, as SGLang's _service_replay
+// answers it: a request [identity, "", start seq] gets every buffered
+// message from start on, [identity, "", seq, payload], then the end marker
+// [identity, "", -1, ""]. Each client is served on its own goroutine, so a
+// client that does not read delays only itself; a reply write that makes no
+// progress for replayStall disconnects it, at most maxReplayClients are
+// served at once, and the warnings malformed requests cause are written at
+// most once a second, with the count of those not written.
+type replaySocket struct {
+	ring      *ring
+	log       *slog.Logger
+	wg        sync.WaitGroup
+	clients   atomic.Int64
+	cut       atomic.Int64 // clients disconnected: stalled, or one too many
+	malformed atomic.Int64
+	lastWarn  atomic.Int64 // unix seconds of the last malformed-request warning
+	warned    atomic.Int64 // malformed requests counted when it was written
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+}
+
+const (
+	maxReplayClients = 16
+	replayStall      = 10 * time.Second
+	// maxReplayFrame bounds a request frame: a request is an empty
+	// delimiter and 8 bytes.
+	maxReplayFrame = 64
+)
+
+func newReplaySocket(r *ring, log *slog.Logger) *replaySocket {
+	return &replaySocket{ring: r, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+func routerCompatible(peer string) bool { return peer == "DEALER" || peer == "REQ" || peer == "ROUTER" }
+
+func (r *replaySocket) serve(ln net.Listener) {
+	acceptEach(&r.wg, ln, func(c net.Conn) {
+		defer c.Close()
+		if r.clients.Add(1) > maxReplayClients {
+			r.clients.Add(-1)
+			r.cut.Add(1)
+			return
+		}
+		defer r.clients.Add(-1)
+		r.mu.Lock()
+		r.conns[c] = struct{}{}
+		r.mu.Unlock()
+		r.client(c)
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+	})
+}
+
+// client answers one connection's requests until it ends.
+func (r *replaySocket) client(c net.Conn) {
+	z, err := handshake(c, "ROUTER", routerCompatible)
+	if err != nil {
+		r.log.Debug("KV events: a replay client's handshake failed: " + err.Error())
+		return
+	}
+	for {
+		frames, command, err := z.readMessage(4, maxReplayFrame)
+		if err != nil {
+			if errors.Is(err, ErrPeer) {
+				r.warnMalformed(err.Error())
+			}
+			return
+		}
+		if command {
+			continue
+		}
+		if len(frames) != 2 || len(frames[0]) != 0 || len(frames[1]) != 8 {
+			r.warnMalformed(fmt.Sprintf("a replay request of %d frames", len(frames)))
+			continue
+		}
+		start := binary.BigEndian.Uint64(frames[1])
+		for _, b := range r.ring.from(start) {
+			if !r.reply(z, appendMessage(nil, nil, SeqBytes(b.Seq), b.Payload)) {
+				return
+			}
+		}
+		if !r.reply(z, appendMessage(nil, nil, endSeq, nil)) {
+			return
+		}
+	}
+}
+
+// reply writes one message under the stall deadline, reporting whether the
+// client is still there.
+func (r *replaySocket) reply(z *zmtpConn, msg []byte) bool {
+	z.SetWriteDeadline(time.Now().Add(replayStall))
+	_, err := z.Write(msg)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		r.cut.Add(1)
+		r.log.Warn(fmt.Sprintf("KV events: the replay client at %s read nothing for %v; disconnected", z.RemoteAddr(), replayStall))
+	}
+	return err == nil
+}
+
+// warnMalformed counts a malformed request and logs it, at most once a
+// second, with how many were not logged.
+func (r *replaySocket) warnMalformed(what string) {
+	n := r.malformed.Add(1)
+	now := time.Now().Unix()
+	if r.lastWarn.Swap(now) == now {
+		return
+	}
+	skipped := n - 1 - r.warned.Swap(n)
+	msg := "KV events: invalid replay request: " + what
+	if skipped > 0 {
+		msg += fmt.Sprintf(" (and %d more since the last warning)", skipped)
+	}
+	r.log.Warn(msg)
+}
+
+// close disconnects every client; the listener is its owner's.
+func (r *replaySocket) close() {
+	r.mu.Lock()
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+}
