@@ -13,7 +13,7 @@ import (
 // raceDetector is set by race_test.go in a -race build.
 var raceDetector = false
 
-// The demo over real loopback: the naive table reproduces the seed's
+// The demo over real loopback: the naive table reproduces the original
 // failure and names it, the flush+nonce table is within 2 % of the truth
 // for decode and TTFT, its verdicts ok, each row saying how far its decode
 // scatters.
