@@ -150,7 +150,7 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 	fmt.Fprintln(stdout, "    of the context the leg grows through: this deployment's decode slows steeply past 1.4k tokens.")
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "The same measurement against a real SGLang server (no truth columns there; the checks still run):")
-	fmt.Fprintf(stdout, "  sglmock bench twopoint --url http://HOST:30000 --ctx 1024:1407,8192:11382,32768:45507 --a 1 --b %d --method naive,flush+nonce\n", set.b)
+	fmt.Fprintf(stdout, "  sglmock bench twopoint --url http://gpu-host:30000 --ctx 1024:1407,8192:11382,32768:45507 --a 1 --b %d --method naive,flush+nonce\n", set.b)
 	switch {
 	case undefined > 0:
 		fmt.Fprintf(stdout, "\nNote: the fixed method's decode came out undefined in %d row(s) (t_b <= t_a): this host stalled\n", undefined)

@@ -64,7 +64,7 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://HOST:30000"} {
+	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://gpu-host:30000"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}
