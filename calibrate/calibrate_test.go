@@ -19,19 +19,19 @@ func load(t testing.TB, name string) *profile.Profile {
 	return p
 }
 
-// The seed's naive run: leg b reused the prompt.
-const seedCSV = `ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
+// The original benchmark's naive run: leg b reused the prompt.
+const originalCSV = `ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
 1024,1407,0.46,0.20,1,17,true
 8192,11382,3.86,1.57,1,17,true
 32768,45507,23.72,4.26,1,17,true
 `
 
-func TestSeedRowsReproduceWithinTolerance(t *testing.T) {
-	rows, err := ReadCSV(strings.NewReader(seedCSV), "seed.csv")
+func TestOriginalRowsReproduceWithinTolerance(t *testing.T) {
+	rows, err := ReadCSV(strings.NewReader(originalCSV), "original.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), "seed-fit")
+	res, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), "original-fit")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestSeedRowsReproduceWithinTolerance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the fitted profile does not parse back: %v", err)
 	}
-	if again.Name != "seed-fit" || again.Speculative == nil || again.Speculative.Algorithm != "DDTREE" {
+	if again.Name != "original-fit" || again.Speculative == nil || again.Speculative.Algorithm != "DDTREE" {
 		t.Fatalf("got %+v, want the base's speculative decoding under the new name", again)
 	}
 }
@@ -202,7 +202,7 @@ func TestUsable(t *testing.T) {
 		row  Row
 		want string // "" when kept
 	}{
-		{"hand-written seed row", Row{BCached: true}, ""},
+		{"hand-written naive row", Row{BCached: true}, ""},
 		{"naive row as bench writes it", Row{BCached: true, ACached: &no, Verdict: "POISONED", Cause: "leg b reused 1406 of 1407"}, ""},
 		{"cold row", Row{ACached: &no, Verdict: "ok"}, ""},
 		{"suspect row", Row{ACached: &no, Verdict: "SUSPECT", Cause: "b-a = 16: only 4 speculative rounds"}, ""},

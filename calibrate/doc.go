@@ -7,9 +7,9 @@
 // sent as leg a (max_new_tokens a) and leg b (max_new_tokens b), taking
 // t_a and t_b seconds end to end. Leg a is cold. Leg b is cold too, unless
 // b_cached says the server served its prompt from the prefix cache (the
-// seed's naive run): then it computed only what it did not reuse, which an
-// optional cached_b column gives in tokens (else the prompt's reusable
-// prefix, all but its last page). The CSV that `sglmock bench --csv` writes
+// original benchmark's naive run): then it computed only what it did not
+// reuse, which an optional cached_b column gives in tokens (else the
+// prompt's reusable prefix, all but its last page). The CSV that `sglmock bench --csv` writes
 // has these columns, and cached_b among the others:
 //
 //	ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
@@ -18,9 +18,9 @@
 // rows whose legs were served from the cache other than as the row says:
 // a_cached true (leg a reused more than every prompt shares: cached_a gives
 // the count), or a POISONED verdict for any other reason than the leg b
-// its b_cached declares. The naive seed's rows (leg b cached, b_cached
-// true, leg a cold) are the one legitimate case. Rows bench found SUSPECT
-// are fitted, and the command names them.
+// its b_cached declares. The original benchmark's naive rows (leg b
+// cached, b_cached true, leg a cold) are the one legitimate case. Rows
+// bench found SUSPECT are fitted, and the command names them.
 //
 // Input is bounded: at most 100,000 rows of at most 64 KiB a line, every
 // count compared without sums that could overflow. Every error about the

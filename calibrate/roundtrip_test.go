@@ -151,7 +151,7 @@ func TestBenchCSVOfEveryMethodReadsBack(t *testing.T) {
 }
 
 // bench's CSV of a naive sweep run twice on one server: the first run's
-// rows are the seed's (leg b cached, as b_cached says) and fit; the
+// rows are like the original benchmark's (leg b cached, as b_cached says) and fit; the
 // second run's leg a found the first's prompt, and calibrate drops those
 // rows, saying so, rather than fit a cached leg a as a cold prefill.
 func TestCalibrateDropsRowsServedFromTheCache(t *testing.T) {

@@ -257,15 +257,15 @@ type Dropped struct {
 // Usable keeps the rows whose legs the fit models as measured, and drops,
 // saying why, those bench's own columns show were served from the cache
 // other than as the row says: the fit models leg a cold, and leg b cold
-// unless b_cached (the naive seed's rows, the one legitimate case). A row
-// is dropped when
+// unless b_cached (the original benchmark's naive rows, the one
+// legitimate case). A row is dropped when
 //
 //   - a_cached is true: leg a reused more than every prompt shares;
 //   - its verdict is POISONED for any other reason than the leg b its
 //     b_cached declares (a cold-claimed leg that reused, t_b <= t_a on a
 //     server that does not say what it reused).
 //
-// Rows without those columns (a hand-written seed) are taken as they say.
+// Rows without those columns (hand-written ones) are taken as they say.
 func Usable(rows []Row) (kept []Row, dropped []Dropped) {
 	for _, r := range rows {
 		reason := ""

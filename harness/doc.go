@@ -11,9 +11,10 @@
 // TwoPoint sends, per context, a leg with max_new_tokens a and a leg with b
 // on the same prompt: decode tok/s = (b-a)/(t_b-t_a), TTFT ~ t_a, prefill
 // tok/s = prompt_tok/t_a. Its variants keep the legs cold, or not: naive
-// (the same prompt twice: the seed's bug), flush (/flush_cache before each
-// leg), nonce (a fresh nonce in each prompt, at its start or, to show why
-// not, its end) and flush+nonce (the seed's fix). Stream sends one
+// (the same prompt twice: the original benchmark's bug), flush
+// (/flush_cache before each leg), nonce (a fresh nonce in each prompt, at
+// its start or, to show why not, its end) and flush+nonce (the original
+// benchmark's fix). Stream sends one
 // streaming request per context: TTFT from the first event, the decode
 // rate token-weighted from the cumulative completion tokens, and the
 // per-event ITL a script counting one token per event would report.
@@ -103,8 +104,8 @@
 //
 // A TableWriter prints a report's rows as they arrive (Progress.Row tells
 // the command when one finished): one table per method, compact by default
-// (the seed's figures, t_b, cached_a/b and, against sglmock, the errors and
-// biases) or wide with every column. The verdict column gives the level and
+// (the original benchmark's figures, t_b, cached_a/b and, against
+// sglmock, the errors and biases) or wide with every column. The verdict column gives the level and
 // note numbers, "POISONED [1,2]"; each cause is written once, as a numbered
 // note under its method's table: one note for both legs ("legs a and b")
 // and, in the compact table, for every row whatever its figures (the note

@@ -15,10 +15,10 @@ import (
 
 func fp(x float64) *float64 { return &x }
 
-// seedSweep is a naive+flush+nonce sweep as a GPU gives it: naive's leg b
+// gpuSweep is a naive+flush+nonce sweep as a GPU gives it: naive's leg b
 // served from the cache, its decode undefined at 8192 and absurd at 1024
 // (t_b just above t_a), flush+nonce about 2,700 tok/s, one row SUSPECT.
-func seedSweep() *Report {
+func gpuSweep() *Report {
 	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 1406 of 1407 prompt tokens (cached_tokens)"}}}
 	suspect := Verdict{Causes: []Cause{{Suspect, "the spread over 5 runs is 40 %"}}}
 	row := func(m Method, ctx int, ttft, prefill float64, decode *float64, v Verdict) Row {
@@ -37,7 +37,7 @@ func seedSweep() *Report {
 // scale (it is drawn on the top edge with its value) and the flush+nonce
 // line keeps the panel.
 func TestPlotScale(t *testing.T) {
-	panels := seedSweep().panels()
+	panels := gpuSweep().panels()
 	if len(panels) != 3 {
 		t.Fatalf("got %d panels, want 3", len(panels))
 	}
@@ -73,7 +73,7 @@ func TestPlotScale(t *testing.T) {
 // A panel whose points are all poisoned is scaled by them: there is nothing
 // else to draw.
 func TestPlotScaleAllPoisoned(t *testing.T) {
-	r := seedSweep()
+	r := gpuSweep()
 	r.Rows = r.Rows[:2]
 	p := r.panels()[2]
 	if !p.scaledByPoisoned || p.yMax != 250000 {
@@ -151,7 +151,7 @@ func TestWritePlotFormats(t *testing.T) {
 	caption := PlotCaption{Server: "http://gpu:30000", Date: time.Date(2026, 5, 1, 14, 3, 0, 0, time.UTC)}
 	for _, ext := range PlotFormats() {
 		var out bytes.Buffer
-		if err := seedSweep().WritePlot(&out, ext[1:], caption); err != nil || out.Len() < 1000 {
+		if err := gpuSweep().WritePlot(&out, ext[1:], caption); err != nil || out.Len() < 1000 {
 			t.Errorf("%s: %v, %d bytes", ext, err, out.Len())
 		}
 		switch ext {

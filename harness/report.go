@@ -12,10 +12,10 @@ import (
 
 // methodTitles explain each variant in the table's heading.
 var methodTitles = map[Method]string{
-	Naive:       "the same prompt twice, no flush (the seed's first run)",
+	Naive:       "the same prompt twice, no flush (the original benchmark's first run)",
 	FlushMethod: "POST /flush_cache before each leg, same prompt",
 	NonceMethod: "a fresh nonce in each leg's prompt, no flush",
-	FlushNonce:  "flush before each leg and a fresh nonce at the start of each prompt (the seed's fix)",
+	FlushNonce:  "flush before each leg and a fresh nonce at the start of each prompt (the original benchmark's fix)",
 }
 
 // methodTitlesBetweenLegs explain the flush variants that flush only

@@ -188,8 +188,8 @@ func (tw *TableWriter) endSection() {
 	tw.sect = nil
 }
 
-// The columns. The compact table keeps the seed's figures (TTFT_s is t_a),
-// t_b that decode comes from, the cache reuse and, against sglmock, the
+// The columns. The compact table keeps the original benchmark's figures
+// (TTFT_s is t_a), t_b that decode comes from, the cache reuse and, against sglmock, the
 // errors; the wide one adds every other column of the CSV.
 
 func (tw *TableWriter) twoPointCells(row Row) []cell {

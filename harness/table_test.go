@@ -12,15 +12,15 @@ import (
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
-// causeSweep runs, on the seed's profile and sizes, naive, flush with each
+// causeSweep runs, on the original benchmark's profile and sizes, naive, flush with each
 // flush tried once (kimi refuses a flush for 50 ms after a response, so
 // every one is refused) and flush+nonce with retries: causes on one leg and
 // on both, with the same figures on every row and with other figures, ok
 // notes and POISONED ones.
 func causeSweep(t *testing.T) *harness.Report {
 	m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
-	rep := run(t, twoPoint(m, seedPoints, harness.Naive, harness.FlushNonce))
-	tp := twoPoint(m, seedPoints[:2], harness.FlushMethod)
+	rep := run(t, twoPoint(m, originalPoints, harness.Naive, harness.FlushNonce))
+	tp := twoPoint(m, originalPoints[:2], harness.FlushMethod)
 	tp.Flush = harness.FlushPolicy{}
 	flush := run(t, tp)
 	rep.Rows = append(rep.Rows[:3], append(flush.Rows, rep.Rows[3:]...)...)

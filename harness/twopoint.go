@@ -17,14 +17,14 @@ type Method string
 
 // The two-point variants.
 const (
-	// Naive sends the same prompt twice: the seed's first run, which the
-	// prefix cache poisons.
+	// Naive sends the same prompt twice: the original benchmark's first
+	// run, which the prefix cache poisons.
 	Naive Method = "naive"
 	// FlushMethod empties the prefix cache before each leg.
 	FlushMethod Method = "flush"
 	// NonceMethod puts a fresh nonce in each leg's prompt.
 	NonceMethod Method = "nonce"
-	// FlushNonce does both: the seed's fix.
+	// FlushNonce does both: the original benchmark's fix.
 	FlushNonce Method = "flush+nonce"
 )
 
@@ -214,7 +214,7 @@ func noncePositionTitle(row Row, title string) string {
 	case NonceMethod:
 		return "a fresh nonce at the END of each leg's prompt (--nonce-position end: everything before it is shared), no flush"
 	case FlushNonce:
-		title = strings.TrimSuffix(title, " (the seed's fix)")
+		title = strings.TrimSuffix(title, " (the original benchmark's fix)")
 		return strings.Replace(title, "a fresh nonce at the start of each prompt", "a fresh nonce at the END of each prompt (--nonce-position end: everything before it is shared)", 1)
 	}
 	return title
@@ -391,8 +391,8 @@ func (r Run) check(floor, allow int) Verdict {
 
 // reversalLevel is how bad a run's t_b <= t_a is: POISONED when a leg was
 // served from the cache or the server does not say whether it was (the
-// seed's nan), SUSPECT when both legs were cold (a stall of the client, or
-// jitter larger than the legs' difference).
+// original benchmark's nan), SUSPECT when both legs were cold (a stall of
+// the client, or jitter larger than the legs' difference).
 func (r Run) reversalLevel(v Verdict) Level {
 	if v.Level() == Poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
 		return Poisoned

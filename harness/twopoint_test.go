@@ -35,9 +35,9 @@ func client(m *mocktest.Mock) *harness.Client {
 // 33 ms after a response, as SGLang does while its last batch settles.
 var retryFlushes = harness.FlushPolicy{Retries: 3, RetryWait: 100 * time.Millisecond}
 
-// seedPoints are the seed's contexts: 1024, 8192 and 32768 requested gave
-// 1407, 11382 and 45507 prompt tokens.
-var seedPoints = []harness.Point{{CtxReq: 1024, Tokens: 1407}, {CtxReq: 8192, Tokens: 11382}, {CtxReq: 32768, Tokens: 45507}}
+// originalPoints are the original benchmark's contexts: 1024, 8192 and
+// 32768 requested gave 1407, 11382 and 45507 prompt tokens.
+var originalPoints = []harness.Point{{CtxReq: 1024, Tokens: 1407}, {CtxReq: 8192, Tokens: 11382}, {CtxReq: 32768, Tokens: 45507}}
 
 func twoPoint(m *mocktest.Mock, points []harness.Point, methods ...harness.Method) *harness.TwoPoint {
 	return &harness.TwoPoint{Client: client(m), Points: points, A: 1, B: 17, Methods: methods,
@@ -56,14 +56,14 @@ func run(t *testing.T, method interface {
 	return rep
 }
 
-// On the seed's profile and sizes, naive is poisoned at every size and
+// On the original benchmark's profile and sizes, naive is poisoned at every size and
 // says why; flush, nonce and flush+nonce measure decode and TTFT with no
 // error against the truth of the requests they sent (virtual time: the
 // client's clock is exact), and report the method's own bias.
 func TestMethodsAgainstTruth(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
-		rep := run(t, twoPoint(m, seedPoints, harness.Methods...))
+		rep := run(t, twoPoint(m, originalPoints, harness.Methods...))
 		if rep.Server.Mock != "kimi-k2.6-rtx6000" || rep.Server.Speedup != 1 || rep.Server.SharedFloor != 0 {
 			t.Fatalf("server: got %+v", rep.Server)
 		}
@@ -176,7 +176,7 @@ func TestInputIDs(t *testing.T) {
 func TestRepeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
-		tp := twoPoint(m, seedPoints[:1], harness.FlushNonce)
+		tp := twoPoint(m, originalPoints[:1], harness.FlushNonce)
 		tp.Repeat = 3
 		row := run(t, tp).Rows[0]
 		if len(row.Runs) != 3 {
@@ -294,10 +294,10 @@ func TestOpenAIBackend(t *testing.T) {
 // the checks say reuse is unchecked, and t_b < t_a alone poisons a row.
 func TestOpenAIBackendWithoutCacheReport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// The seed's profile: its prefill is dear enough that the cached leg b
+		// The original benchmark's profile: its prefill is dear enough that the cached leg b
 		// finishes first.
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
-		tp := twoPoint(m, seedPoints[:1], harness.Naive, harness.NonceMethod)
+		tp := twoPoint(m, originalPoints[:1], harness.Naive, harness.NonceMethod)
 		tp.Client.Backend = harness.OpenAI
 		rep := run(t, tp)
 		if rep.Server.SharedFloor != -1 {
@@ -397,7 +397,7 @@ func TestServerWithoutSim(t *testing.T) {
 			h.ServeHTTP(w, r)
 		}))
 		defer real.Close()
-		tp := twoPoint(m, seedPoints[:1], harness.Naive, harness.FlushNonce)
+		tp := twoPoint(m, originalPoints[:1], harness.Naive, harness.FlushNonce)
 		tp.Client = &harness.Client{HTTP: real.Client, BaseURL: real.URL, Backend: harness.SGLang}
 		rep := run(t, tp)
 		if rep.Server.Mock != "" || rep.Server.Speedup != 1 {

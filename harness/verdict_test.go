@@ -76,7 +76,7 @@ func lateClient(m *mocktest.Mock, delay func(rid string, maxNew int) time.Durati
 func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
 	sweep := func(t *testing.T, speedup float64, delay func(string, int) time.Duration) *harness.Report {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: speedup})
-		tp := twoPoint(m, seedPoints, harness.FlushNonce)
+		tp := twoPoint(m, originalPoints, harness.FlushNonce)
 		tp.Client = lateClient(m, delay)
 		tp.B = 193 // over 40 DDTREE rounds: the rounds check has nothing to say
 		return run(t, tp)
@@ -172,7 +172,7 @@ func TestStreamLateness(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: 100})
 		st := &harness.Stream{Client: lateClient(m, func(string, int) time.Duration { return 2 * time.Millisecond }),
-			Points: seedPoints[:1], MaxNewTokens: 256, Options: harness.Options{NewID: counter(), Flush: retryFlushes}}
+			Points: originalPoints[:1], MaxNewTokens: 256, Options: harness.Options{NewID: counter(), Flush: retryFlushes}}
 		row := run(t, st).Stream[0]
 		// The first event 0.2 s late, the last on time: the span from one to
 		// the other 0.2 s short.
@@ -283,7 +283,7 @@ func TestSpreadOverRepeats(t *testing.T) {
 func TestReversedRunAmongRepeats(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
-		tp := twoPoint(m, seedPoints[:1], harness.FlushNonce)
+		tp := twoPoint(m, originalPoints[:1], harness.FlushNonce)
 		tp.Repeat, tp.B = 3, 193
 		// ids 1 and 2 are the floor probe's; run 2's leg a is id-5.
 		tp.Client = lateClient(m, func(rid string, _ int) time.Duration {

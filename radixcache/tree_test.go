@@ -53,7 +53,7 @@ func TestReusablePrefixLen(t *testing.T) {
 		{0, 1, 0},
 		{1, 1, 0}, // a one-token prompt never hits
 		{2, 1, 1},
-		{1407, 1, 1406}, // the seed's 1k prompt: second request reuses 1406 of 1407
+		{1407, 1, 1406}, // the original benchmark's 1k prompt: second request reuses 1406 of 1407
 		{16, 16, 0},
 		{17, 16, 16},
 		{32, 16, 16},

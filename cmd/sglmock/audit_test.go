@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 var childPrompt = strings.Repeat("A prompt the two legs of a two-point benchmark share, long enough to matter. ", 40)
 
 // auditChild is a small benchmark script: "repeat" sends one prompt twice
-// (the seed's bug), "flush" flushes between the legs (the fix), "fail"
+// (the original benchmark's bug), "flush" flushes between the legs (the fix), "fail"
 // exits 3 after one request, "fixed" sends the repeat to the fixed URL
 // $FIXED_URL, "none" sends nothing, "env" prints its proxy settings,
 // "signal" waits for SIGTERM, "tree" starts a "signal" child and waits for

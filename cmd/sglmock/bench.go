@@ -60,10 +60,10 @@ figure's error against the modelled truth.
   twopoint  per context, a leg with max_new_tokens a and a leg with b on the
             same prompt: decode tok/s = (b-a)/(t_b-t_a), TTFT ~ t_a,
             prefill tok/s = prompt_tok/t_a. --method picks how the legs are
-            kept cold: naive (the same prompt twice, no flush: the seed's
-            bug), flush (POST /flush_cache before each leg), nonce (a fresh
-            nonce in each prompt), flush+nonce (the seed's fix); a comma list
-            runs several.
+            kept cold: naive (the same prompt twice, no flush: the original
+            benchmark's bug), flush (POST /flush_cache before each leg),
+            nonce (a fresh nonce in each prompt), flush+nonce (its fix); a
+            comma list runs several.
   stream    one streaming request per context: TTFT from the first event,
             decode tok/s token-weighted from meta_info.completion_tokens;
             also the per-event ITL a script counting one token per event

@@ -12,7 +12,7 @@ import (
 
 func TestCalibrateCommand(t *testing.T) {
 	dir := t.TempDir()
-	rows := filepath.Join(dir, "seed.csv")
+	rows := filepath.Join(dir, "original.csv")
 	os.WriteFile(rows, []byte("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n"+
 		"1024,1407,0.46,0.20,1,17,true\n8192,11382,3.86,1.57,1,17,true\n32768,45507,23.72,4.26,1,17,true\n"), 0o644)
 	out := filepath.Join(dir, "kimi-measured.yaml")
@@ -35,7 +35,7 @@ func TestCalibrateCommand(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.csv")
 	os.WriteFile(bad, []byte("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.20,1,17,false\n"), 0o644)
-	// The seed's rows as bench writes them, and a repeat whose leg a found
+	// The original benchmark's rows as bench writes them, and a repeat whose leg a found
 	// the first run's prompt: dropped, which leaves two sizes.
 	poisoned := filepath.Join(dir, "poisoned.csv")
 	os.WriteFile(poisoned, []byte("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,a_cached,cached_a,cached_b,verdict,cause\n"+

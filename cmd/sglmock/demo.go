@@ -16,8 +16,8 @@ import (
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
-// demoPoint is one of the seed's contexts and the speedup its mock runs
-// at. Precision is arithmetic: a client lateness of e wall seconds is
+// demoPoint is one of the original benchmark's contexts and the speedup
+// its mock runs at. Precision is arithmetic: a client lateness of e wall seconds is
 // speedup*e simulated seconds, so each context runs as fast as its shortest
 // timed figure, its TTFT, allows: at x2 the 1k row's 0.46 s is 230 ms of
 // wall clock, which a host stall must reach 11 ms to move by 5 %; the 8k
@@ -27,7 +27,7 @@ type demoPoint struct {
 	speedup float64
 }
 
-// demoPoints are the seed's sizes: ctx 1024, 8192 and 32768 requested gave
+// demoPoints are the original benchmark's sizes: ctx 1024, 8192 and 32768 requested gave
 // 1407, 11382 and 45507 prompt tokens.
 var demoPoints = []demoPoint{
 	{harness.Point{CtxReq: 1024, Tokens: 1407}, 2},
@@ -36,14 +36,14 @@ var demoPoints = []demoPoint{
 }
 
 // demoSettings are what the demo runs: its contexts and the b of the fixed
-// method. The naive method runs the seed's b = 17.
+// method. The naive method runs the original benchmark's b = 17.
 type demoSettings struct {
 	points []demoPoint
 	// b is leg b's max_new_tokens in the fixed method. Kimi's DDTREE
 	// gives 4.40 tokens a round on average, scattered with a standard
 	// deviation of 1.53: b-a = 16 spans about four rounds, and its decode
-	// figure moves by a whole round, ±20 %, from run to run (the seed's
-	// b = 17). b-a = 512 spans about 116 rounds, whose mean scatters by
+	// figure moves by a whole round, ±20 %, from run to run (the original
+	// benchmark's b = 17). b-a = 512 spans about 116 rounds, whose mean scatters by
 	// 1.53/4.40/√116 = 3.2 % (one standard deviation): the verdicts are the
 	// same from run to run, the figures within a few percent, and each row
 	// says so. The demo takes about 10 s.
@@ -52,8 +52,9 @@ type demoSettings struct {
 
 var demoDefaults = demoSettings{points: demoPoints, b: 513}
 
-// seedB is the seed's leg b, which the naive method keeps.
-const seedB = 17
+// originalB is the original benchmark's leg b, which the naive method
+// keeps.
+const originalB = 17
 
 const demoProfile = "kimi-k2.6-rtx6000"
 
@@ -66,9 +67,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 			fmt.Fprintln(stdout, "Usage: sglmock demo")
 			fmt.Fprintln(stdout)
-			fmt.Fprintln(stdout, "Starts an in-process mock of Kimi K2.6 on a free loopback port and runs the seed's two-point")
-			fmt.Fprintln(stdout, "benchmark twice: naive (the poisoned original), then flush+nonce (the fix), with each figure's")
-			fmt.Fprintln(stdout, "error against the modelled truth. Takes about 10 seconds.")
+			fmt.Fprintln(stdout, "Starts an in-process mock of Kimi K2.6 on a free loopback port and runs a two-point decode")
+			fmt.Fprintln(stdout, "benchmark twice: naive (one prompt sent twice, as the original benchmark did: poisoned), then")
+			fmt.Fprintln(stdout, "flush+nonce (its fix), with each figure's error against the modelled truth. Takes about 10 seconds.")
 			return 0
 		}
 		fmt.Fprintf(stderr, "sglmock demo: takes no arguments, got %q\n", args)
@@ -90,11 +91,11 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 	}
 	accept, scatter := acceptScatter(p)
 	rounds := float64(set.b-1) / accept
-	fmt.Fprintln(stdout, "sglmock demo: the seed's two-point decode benchmark against a simulated Kimi K2.6 (profile "+demoProfile+"),")
+	fmt.Fprintln(stdout, "sglmock demo: a two-point decode benchmark against a simulated Kimi K2.6 (profile "+demoProfile+"),")
 	fmt.Fprintln(stdout, "one in-process mock per context on a loopback port, each at the speedup its row shows.")
-	fmt.Fprintf(stdout, "naive sends, as the seed did, a leg with max_new_tokens 1 (t_a) and one with %d (t_b) on the same prompt;\n", seedB)
+	fmt.Fprintf(stdout, "naive sends, as the original benchmark did, a leg with max_new_tokens 1 (t_a) and one with %d (t_b) on the same prompt;\n", originalB)
 	fmt.Fprintf(stdout, "flush+nonce sends b = %d: b-a = %d spans about %.0f speculative rounds, not %.0f, so its decode is stable.\n",
-		set.b, set.b-1, rounds, float64(seedB-1)/accept)
+		set.b, set.b-1, rounds, float64(originalB-1)/accept)
 	fmt.Fprintln(stdout)
 	combined := &harness.Report{Method: "twopoint"}
 	var fixed []harness.Row
@@ -140,16 +141,16 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 	fmt.Fprintln(stdout, "What happened:")
 	fmt.Fprintln(stdout, "  naive: leg b sent the same prompt as leg a, so the server's radix prefix cache served all")
 	fmt.Fprintln(stdout, "    but one of its prompt tokens. It skipped the prefill leg a paid for, finished first, and")
-	fmt.Fprintln(stdout, "    (b-a)/(t_b-t_a) has no meaning: the seed's nan. The verdict names the cause.")
+	fmt.Fprintln(stdout, "    (b-a)/(t_b-t_a) has no meaning: the original benchmark's nan. The verdict names the cause.")
 	fmt.Fprintln(stdout, "  flush+nonce: /flush_cache before each leg (a refused flush is retried and reported) and a")
 	fmt.Fprintf(stdout, "    fresh nonce at the start of each prompt keep both legs cold; decode and TTFT are %s\n", within)
 	fmt.Fprintln(stdout, "    of the modelled truth of the very requests sent (ttft_err, decode_err). decode_bias is the")
-	fmt.Fprintf(stdout, "    method's own error against the steady-state rate at the prompt: at the seed's b = %d a draw of\n", seedB)
+	fmt.Fprintf(stdout, "    method's own error against the steady-state rate at the prompt: at the original b = %d a draw of\n", originalB)
 	fmt.Fprintf(stdout, "    whole speculative rounds, ±20 %% from run to run; at b = %d a few percent, plus, at 1k, the cost\n", set.b)
 	fmt.Fprintln(stdout, "    of the context the leg grows through: this deployment's decode slows steeply past 1.4k tokens.")
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "The same measurement against a real SGLang server (no truth columns there; the checks still run):")
-	fmt.Fprintf(stdout, "  sglmock bench twopoint --url http://HOST:30000 --ctx 1024:1407,8192:11382,32768:45507 --a 1 --b %d --method naive,flush+nonce\n", set.b)
+	fmt.Fprintf(stdout, "  sglmock bench twopoint --url http://gpu-host:30000 --ctx 1024:1407,8192:11382,32768:45507 --a 1 --b %d --method naive,flush+nonce\n", set.b)
 	switch {
 	case undefined > 0:
 		fmt.Fprintf(stdout, "\nNote: the fixed method's decode came out undefined in %d row(s) (t_b <= t_a): this host stalled\n", undefined)
@@ -184,7 +185,7 @@ func acceptScatter(p *profile.Profile) (mean, cv float64) {
 	return mean, math.Sqrt(m2-mean*mean) / mean
 }
 
-// demoContext runs naive once at the seed's b, then flush+nonce once at b,
+// demoContext runs naive once at the original benchmark's b, then flush+nonce once at b,
 // at one context on a fresh mock.
 func demoContext(ctx context.Context, p *profile.Profile, dp demoPoint, b int) (*harness.Report, error) {
 	m, err := startLocalMock(p, dp.speedup, api.Config{})
@@ -198,7 +199,7 @@ func demoContext(ctx context.Context, p *profile.Profile, dp demoPoint, b int) (
 	for _, run := range []struct {
 		m harness.Method
 		b int
-	}{{harness.Naive, seedB}, {harness.FlushNonce, b}} {
+	}{{harness.Naive, originalB}, {harness.FlushNonce, b}} {
 		tp := &harness.TwoPoint{Client: c, Points: []harness.Point{dp.Point}, A: 1, B: run.b,
 			Methods: []harness.Method{run.m}, NoncePosition: harness.NonceStart, Repeat: 1, Options: opt}
 		r, err := tp.Run(ctx)

@@ -13,7 +13,7 @@ import (
 // raceDetector is set by race_test.go in a -race build.
 var raceDetector = false
 
-// The demo over real loopback: the naive table reproduces the seed's
+// The demo over real loopback: the naive table reproduces the original
 // failure and names it, the flush+nonce table is within 2 % of the truth
 // for decode and TTFT, its verdicts ok, each row saying how far its decode
 // scatters.
@@ -64,7 +64,7 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 	if code != 0 {
 		t.Fatalf("demo: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://HOST:30000"} {
+	for _, want := range []string{"method naive", "method flush+nonce", "What happened:", "sglmock bench twopoint --url http://gpu-host:30000"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}

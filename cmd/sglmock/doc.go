@@ -10,7 +10,7 @@
 //	audit     a benchmark command run against a fresh loopback mock, then
 //	          the mock's records: which requests hit the cache, which
 //	          flushes failed
-//	demo      the seed's poisoned benchmark and its fix, with the truth
+//	demo      the original poisoned benchmark and its fix, with the truth
 //	scenario  the benchmarking traps and their fixes (scenarios), each
 //	          played against a fresh loopback mock with PASS or FAIL
 //	profiles  the built-in cost profiles

@@ -23,7 +23,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "reproduce the seed's poisoned benchmark on an in-process mock, then its fix, with the truth", runDemo},
+		{"demo", "reproduce a poisoned two-point benchmark on an in-process mock, then its fix, with the truth", runDemo},
 		{"scenario", "list the benchmarking traps, play one and its fix against an in-process mock with checks, or print the file format", runScenario},
 		{"bench", "measure a server: twopoint (naive|flush|nonce|flush+nonce) or stream, with verdicts", runBench},
 		{"audit", "run a benchmark command against a fresh mock and report which requests hit the cache", runAudit},

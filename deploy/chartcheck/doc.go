@@ -19,8 +19,9 @@
 //     (CI passes the one from the container image), else built from the
 //     repository,
 //   - check that the image the chart pulls by default is the one the docs
-//     build: the appVersion is the tag of docs/install.md's and the
-//     Dockerfile's build commands, and the version the binary reports.
+//     build: the appVersion is the tag of the README's, docs/install.md's
+//     and the Dockerfile's build commands, and the version the binary
+//     reports.
 //
 // Run it from this directory: go test -count=1 ./... (the result of a run
 // that builds sglmock is cached on the chart files alone).

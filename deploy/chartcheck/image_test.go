@@ -12,9 +12,9 @@ import (
 )
 
 // The image the chart pulls by default is the one the docs build: the
-// chart's appVersion is the tag of every image build command in
-// docs/install.md and the Dockerfile's header, values.yaml leaves the tag
-// to it, and the binary reports that version (sglmock version).
+// chart's appVersion is the tag of every image build command in the
+// README, docs/install.md and the Dockerfile's header, values.yaml leaves
+// the tag to it, and the binary reports that version (sglmock version).
 func TestImageTagAgreesWithTheDocs(t *testing.T) {
 	chart, err := loader.Load(chartDir)
 	if err != nil {
@@ -27,7 +27,7 @@ func TestImageTagAgreesWithTheDocs(t *testing.T) {
 		t.Fatalf("appVersion %q, image %v: want an appVersion, a repository and no tag of values.yaml's own", appVersion, image)
 	}
 	build := regexp.MustCompile(`(?:podman|docker) build [^\n]*?-t (\S+)`)
-	for _, file := range []string{filepath.Join("..", "..", "docs", "install.md"), filepath.Join("..", "..", "Dockerfile")} {
+	for _, file := range []string{filepath.Join("..", "..", "README.md"), filepath.Join("..", "..", "docs", "install.md"), filepath.Join("..", "..", "Dockerfile")} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

@@ -150,12 +150,12 @@ func TestTTFTIsTheModelledPrefill(t *testing.T) {
 	}
 }
 
-// The seed's table: the kimi profile gives t_a and t_b within 10 %. t_a is
+// The original benchmark's table: the kimi profile gives t_a and t_b within 10 %. t_a is
 // deterministic. A single t_b depends on how many speculative rounds the
 // request's draws need for 16 tokens (3 to 5 here), as on real hardware, so
-// its mean over many rids is held to the seed's figure, and every leg to its
+// its mean over many rids is held to that table's figure, and every leg to its
 // own modelled timeline exactly.
-func TestKimiReproducesTheSeedTable(t *testing.T) {
+func TestKimiReproducesTheOriginalTable(t *testing.T) {
 	rows := []struct {
 		prompt int
 		ta, tb float64
@@ -179,7 +179,7 @@ func TestKimiReproducesTheSeedTable(t *testing.T) {
 			for leg := range legs {
 				b, tb := run(t, e, Request{RID: fmt.Sprintf("b-%d-%d", i, leg), InputIDs: ids, MaxNewTokens: 17})
 				if b.CachedTokens != row.prompt-1 || tb >= ta {
-					t.Fatalf("prompt %d leg %d: cached %d in %v, want %d cached and t_b < t_a (%v): the seed's trap",
+					t.Fatalf("prompt %d leg %d: cached %d in %v, want %d cached and t_b < t_a (%v): the original benchmark's trap",
 						row.prompt, leg, b.CachedTokens, tb, row.prompt-1, ta)
 				}
 				if tb != b.Truth.E2E() {
@@ -194,7 +194,7 @@ func TestKimiReproducesTheSeedTable(t *testing.T) {
 	})
 }
 
-func TestSeedTrapAndFixes(t *testing.T) {
+func TestOriginalTrapAndFixes(t *testing.T) {
 	body := strings.Repeat("The quick brown fox jumps over the lazy dog while the cache keeps every prefix. ", 60)
 	nonce := "3f2a9c1e-7b4d-4e0a-9c55-0123456789ab"
 	synctest.Test(t, func(t *testing.T) {

@@ -11,6 +11,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ with what the tests produce")
 
+// Updating says whether the tests run with -update: a test that keeps a
+// generated file other than a golden one (a reference page built from the
+// binary's own output) rewrites it then.
+func Updating() bool { return *update }
+
 // Golden compares got with the golden file testdata/name and fails the test
 // with both when they differ. With -update it writes got to the file
 // instead.

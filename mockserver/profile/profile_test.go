@@ -47,8 +47,8 @@ func TestBuiltins(t *testing.T) {
 	}
 }
 
-// The seed's measurements, which kimi-k2.6-rtx6000 reproduces within 10 %.
-var seedRows = []struct {
+// The original benchmark's measurements, which kimi-k2.6-rtx6000 reproduces within 10 %.
+var originalRows = []struct {
 	prompt int
 	ta, tb float64
 }{
@@ -57,9 +57,9 @@ var seedRows = []struct {
 	{45507, 23.72, 4.26},
 }
 
-func TestKimiCalibratedToTheSeed(t *testing.T) {
+func TestKimiCalibratedToTheOriginal(t *testing.T) {
 	p := mustLoad(t, "kimi-k2.6-rtx6000")
-	for _, row := range seedRows {
+	for _, row := range originalRows {
 		cold := p.Expect(row.prompt, 0, 1)
 		ta := cold.TTFT.Seconds() + cold.DecodeSeconds
 		if !within(ta, row.ta, 0.10) {
@@ -72,7 +72,7 @@ func TestKimiCalibratedToTheSeed(t *testing.T) {
 			t.Errorf("prompt %d: t_b got %.3f s, want %.2f ± 10%%", row.prompt, tb, row.tb)
 		}
 	}
-	// A 192k prompt takes minutes to prefill, as in the seed.
+	// A 192k prompt takes minutes to prefill, as it did there.
 	if ttft := p.Expect(192_000, 0, 1).TTFT; ttft < 3*time.Minute || ttft > 6*time.Minute {
 		t.Errorf("192k prefill: got %v, want minutes (3-6)", ttft)
 	}
