@@ -24,7 +24,7 @@ func (s *Server) generate(c *gin.Context) {
 		writeRefusal(c, generateEnvelope, err)
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p)
+	streams, err := s.submit(c.Request.Context(), p, s.received(c))
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			writeRefusal(c, generateEnvelope, err)
@@ -63,7 +63,7 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 		streamError(w, refused.Error())
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p)
+	streams, err := s.submit(c.Request.Context(), p, s.received(c))
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			streamError(w, err.Error())

@@ -160,7 +160,7 @@ func (r *openAIRun) model() string {
 }
 
 func (r *openAIRun) run() {
-	streams, err := r.s.submit(r.c.Request.Context(), r.plan)
+	streams, err := r.s.submit(r.c.Request.Context(), r.plan, r.s.received(r.c))
 	if err != nil && r.c.Request.Context().Err() != nil {
 		return // the client left while its prompts were cached
 	}

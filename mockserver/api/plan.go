@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
@@ -127,21 +128,25 @@ func (s *Server) checkOutput(p plan) error {
 	return nil
 }
 
-// submit submits a plan's sequences; on the first refusal it aborts those
-// it already submitted and returns the refusal. With n > 1 it first caches
-// the prompts, as SGLang's parallel sampling does.
-func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
+// submit submits a plan's sequences, each arriving at received, the
+// simulated time the request's body had arrived: the mock's own decoding
+// and tokenizing are not the model's time. On the first refusal it aborts
+// those it already submitted and returns the refusal. With n > 1 it first
+// caches the prompts, as SGLang's parallel sampling does; the copies then
+// arrive when that is done.
+func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]*engine.Stream, error) {
 	if err := s.checkOutput(p); err != nil {
 		return nil, err
 	}
 	if p.copies > 1 {
-		if err := s.cachePrompts(ctx, p); err != nil {
+		if err := s.cachePrompts(ctx, p, received); err != nil {
 			return nil, err
 		}
+		received = s.eng.Now()
 	}
 	streams := make([]*engine.Stream, 0, len(p.items))
 	for _, it := range p.items {
-		st, err := s.eng.Submit(it.req)
+		st, err := s.eng.SubmitAt(it.req, received)
 		if err != nil {
 			abortStreams(streams)
 			return nil, err
@@ -158,7 +163,7 @@ func (s *Server) submit(ctx context.Context, p plan) ([]*engine.Stream, error) {
 // waited for. It is a request like any other (counted in the metrics,
 // listed under /sim/requests), so each of the n copies submitted next finds
 // the whole prompt cached. The copies share one tokenization.
-func (s *Server) cachePrompts(ctx context.Context, p plan) error {
+func (s *Server) cachePrompts(ctx context.Context, p plan, received time.Duration) error {
 	for i := 0; i < len(p.items); i += p.copies {
 		group := p.items[i : i+p.copies]
 		tokens, err := s.eng.Tokenize(group[0].req)
@@ -175,7 +180,7 @@ func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 	for i := 0; i < len(p.items); i += p.copies {
 		prefill := p.items[i].req
 		prefill.RID, prefill.MaxNewTokens = "", 0
-		st, err := s.eng.Submit(prefill)
+		st, err := s.eng.SubmitAt(prefill, received)
 		if err != nil {
 			return err
 		}
@@ -183,6 +188,7 @@ func (s *Server) cachePrompts(ctx context.Context, p plan) error {
 			st.Abort()
 			return err
 		}
+		received = s.eng.Now() // the next is sent when this one is done
 	}
 	return nil
 }

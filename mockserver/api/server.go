@@ -410,6 +410,19 @@ func requireJSON(c *gin.Context) {
 	}
 }
 
+// receivedKey keeps, in a request's gin context, the simulated time its
+// body had arrived (readBody), which its engine requests count from.
+const receivedKey = "sglmock.received"
+
+// received is the simulated time c's body had arrived; the engine's now if
+// it was not read.
+func (s *Server) received(c *gin.Context) time.Duration {
+	if at, ok := c.Get(receivedKey); ok {
+		return at.(time.Duration)
+	}
+	return s.eng.Now()
+}
+
 // readBody decodes the JSON body into v. On failure it has written the
 // response (400 or 413) and returns false.
 func (s *Server) readBody(c *gin.Context, v any) bool {
@@ -424,6 +437,7 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 		s.writeReadError(c, err)
 		return false
 	}
+	c.Set(receivedKey, s.eng.Now())
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		writeValidationError(c, "Field required: the request body is empty")
 		return false

@@ -264,8 +264,13 @@ func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
 
 // Submit validates and tokenizes r on the caller's goroutine, then queues
 // it. Validation errors are *InvalidRequestError with SGLang's message.
-func (e *Engine) Submit(r Request) (*Stream, error) {
-	arrival := e.Now()
+func (e *Engine) Submit(r Request) (*Stream, error) { return e.SubmitAt(r, e.Now()) }
+
+// SubmitAt is Submit for a request that arrived at simulated time arrival
+// (at most now): the HTTP layer gives the time its body had arrived, so
+// the mock's own decoding and tokenizing never count as the model's time.
+func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
+	arrival = min(max(arrival, 0), e.Now())
 	seq := e.arrivals.Add(1)
 	tokens, err := e.prompt(r)
 	if err != nil {

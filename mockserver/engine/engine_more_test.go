@@ -594,3 +594,29 @@ func TestSubmitsOwnTimeIsNotQueueTime(t *testing.T) {
 		}
 	})
 }
+
+// SubmitAt counts a request from the arrival it is given (the HTTP layer's
+// time its body had arrived), never from the future.
+func TestSubmitAtCountsFromTheArrivalGiven(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := &tickingClock{base: time.Now(), step: time.Millisecond}
+		e := startEngine(t, Config{Profile: loadProfile(t, "default"), Clock: clock})
+		defer e.Close()
+		truth := func(rid string, arrival time.Duration) *Truth {
+			s, err := e.SubmitAt(Request{RID: rid, InputIDs: prompt(int32(len(rid)), 100), MaxNewTokens: 1}, arrival)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := drain(t, s)
+			return evs[len(evs)-1].Truth
+		}
+		early := e.Now() // every later read of the clock is 1 ms on
+		if tr := truth("early", early); tr.Arrival != early || tr.Admitted != early {
+			t.Errorf("arrived at %v, admitted at %v: want both at %v", tr.Arrival, tr.Admitted, early)
+		}
+		before := e.Now()
+		if tr := truth("future", time.Hour); tr.Arrival <= before || tr.Arrival >= time.Hour {
+			t.Errorf("an arrival in the future: arrived at %v, want the moment of the call, just after %v", tr.Arrival, before)
+		}
+	})
+}
