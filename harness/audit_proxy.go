@@ -324,7 +324,9 @@ func (rec *Recorder) serveFlush(w http.ResponseWriter, r *http.Request) {
 	rw := &flushWriter{ResponseWriter: w}
 	rec.proxy.ServeHTTP(rw, r)
 	f.Answered = rec.since().Seconds()
-	f.OK = rw.status == http.StatusOK
+	// One rule with bench's own flushes: a 200 that says {"success":
+	// false} (vLLM's reset, a request running) is refused.
+	f.OK = FlushAttempt{Status: rw.status, Body: string(rw.body)}.OK()
 	f.Outcome = fmt.Sprintf("HTTP %d %s", rw.status, strings.TrimSpace(string(rw.body)))
 	if f.OK {
 		f.Outcome = sim.OutcomeFlushed
