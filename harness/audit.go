@@ -372,7 +372,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			rep.Chance.add(r)
 			continue
 		}
-		cause := reuseCause(r, byRID[r.Source], rs[0].RID, rep.Flushes)
+		cause := reuseCause(r, byRID[r.Source], rs[0].PromptHash, rep.Flushes)
 		switch {
 		case !opt.AllowSharedPrefix.Auto && r.CachedTokens <= r.Floor+opt.AllowSharedPrefix.Tokens:
 			tolerated++
@@ -447,9 +447,10 @@ func (c *ChanceReuse) add(r *AuditRequest) {
 }
 
 // reuseCause names a material reuse: its pattern, its source, the numbers
-// and the flushes between them. A repeat of the run's first request is
-// the load tools' warm-up, and the cause says how to keep it out.
-func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string {
+// and the flushes between them. A repeat of the run's first prompt (of the
+// first request, or of a later copy of it: several warm-ups) is the load
+// tools' warm-up, and the cause says how to keep it out.
+func reuseCause(r, src *AuditRequest, firstHash string, flushes []sim.Flush) string {
 	var b strings.Builder
 	from := "an earlier request"
 	if src != nil {
@@ -460,8 +461,8 @@ func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string 
 	switch r.Pattern {
 	case Repeat:
 		fmt.Fprintf(&b, "repeats the prompt of %s: a warm-up, a retry or a two-point leg", from)
-		if r.Source == first {
-			b.WriteString(" (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
+		if r.PromptHash != "" && r.PromptHash == firstHash {
+			b.WriteString(" (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
 				"or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0)")
 		}
 	case NearRepeat:

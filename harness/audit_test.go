@@ -199,7 +199,7 @@ func TestAuditWarmupRepeatOnly(t *testing.T) {
 		}
 		out := text(t, rep)
 		for _, want := range []string{
-			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
+			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
 			fmt.Sprintf("16 requests shared %d-%d head tokens beyond the floor with earlier prompts: no measurable effect", rep.Chance.MinTokens, rep.Chance.MaxTokens),
 			"the prefix cache made this run's mean TTFT ",
 			"verdict: POISONED: 1 of 21 requests reused an earlier prompt's prefix enough to cut their TTFT by 1 % or more (1 repeat)",
@@ -221,6 +221,28 @@ func TestAuditWarmupRepeatOnly(t *testing.T) {
 		}
 		if e.TTFT.AsRunWall != e.TTFT.AsRun {
 			t.Errorf("at speedup 1 the wall figures %+v must be the simulated ones %+v", e.TTFT.AsRunWall, e.TTFT.AsRun)
+		}
+	})
+}
+
+// Several warm-ups (bench_serving --warmup-requests 3, vLLM's test prompt
+// and --num-warmups): the measured copy repeats the last of them, not the
+// run's first request, and its cause still says how to keep a warm-up out.
+func TestAuditSeveralWarmups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		prompts := randomPrompts(3, 1)
+		l := load{route: "/generate", output: 8}
+		for _, rid := range []string{"warmup-1", "warmup-2", "warmup-3"} {
+			m.Do(t, "POST", l.route, l.body(prompts[0], rid, 8))
+		}
+		for i, p := range prompts {
+			m.Do(t, "POST", l.route, l.body(p, fmt.Sprintf("req-%02d", i), 8))
+		}
+		rep := audit(t, m, harness.AuditOptions{})
+		wantPoisoned(t, rep, "warmup-2", "warmup-3", "req-00")
+		if r := request(t, rep, "req-00"); r.Source != "warmup-3" || !strings.Contains(r.Verdict.String(), "(the run's first prompt; if it was a warm-up,") {
+			t.Errorf("req-00: a repeat of %s, %q: want of warmup-3, with how to keep a warm-up out", r.Source, r.Verdict)
 		}
 	})
 }
