@@ -204,8 +204,9 @@ type AuditReport struct {
 	CacheEffect    *CacheEffect        `json:"cache_effect"`
 	Tool           *ToolComparison     `json:"tool,omitempty"`
 	// Checked is false when the audit could not vouch for the run: no
-	// request reached the server, the server let records go, or it
-	// reports no cached tokens. The verdict says why.
+	// request reached the server, the server let records go, it reports
+	// no cached tokens, or it reported counts no server can have. The
+	// verdict says why.
 	Checked bool    `json:"checked"`
 	Verdict Verdict `json:"verdict"`
 }
@@ -404,7 +405,9 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		}
 	}
 	if impossible > 0 {
-		rep.Verdict.add(Suspect, fmt.Sprintf("%d requests carry impossible counts from the server and were not judged", impossible))
+		// Requests not judged leave the run unchecked, as answers the
+		// proxy could not read do: a CI job must not pass on them.
+		rep.uncheck(fmt.Sprintf("%d requests carry impossible counts from the server and were not judged", impossible))
 	}
 	refused := 0
 	for _, f := range rep.Flushes {

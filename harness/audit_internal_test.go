@@ -41,7 +41,7 @@ func fakeSim(requests string) http.Handler {
 }
 
 // Counts no server can report are SUSPECT with the numbers, never judged
-// as reuse nor counted in the cache's effect.
+// as reuse nor counted in the cache's effect, and leave the run unchecked.
 func TestAuditImpossibleCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := mocktest.NewServer(fakeSim(`[
@@ -63,8 +63,8 @@ func TestAuditImpossibleCounts(t *testing.T) {
 				t.Errorf("%s: got %q (pattern %q), want %q", r.RID, got, r.Pattern, want[i])
 			}
 		}
-		if got := rep.Verdict.String(); got != "SUSPECT: 3 requests carry impossible counts from the server and were not judged" || rep.CacheEffect != nil {
-			t.Errorf("verdict %q, cache effect %+v: want SUSPECT and no effect", got, rep.CacheEffect)
+		if got := rep.Verdict.String(); got != "SUSPECT: 3 requests carry impossible counts from the server and were not judged" || rep.CacheEffect != nil || rep.Checked {
+			t.Errorf("verdict %q, cache effect %+v, checked %v: want SUSPECT, no effect, unchecked (exit 3)", got, rep.CacheEffect, rep.Checked)
 		}
 	})
 }

@@ -187,7 +187,7 @@ func TestProxyBoundsWhatItReads(t *testing.T) {
 }
 
 // Counts no server can report are SUSPECT through the proxy too, with the
-// numbers.
+// numbers, and leave the run unchecked.
 func TestProxyImpossibleCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -211,8 +211,8 @@ func TestProxyImpossibleCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of a 100-token prompt"
-		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" {
-			t.Fatalf("%s: got %q, want %q", rep.Requests[0].RID, got, want)
+		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" || rep.Checked {
+			t.Fatalf("%s: got %q, checked %v; want %q, unchecked", rep.Requests[0].RID, got, rep.Checked, want)
 		}
 	})
 }
