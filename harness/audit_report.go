@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -133,11 +134,15 @@ func (a *AuditReport) sharedPrefixLine() string {
 		}
 	}
 	line := strings.Join(parts, "; ") + fmt.Sprintf("; %.0f %% of their prompt tokens came from the cache", 100*float64(cached)/float64(max(prompt, 1)))
+	large := slices.ContainsFunc(a.SharedPrefixes, func(g SharedPrefixGroup) bool { return g.Requests >= AutoGroup })
 	switch {
 	case a.AllowSharedPrefix.Auto && same && a.SharedPrefixes[0].Workload:
 		line += " (the workload's own: --allow-shared-prefix auto)"
 	case a.AllowSharedPrefix.Auto:
 		line += fmt.Sprintf(" (--allow-shared-prefix auto takes a prefix %d or more requests share for the workload's own)", AutoGroup)
+	case large:
+		// The fix when the prefix is there by design, said once.
+		line += fmt.Sprintf(" (a system prompt by design? --allow-shared-prefix auto takes a prefix %d or more requests share for the workload's own)", AutoGroup)
 	}
 	return line
 }

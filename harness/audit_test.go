@@ -312,8 +312,12 @@ func TestAuditSharedPrefixAuto(t *testing.T) {
 		// A second audit's floor probes must not repeat the first's.
 		next := counter()
 		fixed := audit(t, m, harness.AuditOptions{NewID: func() string { return "again-" + next() }})
-		// The repeat, and the 6 requests after each group's first.
+		// The repeat, and the 6 requests after each group's first; the
+		// report says, once, how to take the groups for the workload's.
 		wantPoisoned(t, fixed, "req-00", "req-02", "req-03", "req-04", "req-05", "req-06", "req-07")
+		if out := text(t, fixed); !strings.Contains(out, "came from the cache (a system prompt by design? --allow-shared-prefix auto takes a prefix 3 or more requests share for the workload's own)") {
+			t.Errorf("the report does not say how to allow the groups:\n%s", out)
+		}
 	})
 }
 
