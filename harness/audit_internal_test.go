@@ -111,3 +111,63 @@ func TestProxyPastItsBodyBound(t *testing.T) {
 		}
 	})
 }
+
+// heldWriter passes an answer through and, once its bytes are out, holds
+// the handler until released: the client has its whole answer while the
+// proxy's handler has not returned.
+type heldWriter struct {
+	http.ResponseWriter
+	out, release chan struct{}
+}
+
+func (w heldWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.ResponseWriter.(http.Flusher).Flush()
+	select {
+	case w.out <- struct{}{}:
+		<-w.release
+	default:
+	}
+	return n, err
+}
+
+func (w heldWriter) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
+
+// A run may end as soon as the client has its last answer, before the
+// proxy's handler returns: the request's prompt is recorded by then, so
+// that the repeat is found.
+func TestProxyRecordsThePromptBeforeTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		rec, err := NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, release := make(chan struct{}), make(chan struct{})
+		held := false
+		ps := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if held {
+				w = heldWriter{w, out, release}
+			}
+			rec.ServeHTTP(w, r)
+		}))
+		defer ps.Close()
+		body := `{"text": "the same prompt, twice over", "sampling_params": {"max_new_tokens": 2}}`
+		if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+			t.Fatalf("%d %s", code, resp)
+		}
+		held = true
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ps.Do(t, "POST", "/generate", body)
+		}()
+		<-out
+		<-done // the client has its whole answer; the handler is held
+		got := rec.recording()
+		close(release)
+		if len(got.records) != 2 || got.records[1].hash == "" || got.records[1].hash != got.records[0].hash {
+			t.Fatalf("the second request's prompt hash %q, the first's %q: want it recorded, the same", got.records[1].hash, got.records[0].hash)
+		}
+	})
+}
