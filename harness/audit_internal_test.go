@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // fakeSim is a server that says it is sglmock and reports what it is given
@@ -110,6 +112,42 @@ func TestProxyPastItsBodyBound(t *testing.T) {
 			t.Fatalf("again: pattern %q from %q, key of %d bytes; want a repeat of first, a key of %d", r.Pattern, r.Source, len(rec.records[1].key), promptHead)
 		}
 	})
+}
+
+// Through the proxy, a measured request whose answer could not be read
+// has no times: the tool's figures are put beside the others' only, and
+// the report says so, instead of counting it as an E2E of 0.
+func TestCompareToolLeavesOutUnreadAnswers(t *testing.T) {
+	ttft := 0.1
+	req := func(rid string, arrival, e2e float64) AuditRequest {
+		r := AuditRequest{RequestSummary: sim.RequestSummary{RID: rid, Arrival: arrival, Finished: arrival + e2e, E2E: e2e, CompletionTokens: 5, PromptTokens: 50}}
+		if e2e > 0 {
+			r.TTFT = &ttft
+		} else {
+			r.Finished, r.CompletionTokens, r.PromptTokens = 0, 0, 0 // unread: nothing known
+		}
+		return r
+	}
+	rep := &AuditReport{Upstream: "http://gpu:30000", Speedup: 1,
+		Requests: []AuditRequest{req("warmup", 0, 1), req("a", 1, 1), req("unread", 2, 0), req("b", 3, 3)}}
+	res := &ToolResult{Tool: ToolSGLang, Completed: 3, Figures: map[string]float64{"mean_e2e_latency_ms": 2000, "total_output_tokens": 10}}
+	tc, err := CompareTool(context.Background(), nil, rep, "out.jsonl", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e2e, output float64
+	for _, f := range tc.Figures {
+		switch f.Key {
+		case "mean_e2e_latency_ms":
+			e2e = f.Truth
+		case "total_output_tokens":
+			output = f.Truth
+		}
+	}
+	if tc.Measured != 2 || e2e != 2000 || output != 10 || !slices.Contains(tc.NotCompared,
+		"1 measured request without times or counts to read (an answer the proxy could not read, impossible counts): every figure covers the others only") {
+		t.Fatalf("measured %d, mean E2E %v ms, output %v, not compared %q: want 2, 2000, 10 and the unread one said", tc.Measured, e2e, output, tc.NotCompared)
+	}
 }
 
 // heldWriter passes an answer through and, once its bytes are out, holds

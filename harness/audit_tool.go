@@ -133,11 +133,22 @@ func CompareTool(ctx context.Context, c *Client, rep *AuditReport, file string, 
 	}
 	tc.WarmUp = len(rep.Requests) - n
 	measured := rep.Requests[tc.WarmUp:]
+	// The truth is what the server recorded: a request whose answer the
+	// proxy could not read (no end) or whose counts are impossible has no
+	// times or counts to stand beside the tool's.
 	var done []AuditRequest
+	unknown := 0
 	for _, r := range measured {
-		if r.FinishReason != "abort" {
+		switch {
+		case rep.Upstream != "" && r.Finished == 0, impossibleAudit(&r) != "":
+			unknown++
+		case r.FinishReason != "abort":
 			done = append(done, r)
 		}
+	}
+	if unknown > 0 {
+		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s without times or counts to read (an answer the proxy could not read, impossible counts): every figure covers the others only",
+			plural(unknown, "measured request")))
 	}
 	tc.Measured = len(done)
 	tc.Match = fmt.Sprintf("its figures cover the last %s the command sent (its completed and failed); before them came %s, its warm-up",
