@@ -75,8 +75,14 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 		if c.MaxTokens == 1 {
 			tokens = "head token"
 		}
-		fmt.Fprintf(&b, "%s shared %s %s beyond the floor with earlier prompts: no measurable effect (each cut its TTFT by at most %.2f %%)\n",
-			plural(c.Requests, "request"), span, tokens, c.MaxImpact)
+		// Below the default bound the cut is within a benchmark's noise;
+		// above it, only the user's --min-impact excuses it.
+		effect := "no measurable effect"
+		if c.MaxImpact >= DefaultMinImpact {
+			effect = fmt.Sprintf("below --min-impact %s %%", trimFloat(a.MinImpact))
+		}
+		fmt.Fprintf(&b, "%s shared %s %s beyond the floor with earlier prompts: %s (each cut its TTFT by at most %.2f %%)\n",
+			plural(c.Requests, "request"), span, tokens, effect, c.MaxImpact)
 	}
 	if line := a.sharedPrefixLine(); line != "" {
 		b.WriteString(line + "\n")

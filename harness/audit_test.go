@@ -247,6 +247,22 @@ func TestAuditSeveralWarmups(t *testing.T) {
 	})
 }
 
+// A --min-impact above the default excuses reuse that measurably cut a
+// TTFT: the summary line says it is below the bound, never that it had
+// no measurable effect.
+func TestAuditHighMinImpact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		load{route: "/generate", warmup: true, prompts: randomPrompts(1, 1), output: 8}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{MinImpact: 90})
+		r := request(t, rep, "req-00")
+		want := fmt.Sprintf("1 request shared %d head tokens beyond the floor with earlier prompts: below --min-impact 90 %% (each cut its TTFT by at most %.2f %%)", r.CachedTokens, r.Impact)
+		if out := text(t, rep); r.Material || r.Impact < 1 || !strings.Contains(out, want) {
+			t.Fatalf("req-00: material %v, impact %v; want an excused repeat of 1 %% or more, and %q in\n%s", r.Material, r.Impact, want, out)
+		}
+	})
+}
+
 func text(t *testing.T, rep *harness.AuditReport) string {
 	t.Helper()
 	var b bytes.Buffer
