@@ -40,6 +40,15 @@ func TestOriginalRowsReproduceWithinTolerance(t *testing.T) {
 		res.WriteReport(&b)
 		t.Fatalf("largest residual %.2f %%, want <= 5 %%:\n%s", 100*res.MaxError, b.String())
 	}
+	// Three prefill coefficients and a decode table of three points for
+	// six legs: the residual is 0 by construction, and the report says
+	// that it checks nothing rather than that the rows are within 5 %.
+	var report strings.Builder
+	res.WriteReport(&report)
+	if !res.Exact() || res.Parameters != 6 || res.Legs != 6 ||
+		!strings.Contains(report.String(), "which checks nothing: 6 parameters for 6 measured legs") || strings.Contains(report.String(), "within the") {
+		t.Errorf("exact %v, %d parameters, %d legs, report:\n%s\nwant an exact fit of 6 for 6, said to check nothing", res.Exact(), res.Parameters, res.Legs, report.String())
+	}
 	// The fitted profile is a valid profile file.
 	again, err := profile.Parse(strings.NewReader(string(res.Profile.YAML())), "x")
 	if err != nil {
@@ -76,6 +85,9 @@ func TestRecoversAKnownProfile(t *testing.T) {
 		}
 		if res.PrefillForm != Formula || res.DecodeForm != Formula {
 			t.Fatalf("cached %v: got forms %s/%s, want formulas for rows the formulas generated", cached, res.PrefillForm, res.DecodeForm)
+		}
+		if res.Exact() || res.Parameters != 5 || res.Legs != 10 {
+			t.Errorf("cached %v: exact %v with %d parameters for %d legs, want a check: 5 for 10", cached, res.Exact(), res.Parameters, res.Legs)
 		}
 		got, want := res.Profile, truth
 		for _, c := range []struct {

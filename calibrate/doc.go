@@ -44,7 +44,10 @@
 // weighted by 1/t so that each time counts by its relative error, with the
 // coefficients held >= 0. When the formulas leave a residual above 5 % the
 // fit switches that part to a measured table (prefill.table,
-// decode.ctx_table) through the rows' points, made monotone. Everything else
+// decode.ctx_table) through the rows' points, made monotone. A fit with as
+// many parameters as distinct legs (three rows: three prefill coefficients
+// and a table of three points) passes through every row: its residual is 0
+// by construction, and the report says that it checks nothing. Everything else
 // (limits, page size, chunking, speculative decoding) comes from the base
 // profile, which must describe the deployment measured.
 package calibrate

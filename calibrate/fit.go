@@ -31,7 +31,17 @@ type Result struct {
 	// MaxError is the largest relative residual over both legs of every
 	// row; above Tolerance no form fitted.
 	MaxError float64
+	// Parameters is the numbers the fitted forms set (three for the
+	// prefill formula, two for the decode formula, a table's points) and
+	// Legs the distinct legs they were fitted to: with no more legs than
+	// parameters the fit passes through every row by construction, and
+	// MaxError checks nothing (Exact).
+	Parameters, Legs int
 }
+
+// Exact tells whether the fit has as many parameters as legs or more: its
+// residual is then 0 by construction, not a check of the model.
+func (r *Result) Exact() bool { return r.Legs <= r.Parameters }
 
 // Residual is a row with the fitted profile's predictions of its legs.
 type Residual struct {
@@ -254,7 +264,19 @@ func decodeSeconds(p *profile.Profile, prompt, completion int) float64 {
 }
 
 func (f *fitter) evaluate(p *profile.Profile, forms [2]Form) *Result {
-	res := &Result{Profile: p, PrefillForm: forms[0], DecodeForm: forms[1]}
+	res := &Result{Profile: p, PrefillForm: forms[0], DecodeForm: forms[1], Parameters: 3 + 2}
+	if forms[0] == Table {
+		res.Parameters += len(p.Prefill.Table) + 1 - 3 // the points and the per-chunk overhead
+	}
+	if forms[1] == Table {
+		res.Parameters += len(p.Decode.CtxTable) - 2
+	}
+	legs := map[[3]int]bool{}
+	for _, r := range f.rows {
+		legs[[3]int{r.PromptTokens, 0, r.A}] = true
+		legs[[3]int{r.PromptTokens, f.cachedLen(r), r.B}] = true
+	}
+	res.Legs = len(legs)
 	for _, r := range f.rows {
 		fit := Residual{Row: r,
 			TAFit: legSeconds(p, r.PromptTokens, 0, r.A),

@@ -35,10 +35,21 @@ func (r *Result) WriteReport(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if r.Exact() {
+		_, err := fmt.Fprintf(w, "largest residual %.2f %%, which checks nothing: %s", 100*r.MaxError, r.ExactNote())
+		return err
+	}
 	verdict := "within"
 	if r.MaxError > Tolerance {
 		verdict = "ABOVE"
 	}
 	_, err := fmt.Fprintf(w, "largest residual %.2f %% (%s the %g %% tolerance)\n", 100*r.MaxError, verdict, Tolerance*100)
 	return err
+}
+
+// ExactNote says why an exact fit's residual is no check, and what would
+// make one.
+func (r *Result) ExactNote() string {
+	return fmt.Sprintf("%d parameters for %d measured legs pass through every row by construction "+
+		"(rows at more prompt sizes would test the fit)\n", r.Parameters, r.Legs)
 }

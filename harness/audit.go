@@ -204,8 +204,9 @@ type AuditReport struct {
 	CacheEffect    *CacheEffect        `json:"cache_effect"`
 	Tool           *ToolComparison     `json:"tool,omitempty"`
 	// Checked is false when the audit could not vouch for the run: no
-	// request reached the server, the server let records go, or it
-	// reports no cached tokens. The verdict says why.
+	// request reached the server, the server let records go, it reports
+	// no cached tokens, or it reported counts no server can have. The
+	// verdict says why.
 	Checked bool    `json:"checked"`
 	Verdict Verdict `json:"verdict"`
 }
@@ -372,7 +373,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			rep.Chance.add(r)
 			continue
 		}
-		cause := reuseCause(r, byRID[r.Source], rs[0].RID, rep.Flushes)
+		cause := reuseCause(r, byRID[r.Source], rs[0].PromptHash, rep.Flushes)
 		switch {
 		case !opt.AllowSharedPrefix.Auto && r.CachedTokens <= r.Floor+opt.AllowSharedPrefix.Tokens:
 			tolerated++
@@ -404,7 +405,9 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		}
 	}
 	if impossible > 0 {
-		rep.Verdict.add(Suspect, fmt.Sprintf("%d requests carry impossible counts from the server and were not judged", impossible))
+		// Requests not judged leave the run unchecked, as answers the
+		// proxy could not read do: a CI job must not pass on them.
+		rep.uncheck(fmt.Sprintf("%d requests carry impossible counts from the server and were not judged", impossible))
 	}
 	refused := 0
 	for _, f := range rep.Flushes {
@@ -447,9 +450,10 @@ func (c *ChanceReuse) add(r *AuditRequest) {
 }
 
 // reuseCause names a material reuse: its pattern, its source, the numbers
-// and the flushes between them. A repeat of the run's first request is
-// the load tools' warm-up, and the cause says how to keep it out.
-func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string {
+// and the flushes between them. A repeat of the run's first prompt (of the
+// first request, or of a later copy of it: several warm-ups) is the load
+// tools' warm-up, and the cause says how to keep it out.
+func reuseCause(r, src *AuditRequest, firstHash string, flushes []sim.Flush) string {
 	var b strings.Builder
 	from := "an earlier request"
 	if src != nil {
@@ -460,8 +464,8 @@ func reuseCause(r, src *AuditRequest, first string, flushes []sim.Flush) string 
 	switch r.Pattern {
 	case Repeat:
 		fmt.Fprintf(&b, "repeats the prompt of %s: a warm-up, a retry or a two-point leg", from)
-		if r.Source == first {
-			b.WriteString(" (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
+		if r.PromptHash != "" && r.PromptHash == firstHash {
+			b.WriteString(" (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
 				"or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0)")
 		}
 	case NearRepeat:

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // fakeSim is a server that says it is sglmock and reports what it is given
@@ -41,7 +43,7 @@ func fakeSim(requests string) http.Handler {
 }
 
 // Counts no server can report are SUSPECT with the numbers, never judged
-// as reuse nor counted in the cache's effect.
+// as reuse nor counted in the cache's effect, and leave the run unchecked.
 func TestAuditImpossibleCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := mocktest.NewServer(fakeSim(`[
@@ -63,8 +65,8 @@ func TestAuditImpossibleCounts(t *testing.T) {
 				t.Errorf("%s: got %q (pattern %q), want %q", r.RID, got, r.Pattern, want[i])
 			}
 		}
-		if got := rep.Verdict.String(); got != "SUSPECT: 3 requests carry impossible counts from the server and were not judged" || rep.CacheEffect != nil {
-			t.Errorf("verdict %q, cache effect %+v: want SUSPECT and no effect", got, rep.CacheEffect)
+		if got := rep.Verdict.String(); got != "SUSPECT: 3 requests carry impossible counts from the server and were not judged" || rep.CacheEffect != nil || rep.Checked {
+			t.Errorf("verdict %q, cache effect %+v, checked %v: want SUSPECT, no effect, unchecked (exit 3)", got, rep.CacheEffect, rep.Checked)
 		}
 	})
 }
@@ -108,6 +110,102 @@ func TestProxyPastItsBodyBound(t *testing.T) {
 		}
 		if r := rep.Requests[1]; r.Pattern != Repeat || r.Source != "first" || len(rec.records[1].key) != promptHead {
 			t.Fatalf("again: pattern %q from %q, key of %d bytes; want a repeat of first, a key of %d", r.Pattern, r.Source, len(rec.records[1].key), promptHead)
+		}
+	})
+}
+
+// Through the proxy, a measured request whose answer could not be read
+// has no times: the tool's figures are put beside the others' only, and
+// the report says so, instead of counting it as an E2E of 0.
+func TestCompareToolLeavesOutUnreadAnswers(t *testing.T) {
+	ttft := 0.1
+	req := func(rid string, arrival, e2e float64) AuditRequest {
+		r := AuditRequest{RequestSummary: sim.RequestSummary{RID: rid, Arrival: arrival, Finished: arrival + e2e, E2E: e2e, CompletionTokens: 5, PromptTokens: 50}}
+		if e2e > 0 {
+			r.TTFT = &ttft
+		} else {
+			r.Finished, r.CompletionTokens, r.PromptTokens = 0, 0, 0 // unread: nothing known
+		}
+		return r
+	}
+	rep := &AuditReport{Upstream: "http://gpu:30000", Speedup: 1,
+		Requests: []AuditRequest{req("warmup", 0, 1), req("a", 1, 1), req("unread", 2, 0), req("b", 3, 3)}}
+	res := &ToolResult{Tool: ToolSGLang, Completed: 3, Figures: map[string]float64{"mean_e2e_latency_ms": 2000, "total_output_tokens": 10}}
+	tc, err := CompareTool(context.Background(), nil, rep, "out.jsonl", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e2e, output float64
+	for _, f := range tc.Figures {
+		switch f.Key {
+		case "mean_e2e_latency_ms":
+			e2e = f.Truth
+		case "total_output_tokens":
+			output = f.Truth
+		}
+	}
+	if tc.Measured != 2 || e2e != 2000 || output != 10 || !slices.Contains(tc.NotCompared,
+		"1 measured request without times or counts to read (an answer the proxy could not read, impossible counts): every figure covers the others only") {
+		t.Fatalf("measured %d, mean E2E %v ms, output %v, not compared %q: want 2, 2000, 10 and the unread one said", tc.Measured, e2e, output, tc.NotCompared)
+	}
+}
+
+// heldWriter passes an answer through and, once its bytes are out, holds
+// the handler until released: the client has its whole answer while the
+// proxy's handler has not returned.
+type heldWriter struct {
+	http.ResponseWriter
+	out, release chan struct{}
+}
+
+func (w heldWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.ResponseWriter.(http.Flusher).Flush()
+	select {
+	case w.out <- struct{}{}:
+		<-w.release
+	default:
+	}
+	return n, err
+}
+
+func (w heldWriter) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
+
+// A run may end as soon as the client has its last answer, before the
+// proxy's handler returns: the request's prompt is recorded by then, so
+// that the repeat is found.
+func TestProxyRecordsThePromptBeforeTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		rec, err := NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, release := make(chan struct{}), make(chan struct{})
+		held := false
+		ps := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if held {
+				w = heldWriter{w, out, release}
+			}
+			rec.ServeHTTP(w, r)
+		}))
+		defer ps.Close()
+		body := `{"text": "the same prompt, twice over", "sampling_params": {"max_new_tokens": 2}}`
+		if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+			t.Fatalf("%d %s", code, resp)
+		}
+		held = true
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ps.Do(t, "POST", "/generate", body)
+		}()
+		<-out
+		<-done // the client has its whole answer; the handler is held
+		got := rec.recording()
+		close(release)
+		if len(got.records) != 2 || got.records[1].hash == "" || got.records[1].hash != got.records[0].hash {
+			t.Fatalf("the second request's prompt hash %q, the first's %q: want it recorded, the same", got.records[1].hash, got.records[0].hash)
 		}
 	})
 }

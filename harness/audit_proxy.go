@@ -196,33 +196,31 @@ func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.proxy.ServeHTTP(w, r)
 		return
 	}
-	rec.records = append(rec.records, pr)
-	rec.mu.Unlock()
-	rec.proxy.ServeHTTP(w, r.WithContext(contextWith(r, pr)))
-	if body == nil {
-		return
-	}
 	// What the request asked is read after the run, costing the run
 	// nothing, while the bodies kept fit their bound; past it, each is
-	// read apart from its answer (whose last bytes go out only once this
-	// returns) and only its prompt's head kept.
-	rec.mu.Lock()
-	keep := rec.bodyBytes+int64(len(body)) <= rec.maxRequestBytes
-	if keep {
-		rec.bodyBytes += int64(len(body))
+	// read beside its answer, on a goroutine of its own, and only its
+	// prompt's head kept. Either is set up before the request goes on: a
+	// client may have its whole answer, and the run may end, before this
+	// handler returns.
+	keep := false
+	if body != nil {
+		keep = rec.bodyBytes+int64(len(body)) <= rec.maxRequestBytes
+		if keep {
+			rec.bodyBytes += int64(len(body))
+			pr.request = body // pr is not shared yet
+		} else {
+			rec.inspecting.Add(1)
+		}
 	}
+	rec.records = append(rec.records, pr)
 	rec.mu.Unlock()
-	if keep {
-		pr.mu.Lock()
-		pr.request = body
-		pr.mu.Unlock()
-		return
+	if body != nil && !keep {
+		go func() {
+			defer rec.inspecting.Done()
+			inspect(pr, body, true)
+		}()
 	}
-	rec.inspecting.Add(1)
-	go func() {
-		defer rec.inspecting.Done()
-		inspect(pr, body, true)
-	}()
+	rec.proxy.ServeHTTP(w, r.WithContext(contextWith(r, pr)))
 }
 
 type readCloser struct {
@@ -324,7 +322,9 @@ func (rec *Recorder) serveFlush(w http.ResponseWriter, r *http.Request) {
 	rw := &flushWriter{ResponseWriter: w}
 	rec.proxy.ServeHTTP(rw, r)
 	f.Answered = rec.since().Seconds()
-	f.OK = rw.status == http.StatusOK
+	// One rule with bench's own flushes: a 200 that says {"success":
+	// false} (vLLM's reset, a request running) is refused.
+	f.OK = FlushAttempt{Status: rw.status, Body: string(rw.body)}.OK()
 	f.Outcome = fmt.Sprintf("HTTP %d %s", rw.status, strings.TrimSpace(string(rw.body)))
 	if f.OK {
 		f.Outcome = sim.OutcomeFlushed

@@ -187,7 +187,7 @@ func TestProxyBoundsWhatItReads(t *testing.T) {
 }
 
 // Counts no server can report are SUSPECT through the proxy too, with the
-// numbers.
+// numbers, and leave the run unchecked.
 func TestProxyImpossibleCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -211,8 +211,50 @@ func TestProxyImpossibleCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "SUSPECT: the server reported impossible counts: cached_tokens 1000000000 of a 100-token prompt"
-		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" {
-			t.Fatalf("%s: got %q, want %q", rep.Requests[0].RID, got, want)
+		if got := rep.Requests[0].Verdict.String(); got != want || rep.Requests[0].RID != "odd" || rep.Checked {
+			t.Fatalf("%s: got %q, checked %v; want %q, unchecked", rep.Requests[0].RID, got, rep.Checked, want)
+		}
+	})
+}
+
+// A vLLM that could not reset its prefix cache answers 200 {"success":
+// false}: the proxy records a refused flush, as bench's own flushes do,
+// and the repeat it let through says so.
+func TestProxyRefusedResetWithStatus200(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.StartBehind(t, api.Config{}, func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/reset_prefix_cache" {
+					io.WriteString(w, `{"success": false}`)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		})
+		rec, err := harness.NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		prompt := strings.Repeat("the same prompt of many words ", 60)
+		send := func(rid string) {
+			body := fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 4}}`, rid, prompt)
+			if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+				t.Fatalf("%d %s", code, resp)
+			}
+		}
+		send("warmup")
+		if code, resp, _ := ps.Do(t, "POST", "/reset_prefix_cache", ""); code != 200 {
+			t.Fatalf("reset: %d %s", code, resp)
+		}
+		send("measured")
+		rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+		if len(rep.Flushes) != 1 || rep.Flushes[0].OK || rep.Flushes[0].Outcome != `HTTP 200 {"success": false}` {
+			t.Fatalf("flushes %+v: want one refused, HTTP 200 {\"success\": false}", rep.Flushes)
+		}
+		if v := rep.Requests[1].Verdict.String(); !strings.Contains(v, `the flush between them was refused (`) {
+			t.Errorf("measured: %q, want the refused flush named", v)
 		}
 	})
 }

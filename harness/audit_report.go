@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -74,8 +75,14 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 		if c.MaxTokens == 1 {
 			tokens = "head token"
 		}
-		fmt.Fprintf(&b, "%s shared %s %s beyond the floor with earlier prompts: no measurable effect (each cut its TTFT by at most %.2f %%)\n",
-			plural(c.Requests, "request"), span, tokens, c.MaxImpact)
+		// Below the default bound the cut is within a benchmark's noise;
+		// above it, only the user's --min-impact excuses it.
+		effect := "no measurable effect"
+		if c.MaxImpact >= DefaultMinImpact {
+			effect = fmt.Sprintf("below --min-impact %s %%", trimFloat(a.MinImpact))
+		}
+		fmt.Fprintf(&b, "%s shared %s %s beyond the floor with earlier prompts: %s (each cut its TTFT by at most %.2f %%)\n",
+			plural(c.Requests, "request"), span, tokens, effect, c.MaxImpact)
 	}
 	if line := a.sharedPrefixLine(); line != "" {
 		b.WriteString(line + "\n")
@@ -133,11 +140,15 @@ func (a *AuditReport) sharedPrefixLine() string {
 		}
 	}
 	line := strings.Join(parts, "; ") + fmt.Sprintf("; %.0f %% of their prompt tokens came from the cache", 100*float64(cached)/float64(max(prompt, 1)))
+	large := slices.ContainsFunc(a.SharedPrefixes, func(g SharedPrefixGroup) bool { return g.Requests >= AutoGroup })
 	switch {
 	case a.AllowSharedPrefix.Auto && same && a.SharedPrefixes[0].Workload:
 		line += " (the workload's own: --allow-shared-prefix auto)"
 	case a.AllowSharedPrefix.Auto:
 		line += fmt.Sprintf(" (--allow-shared-prefix auto takes a prefix %d or more requests share for the workload's own)", AutoGroup)
+	case large:
+		// The fix when the prefix is there by design, said once.
+		line += fmt.Sprintf(" (a system prompt by design? --allow-shared-prefix auto takes a prefix %d or more requests share for the workload's own)", AutoGroup)
 	}
 	return line
 }

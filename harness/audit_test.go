@@ -199,7 +199,7 @@ func TestAuditWarmupRepeatOnly(t *testing.T) {
 		}
 		out := text(t, rep)
 		for _, want := range []string{
-			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first request; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
+			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
 			fmt.Sprintf("16 requests shared %d-%d head tokens beyond the floor with earlier prompts: no measurable effect", rep.Chance.MinTokens, rep.Chance.MaxTokens),
 			"the prefix cache made this run's mean TTFT ",
 			"verdict: POISONED: 1 of 21 requests reused an earlier prompt's prefix enough to cut their TTFT by 1 % or more (1 repeat)",
@@ -221,6 +221,44 @@ func TestAuditWarmupRepeatOnly(t *testing.T) {
 		}
 		if e.TTFT.AsRunWall != e.TTFT.AsRun {
 			t.Errorf("at speedup 1 the wall figures %+v must be the simulated ones %+v", e.TTFT.AsRunWall, e.TTFT.AsRun)
+		}
+	})
+}
+
+// Several warm-ups (bench_serving --warmup-requests 3, vLLM's test prompt
+// and --num-warmups): the measured copy repeats the last of them, not the
+// run's first request, and its cause still says how to keep a warm-up out.
+func TestAuditSeveralWarmups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		prompts := randomPrompts(3, 1)
+		l := load{route: "/generate", output: 8}
+		for _, rid := range []string{"warmup-1", "warmup-2", "warmup-3"} {
+			m.Do(t, "POST", l.route, l.body(prompts[0], rid, 8))
+		}
+		for i, p := range prompts {
+			m.Do(t, "POST", l.route, l.body(p, fmt.Sprintf("req-%02d", i), 8))
+		}
+		rep := audit(t, m, harness.AuditOptions{})
+		wantPoisoned(t, rep, "warmup-2", "warmup-3", "req-00")
+		if r := request(t, rep, "req-00"); r.Source != "warmup-3" || !strings.Contains(r.Verdict.String(), "(the run's first prompt; if it was a warm-up,") {
+			t.Errorf("req-00: a repeat of %s, %q: want of warmup-3, with how to keep a warm-up out", r.Source, r.Verdict)
+		}
+	})
+}
+
+// A --min-impact above the default excuses reuse that measurably cut a
+// TTFT: the summary line says it is below the bound, never that it had
+// no measurable effect.
+func TestAuditHighMinImpact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		load{route: "/generate", warmup: true, prompts: randomPrompts(1, 1), output: 8}.run(t, m)
+		rep := audit(t, m, harness.AuditOptions{MinImpact: 90})
+		r := request(t, rep, "req-00")
+		want := fmt.Sprintf("1 request shared %d head tokens beyond the floor with earlier prompts: below --min-impact 90 %% (each cut its TTFT by at most %.2f %%)", r.CachedTokens, r.Impact)
+		if out := text(t, rep); r.Material || r.Impact < 1 || !strings.Contains(out, want) {
+			t.Fatalf("req-00: material %v, impact %v; want an excused repeat of 1 %% or more, and %q in\n%s", r.Material, r.Impact, want, out)
 		}
 	})
 }
@@ -290,8 +328,12 @@ func TestAuditSharedPrefixAuto(t *testing.T) {
 		// A second audit's floor probes must not repeat the first's.
 		next := counter()
 		fixed := audit(t, m, harness.AuditOptions{NewID: func() string { return "again-" + next() }})
-		// The repeat, and the 6 requests after each group's first.
+		// The repeat, and the 6 requests after each group's first; the
+		// report says, once, how to take the groups for the workload's.
 		wantPoisoned(t, fixed, "req-00", "req-02", "req-03", "req-04", "req-05", "req-06", "req-07")
+		if out := text(t, fixed); !strings.Contains(out, "came from the cache (a system prompt by design? --allow-shared-prefix auto takes a prefix 3 or more requests share for the workload's own)") {
+			t.Errorf("the report does not say how to allow the groups:\n%s", out)
+		}
 	})
 }
 

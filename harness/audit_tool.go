@@ -18,7 +18,8 @@ const (
 	// line per run (the last is read); E2E is "e2e_latency".
 	ToolSGLang = "sglang bench_serving"
 	// ToolVLLM is vLLM's benchmark_serving (vllm bench serve):
-	// --save-result writes one JSON object; E2E is "e2el".
+	// --save-result writes one JSON object; E2E is "e2el", written only
+	// when --percentile-metrics names it (its default is ttft,tpot,itl).
 	ToolVLLM = "vllm bench serve"
 )
 
@@ -61,13 +62,15 @@ func ReadToolResult(r io.Reader) (*ToolResult, error) {
 			res.Figures[k] = x
 		}
 	}
+	// bench_serving always writes its E2E; vLLM writes each figure only
+	// when --percentile-metrics names it, by default TTFT, TPOT and ITL.
 	switch {
 	case has(res.Figures, "mean_e2e_latency_ms"):
 		res.Tool = ToolSGLang
-	case has(res.Figures, "mean_e2el_ms"):
+	case has(res.Figures, "mean_e2el_ms"), has(res.Figures, "mean_ttft_ms"):
 		res.Tool = ToolVLLM
 	default:
-		return nil, errors.New("not a result file of bench_serving (no mean_e2e_latency_ms) or of vLLM's benchmark (no mean_e2el_ms)")
+		return nil, errors.New("not a result file of bench_serving (no mean_e2e_latency_ms) or of vLLM's benchmark (no mean_ttft_ms or mean_e2el_ms)")
 	}
 	completed, ok := res.Figures["completed"]
 	if !ok || completed < 0 || completed > 1e9 || completed != math.Trunc(completed) {
@@ -130,11 +133,22 @@ func CompareTool(ctx context.Context, c *Client, rep *AuditReport, file string, 
 	}
 	tc.WarmUp = len(rep.Requests) - n
 	measured := rep.Requests[tc.WarmUp:]
+	// The truth is what the server recorded: a request whose answer the
+	// proxy could not read (no end) or whose counts are impossible has no
+	// times or counts to stand beside the tool's.
 	var done []AuditRequest
+	unknown := 0
 	for _, r := range measured {
-		if r.FinishReason != "abort" {
+		switch {
+		case rep.Upstream != "" && r.Finished == 0, impossibleAudit(&r) != "":
+			unknown++
+		case r.FinishReason != "abort":
 			done = append(done, r)
 		}
+	}
+	if unknown > 0 {
+		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s without times or counts to read (an answer the proxy could not read, impossible counts): every figure covers the others only",
+			plural(unknown, "measured request")))
 	}
 	tc.Measured = len(done)
 	tc.Match = fmt.Sprintf("its figures cover the last %s the command sent (its completed and failed); before them came %s, its warm-up",
@@ -208,6 +222,14 @@ func CompareTool(ctx context.Context, c *Client, rep *AuditReport, file string, 
 func (tc *ToolComparison) summary(res *ToolResult, name, key string, truth []float64) {
 	if len(truth) == 0 {
 		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s: no measured request has one in the truth", name))
+		return
+	}
+	if !has(res.Figures, "mean_"+key+"_ms") {
+		missing := fmt.Sprintf("%s: the result file has no mean_%s_ms", name, key)
+		if res.Tool == ToolVLLM {
+			missing += fmt.Sprintf(" (vLLM writes a figure only when --percentile-metrics names it: add %s)", key)
+		}
+		tc.NotCompared = append(tc.NotCompared, missing)
 		return
 	}
 	if key == "ttft" && res.Figures["mean_ttft_ms"] == 0 {

@@ -143,12 +143,18 @@ func TestCompareToolResult(t *testing.T) {
 	}
 }
 
-// A vLLM result (one JSON object, E2E as e2el) is read as vLLM's; a file
-// of neither tool is refused.
+// A vLLM result (one JSON object, E2E as e2el, or none at its default
+// --percentile-metrics) is read as vLLM's; a file of neither tool is
+// refused.
 func TestReadToolResult(t *testing.T) {
 	res, err := harness.ReadToolResult(strings.NewReader(`{"completed": 20, "failed": 1, "mean_e2el_ms": 12.5, "p99_ttft_ms": 3, "output_lens": [4, 0]}`))
 	if err != nil || res.Tool != harness.ToolVLLM || res.Completed != 20 || res.Failed != 1 || res.Figures["p99_ttft_ms"] != 3 || !slices.Equal(res.OutputLens, []int{4, 0}) {
 		t.Fatalf("got %+v, %v", res, err)
+	}
+	// vLLM's default --percentile-metrics (ttft,tpot,itl) writes no E2E.
+	res, err = harness.ReadToolResult(strings.NewReader(`{"completed": 20, "failed": 0, "mean_ttft_ms": 3.5, "p99_itl_ms": 1}`))
+	if err != nil || res.Tool != harness.ToolVLLM || res.Figures["mean_ttft_ms"] != 3.5 {
+		t.Fatalf("vLLM's default result: got %+v, %v", res, err)
 	}
 	for _, bad := range []string{`{"completed": 3}`, `{"mean_e2el_ms": 1, "completed": -1}`, `not json`, `{"mean_e2el_ms": 1, "completed": 2.5}`} {
 		if _, err := harness.ReadToolResult(strings.NewReader(bad)); err == nil {

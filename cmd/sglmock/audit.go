@@ -195,16 +195,15 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock audit:", err)
 		return 2
 	}
+	// A result file the tool did not write (it failed, or it was told
+	// another name) costs the comparison, not the verdict on the run.
+	var toolErr error
 	if o.toolPath != "" {
 		res, err := readToolResult(o.toolPath)
-		if err != nil {
-			fmt.Fprintln(stderr, "sglmock audit: --tool-result:", err)
-			return 2
+		if err == nil {
+			rep.Tool, err = harness.CompareTool(ctx, t.client, rep, o.toolPath, res)
 		}
-		if rep.Tool, err = harness.CompareTool(ctx, t.client, rep, o.toolPath, res); err != nil {
-			fmt.Fprintln(stderr, "sglmock audit: --tool-result:", err)
-			return 2
-		}
+		toolErr = err
 	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)
@@ -214,12 +213,17 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if toolErr != nil {
+		fmt.Fprintln(stderr, "sglmock audit: --tool-result:", toolErr)
+	}
 	switch {
 	case status != 0:
 		fmt.Fprintf(stderr, "sglmock audit: the command failed with exit status %d; its figures are not to be trusted whatever the verdict\n", status)
 		return status
 	case rep.Verdict.Level() == harness.Poisoned:
 		return 1
+	case toolErr != nil:
+		return 2
 	case !rep.Checked:
 		return 3
 	}

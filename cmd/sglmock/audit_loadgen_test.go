@@ -134,7 +134,8 @@ func TestLoadgenWarmupFixes(t *testing.T) {
 
 // vLLM's benchmark shape (its test prompt is its first prompt, with every
 // output token) on /v1/completions of a Llama profile, and its
-// --save-result file.
+// --save-result file as vLLM writes it by default: TTFT, TPOT and ITL, no
+// E2E (--percentile-metrics ttft,tpot,itl).
 func TestLoadgenVLLMBench(t *testing.T) {
 	p := mocktest.Profile(t, "llama-8b-eagle3-h100")
 	result := filepath.Join(t.TempDir(), "vllm.json")
@@ -147,8 +148,17 @@ func TestLoadgenVLLMBench(t *testing.T) {
 	if r.Route != "/v1/completions" || r.CachedTokens != r.PromptTokens-2 {
 		t.Errorf("%s: route %s, cached %d of %d; want /v1/completions, all but the bigram keys' 2", r.RID, r.Route, r.CachedTokens, r.PromptTokens)
 	}
-	if rep.Tool == nil || rep.Tool.Tool != harness.ToolVLLM || rep.Tool.Measured != 20 {
-		t.Fatalf("tool comparison %+v", rep.Tool)
+	tc := rep.Tool
+	if tc == nil || tc.Tool != harness.ToolVLLM || tc.Measured != 20 {
+		t.Fatalf("tool comparison %+v", tc)
+	}
+	for _, key := range []string{"mean_ttft_ms", "p99_tpot_ms", "median_itl_ms", "request_throughput"} {
+		if !slices.ContainsFunc(tc.Figures, func(f harness.ToolFigure) bool { return f.Key == key }) {
+			t.Errorf("no %s among %+v", key, tc.Figures)
+		}
+	}
+	if !slices.Contains(tc.NotCompared, "E2E: the result file has no mean_e2el_ms (vLLM writes a figure only when --percentile-metrics names it: add e2el)") {
+		t.Errorf("not compared %q: want E2E, with the flag that adds it", tc.NotCompared)
 	}
 }
 

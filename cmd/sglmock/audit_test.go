@@ -200,6 +200,24 @@ func TestAuditCommandFails(t *testing.T) {
 	}
 }
 
+// A result file the tool never wrote costs the comparison, not the
+// verdict: the report is printed and written, and the exit status is the
+// command's own when it failed, 1 when a request is POISONED, else 2.
+func TestAuditToolResultMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "never-written.jsonl")
+	for _, tt := range []struct {
+		behaviour, verdict string
+		code               int
+	}{{"fail", "verdict: ok", 3}, {"repeat", "verdict: POISONED", 1}, {"flush", "verdict: ok", 2}} {
+		code, stdout, stderr, rep := audit(t, tt.behaviour, "--tool-result", missing)
+		if code != tt.code || !strings.Contains(stdout, tt.verdict) || len(rep.Requests) == 0 ||
+			!strings.Contains(stderr, "sglmock audit: --tool-result: open "+missing) {
+			t.Errorf("%s: exit %d with %d requests in the JSON, want %d, the report and the file's error\n%s%s",
+				tt.behaviour, code, len(rep.Requests), tt.code, stdout, stderr)
+		}
+	}
+}
+
 // A command that sends nothing to the server leaves nothing checked: exit
 // 3, and the verdict says so.
 func TestAuditNothingReachedTheServer(t *testing.T) {

@@ -91,6 +91,9 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		header += fmt.Sprintf("; %d dropped, served from the cache", len(dropped))
 	}
 	header += fmt.Sprintf("), base profile %s.\n# Largest residual over both legs of every row: %.2f %%.\n", p.Name, 100*res.MaxError)
+	if res.Exact() {
+		header += "# That checks nothing: " + res.ExactNote()
+	}
 	yaml := append([]byte(header), res.Profile.YAML()...)
 	if *out == "-" {
 		stdout.Write(yaml)

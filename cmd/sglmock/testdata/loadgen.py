@@ -19,7 +19,8 @@ sglmock's tests can run it under `sglmock audit`:
     (--backend vllm) or /v1/chat/completions (--backend chat), one at a
     time or --concurrency at once;
   * a result file in bench_serving's format (JSON lines, --output-file) or
-    vLLM's (--save-result FILE).
+    vLLM's (--save-result FILE; E2E only when --percentile-metrics names
+    e2el, as vLLM's default ttft,tpot,itl does not).
 
 The server is --base-url, else $SGLANG_URL, else $OPENAI_BASE_URL without its
 /v1, else http://127.0.0.1:30000 (a script with a fixed URL). Proxies come
@@ -177,6 +178,8 @@ def main():
     ap.add_argument("--base-url")
     ap.add_argument("--output-file", help="append bench_serving's JSON line")
     ap.add_argument("--save-result", help="write vLLM's JSON result")
+    ap.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                    help="the figures vLLM's result holds (its default leaves out e2el)")
     ARGS = ap.parse_args()
     rng = random.Random(ARGS.seed)
     if ARGS.dataset == "random":
@@ -221,6 +224,8 @@ def main():
               "output_lens": [o.output_len if o.success else 0 for o in outputs]}
     e2e = "e2e_latency" if ARGS.output_file else "e2el"
     for name, xs in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), (e2e, e2es)):
+        if not ARGS.output_file and name not in ARGS.percentile_metrics.split(","):
+            continue  # vLLM writes only the figures --percentile-metrics names
         result[f"mean_{name}_ms"] = mean(xs) * 1000
         result[f"median_{name}_ms"] = percentile(xs, 50) * 1000
         result[f"std_{name}_ms"] = std(xs) * 1000
