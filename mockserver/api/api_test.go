@@ -108,6 +108,10 @@ func TestGenerateNonStreamBytes(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			t.Fatalf("content type: got %q", ct)
 		}
+		// SGLang's JSONResponse has a length; the answer is not chunked.
+		if resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) != 0 {
+			t.Fatalf("content length %d, transfer encoding %v: want %d and none", resp.ContentLength, resp.TransferEncoding, len(body))
+		}
 		if took != at[2] {
 			t.Fatalf("client latency: got %v, want exactly the modelled %v", took, at[2])
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,9 +113,14 @@ func (g *stallGuard) write(w http.ResponseWriter, b []byte) error {
 }
 
 // writeAnswer writes a generation request's JSON answer, which may be
-// large, under the stall deadline.
+// large, under the stall deadline. It carries its Content-Length, as
+// SGLang's JSONResponse does: the flush at the end would otherwise send it
+// chunked.
 func (s *Server) writeAnswer(c *gin.Context, v any) {
-	c.Writer.Header()["Content-Type"] = jsonContentType
+	b := marshal(v)
+	h := c.Writer.Header()
+	h["Content-Type"] = jsonContentType
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	c.Status(http.StatusOK)
-	s.stalls.write(c.Writer, marshal(v))
+	s.stalls.write(c.Writer, b)
 }
