@@ -42,3 +42,18 @@ func TestAddedTokenSplit(t *testing.T) {
 		}
 	}
 }
+
+// Prepending to an empty text leaves it empty (Hugging Face's
+// NormalizedString.prepend): an empty prompt has no tokens but its BOS.
+func TestPrependToEmpty(t *testing.T) {
+	for name, p := range map[string]preTokenizer{
+		"Metaspace": &metaspacePre{replacement: "▁", prepend: "always", splitOn: true},
+		"ByteLevel": &byteLevelPre{addPrefixSpace: true},
+	} {
+		var got []string
+		p.split("", true, func(piece string, _ bool) { got = append(got, piece) })
+		if len(got) != 0 {
+			t.Errorf("%s of an empty text: got %q, want nothing", name, got)
+		}
+	}
+}
