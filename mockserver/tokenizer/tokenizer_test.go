@@ -328,3 +328,24 @@ func TestBuiltinTemplatesRoles(t *testing.T) {
 		}
 	}
 }
+
+// Two unrelated chats share their template's opening, as docs/tokenizer.md
+// gives it for each built-in template in built-in tokens.
+func TestBuiltinTemplatesSharedOpening(t *testing.T) {
+	for name, want := range map[string]int{ChatML: 3, Llama31: 40, KimiK2: 24} {
+		tok := mustBuiltin(BuiltinOptions{ChatTemplate: name})
+		a, errA := tok.ApplyChatTemplate([]Message{{"user", "alpha"}}, true, nil)
+		b, errB := tok.ApplyChatTemplate([]Message{{"user", "omega"}}, true, nil)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		x, y := tok.Encode(nil, a), tok.Encode(nil, b)
+		shared := 0
+		for shared < min(len(x), len(y)) && x[shared] == y[shared] {
+			shared++
+		}
+		if shared != want {
+			t.Errorf("%s: two chats share %d tokens, want %d", name, shared, want)
+		}
+	}
+}
