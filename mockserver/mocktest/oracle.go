@@ -163,7 +163,9 @@ var OracleCorpus = []string{
 	"a\u00a0b\u2003c\u3000d", "x\u0085y", "zero\u200bwidth\u200djoin",
 	"!!!??? ... --- *** ___ ~~~ ``` '''", "a b c d e f g h i j k l m n o p q r s t u v w x y z",
 	"ThisIsCamelCase and snake_case_words and SCREAMING_CASE",
-	// Long texts: a SentencePiece text is one piece, merged word by word.
+	// Long texts: a SentencePiece text is one piece, merged word by word,
+	// and a word with no space in it may itself be long.
+	strings.Repeat("東京タワーは高い。", 40), "https://example.com/" + strings.Repeat("a1b2c3/", 50),
 	strings.Repeat("The two-point method measures decode speed: send two requests with the same prompt, "+
 		"subtract the times and divide by the tokens. A prefix cache breaks it quietly!  Indented:\n    code();\n", 12),
 	strings.Repeat("<p>a</p> <i> </i> <b>x</b>\n<ul>\n  <li>one</li>\n  <li>two</li>\n</ul> ", 20),

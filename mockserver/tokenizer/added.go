@@ -70,7 +70,9 @@ func (v *addedVocab) split(segs []segment, s string, t *trie) []segment {
 		tok := &v.tokens[k]
 		start := i
 		if tok.singleWord && (endsWithWord(s[:start]) || startsWithWord(s[end:])) {
-			i++
+			// The text it matched stays text: the search goes on after
+			// it, as Hugging Face's non-overlapping matcher does.
+			i = end
 			continue
 		}
 		if tok.lstrip {

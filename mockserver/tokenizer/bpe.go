@@ -98,10 +98,17 @@ func (m *bpe) tokenize(dst []int32, piece string) []int32 {
 		for len(piece) > 0 {
 			var word string
 			word, piece = m.words.next(piece)
-			dst = m.tokenize(dst, word)
+			dst = m.tokenizeWord(dst, word)
 		}
 		return dst
 	}
+	return m.tokenizeWord(dst, piece)
+}
+
+// tokenizeWord appends the ids of a piece the word splitter does not cut
+// (a word of a long SentencePiece text may itself be long: a run of
+// Chinese, a URL), through the word cache when it is short.
+func (m *bpe) tokenizeWord(dst []int32, piece string) []int32 {
 	if len(piece) <= maxCachedPiece && m.cache != nil {
 		if ids, ok := m.cache.get(piece); ok {
 			return append(dst, ids...)

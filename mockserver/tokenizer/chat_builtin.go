@@ -22,7 +22,9 @@ var builtinTemplates = map[string]string{
 
 	// Llama 3.1-Instruct: BOS, a system block that always states the
 	// knowledge cut-off and the date (then the system message, if any),
-	// and each turn between header tokens, its content trimmed.
+	// and each turn between header tokens, its content trimmed; a tool
+	// result is an ipython turn whose content is JSON (the real template
+	// passes anything iterable, a string too, through tojson).
 	Llama31: `{{- bos_token -}}
 {%- if messages and messages[0].role == 'system' -%}
 {%- set system = messages[0].content | trim -%}{%- set turns = messages[1:] -%}
@@ -35,7 +37,7 @@ var builtinTemplates = map[string]string{
 {{- system + '<|eot_id|>' -}}
 {%- for m in turns -%}
 {%- if m.role == 'tool' or m.role == 'ipython' -%}
-{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + m.content + '<|eot_id|>' -}}
+{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + (m.content | tojson) + '<|eot_id|>' -}}
 {%- else -%}
 {{- '<|start_header_id|>' + m.role + '<|end_header_id|>\n\n' + (m.content | trim) + '<|eot_id|>' -}}
 {%- endif -%}
@@ -43,17 +45,19 @@ var builtinTemplates = map[string]string{
 {%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}`,
 
 	// Kimi K2-Instruct: a default system prompt when the chat has no
-	// system message, each turn as a role marker, its name, a middle
-	// marker and the content, no separators.
+	// system message, each turn as a role marker (user, assistant, and
+	// the system one for every other role), its name, a middle marker and
+	// the content, no separators; a tool result opens with the line
+	// "## Return of " and the call's id (none here).
 	KimiK2: `{%- for m in messages -%}
 {%- if loop.first and m.role != 'system' -%}
 {{- '<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>' -}}
 {%- endif -%}
-{%- if m.role == 'system' -%}{{- '<|im_system|>system<|im_middle|>' -}}
+{%- if m.role == 'user' -%}{{- '<|im_user|>user<|im_middle|>' -}}
 {%- elif m.role == 'assistant' -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}
-{%- elif m.role == 'tool' -%}{{- '<|im_system|>tool<|im_middle|>' -}}
-{%- else -%}{{- '<|im_user|>' + m.role + '<|im_middle|>' -}}
+{%- else -%}{{- '<|im_system|>' + m.role + '<|im_middle|>' -}}
 {%- endif -%}
+{%- if m.role == 'tool' -%}{{- '## Return of \n' -}}{%- endif -%}
 {{- m.content + '<|im_end|>' -}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}{%- endif -%}`,

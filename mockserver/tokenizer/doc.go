@@ -49,8 +49,9 @@
 // and fancy-regex have), which runs every other pattern a window at a
 // time. A SentencePiece text, one piece with no pre-tokenizer, is merged
 // word by word, cut where no token can cross. And pieces (64k) and long
-// prompts (the last 8) are cached, lock-free, so a benchmark that resends
-// a prompt does not pay for it twice.
+// prompts (eight slots, each the last prompt hashed to it) are cached,
+// lock-free, so a benchmark that resends a prompt does not pay for it
+// twice.
 //
 // # Chat templates
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -175,7 +176,12 @@ func TestEncodeWithin(t *testing.T) {
 
 // A SentencePiece-style tokenizer: spaces become ▁, missing characters
 // fall back to byte tokens, and the decoder undoes both.
-func TestLoadSentencePiece(t *testing.T) {
+// sentencePieceLike writes a small tokenizer in Llama 2's shape
+// (SentencePiece-style BPE with byte fallback, the Prepend and Replace
+// normalizers, no pre-tokenizer) into a new directory and returns it and
+// its vocabulary.
+func sentencePieceLike(t *testing.T) (string, map[string]int32) {
+	t.Helper()
 	vocab := map[string]int32{"<unk>": 0, "<s>": 1, "</s>": 2}
 	for b := range 256 {
 		vocab[fmt.Sprintf("<0x%02X>", b)] = int32(3 + b)
@@ -213,6 +219,11 @@ func TestLoadSentencePiece(t *testing.T) {
 		// tokenizer.json's post-processor says (here: nothing).
 		TokenizerConfig: mustJSON(map[string]any{"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true}),
 	})
+	return dir, vocab
+}
+
+func TestLoadSentencePiece(t *testing.T) {
+	dir, vocab := sentencePieceLike(t)
 	tok, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +253,31 @@ func TestLoadSentencePiece(t *testing.T) {
 	}
 	if _, err := tok.ApplyChatTemplate([]Message{{"user", "hi"}}, true, nil); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("chat without a template: got %v, want ErrNoChatTemplate", err)
+	}
+}
+
+// A long SentencePiece text is merged word by word; a word longer than
+// the word cache takes (a run of Chinese, a URL: no "▁" to cut at) is
+// merged whole, as in one pass over the text.
+func TestSentencePieceLongWord(t *testing.T) {
+	// Without the fix this recursed until the stack overflowed, which no
+	// recover catches: keep that failure quick.
+	defer debug.SetMaxStack(debug.SetMaxStack(64 << 20))
+	dir, _ := sentencePieceLike(t)
+	tok, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := tok.enc.(*hfCodec).model
+	for _, text := range []string{
+		strings.Repeat("Hello", 60),
+		"Hello world " + strings.Repeat("Hello", 60) + " the world",
+		strings.Repeat("東京", 100) + " Hello",
+	} {
+		want := model.merge(nil, "▁"+strings.ReplaceAll(text, " ", "▁"))
+		if got := tok.Encode(nil, text); !slices.Equal(got, want) {
+			t.Errorf("Encode(%.20q...): got %v, want %v", text, got, want)
+		}
 	}
 }
 

@@ -192,6 +192,9 @@ type byteLevelPre struct {
 }
 
 func (p *byteLevelPre) split(s string, first bool, emit func(string, bool)) {
+	if s == "" {
+		return // Hugging Face's prepend leaves an empty text empty
+	}
 	if p.addPrefixSpace && !strings.HasPrefix(s, " ") {
 		s = " " + s
 	}
@@ -212,6 +215,9 @@ type metaspacePre struct {
 }
 
 func (p *metaspacePre) split(s string, first bool, emit func(string, bool)) {
+	if s == "" {
+		return // Hugging Face's prepend leaves an empty text empty
+	}
 	s = strings.ReplaceAll(s, " ", p.replacement)
 	if !strings.HasPrefix(s, p.replacement) && (p.prepend == "always" || p.prepend == "first" && first) {
 		s = p.replacement + s

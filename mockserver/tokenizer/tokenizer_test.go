@@ -295,3 +295,57 @@ func TestValidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// The built-in templates render a conversation as the model family's own
+// template does: Llama 3.1-Instruct's tool result as JSON in an ipython
+// turn, Kimi K2's every role other than user and assistant under the
+// system marker and a tool result after its "## Return of" line.
+func TestBuiltinTemplatesRoles(t *testing.T) {
+	msgs := []Message{{"system", "Be brief. "}, {"user", " Hi "}, {"assistant", " Hello "},
+		{"tool", "sunny \"25\"\n"}, {"developer", "Cite."}, {"user", "Thanks"}}
+	tests := []struct{ template, want string }{
+		{Llama31, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" +
+			"Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>" +
+			"<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" +
+			"<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>" +
+			"<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny \\\"25\\\"\\n\"<|eot_id|>" +
+			"<|start_header_id|>developer<|end_header_id|>\n\nCite.<|eot_id|>" +
+			"<|start_header_id|>user<|end_header_id|>\n\nThanks<|eot_id|>" +
+			"<|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{KimiK2, "<|im_system|>system<|im_middle|>Be brief. <|im_end|>" +
+			"<|im_user|>user<|im_middle|> Hi <|im_end|>" +
+			"<|im_assistant|>assistant<|im_middle|> Hello <|im_end|>" +
+			"<|im_system|>tool<|im_middle|>## Return of \nsunny \"25\"\n<|im_end|>" +
+			"<|im_system|>developer<|im_middle|>Cite.<|im_end|>" +
+			"<|im_user|>user<|im_middle|>Thanks<|im_end|>" +
+			"<|im_assistant|>assistant<|im_middle|>"},
+	}
+	for _, tt := range tests {
+		tok := mustBuiltin(BuiltinOptions{ChatTemplate: tt.template})
+		got, err := tok.ApplyChatTemplate(msgs, true, nil)
+		if err != nil || got != tt.want {
+			t.Errorf("%s:\n got %q, %v\nwant %q", tt.template, got, err, tt.want)
+		}
+	}
+}
+
+// Two unrelated chats share their template's opening, as docs/tokenizer.md
+// gives it for each built-in template in built-in tokens.
+func TestBuiltinTemplatesSharedOpening(t *testing.T) {
+	for name, want := range map[string]int{ChatML: 3, Llama31: 40, KimiK2: 24} {
+		tok := mustBuiltin(BuiltinOptions{ChatTemplate: name})
+		a, errA := tok.ApplyChatTemplate([]Message{{"user", "alpha"}}, true, nil)
+		b, errB := tok.ApplyChatTemplate([]Message{{"user", "omega"}}, true, nil)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		x, y := tok.Encode(nil, a), tok.Encode(nil, b)
+		shared := 0
+		for shared < min(len(x), len(y)) && x[shared] == y[shared] {
+			shared++
+		}
+		if shared != want {
+			t.Errorf("%s: two chats share %d tokens, want %d", name, shared, want)
+		}
+	}
+}
