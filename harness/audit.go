@@ -100,6 +100,10 @@ const (
 	// SharedPrefix: a prefix several prompts start with (a system prompt,
 	// few-shot examples, chat history, or chance).
 	SharedPrefix Pattern = "shared-prefix"
+	// ParallelSample: one of the n copies of a parallel-sampling request
+	// (n > 1), which reuses the prompt the server itself prefilled for
+	// them first, as SGLang does: the server's design, never poisoning.
+	ParallelSample Pattern = "parallel-sample"
 )
 
 // nearRepeatTail and nearRepeatShare bound the tail, beyond a page, that
@@ -363,10 +367,17 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		byRID[rs[i].RID] = &rs[i]
 	}
 	counts := map[Pattern]int{}
-	tolerated := 0
+	tolerated, samples := 0, 0
 	for i := range rs {
 		r := &rs[i]
 		if r.Pattern == "" {
+			continue
+		}
+		if r.Pattern == ParallelSample {
+			samples++
+			r.Material = false // whatever it saved, the server's design saved it
+			r.Verdict.add(OK, fmt.Sprintf("a parallel sample (n > 1): reused %d of %d prompt tokens that the server prefilled for its n copies first (rid %s), as SGLang does",
+				r.CachedTokens, r.PromptTokens, r.SampleOf))
 			continue
 		}
 		if !r.Material {
@@ -394,6 +405,9 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		}
 		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused an earlier prompt's prefix enough to cut their TTFT by %s %% or more (%s)",
 			n, len(rs), trimFloat(opt.MinImpact), strings.Join(kinds, ", ")))
+	}
+	if samples > 0 {
+		rep.Verdict.add(OK, fmt.Sprintf("%d requests are parallel samples (n > 1) of a prompt the server prefilled for them first, as SGLang does: not a benchmark's reuse", samples))
 	}
 	if tolerated > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d requests reused up to %d tokens beyond the floor, tolerated by --allow-shared-prefix", tolerated, opt.AllowSharedPrefix.Tokens))

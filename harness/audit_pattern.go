@@ -22,6 +22,8 @@ func classify(rs []AuditRequest, page int) {
 		r := &rs[i]
 		if r.reused() {
 			switch src, ok := latest[r.PromptHash]; {
+			case r.SampleOf != "" && r.ReusedFrom == r.SampleOf:
+				r.Pattern, r.Source = ParallelSample, r.SampleOf
 			case ok && r.PromptHash != "":
 				r.Pattern, r.Source = Repeat, src
 			case nearRepeat(r.PromptTokens, r.CachedTokens, page):

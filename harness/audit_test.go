@@ -414,3 +414,31 @@ func TestAuditNothingReachedTheServer(t *testing.T) {
 		}
 	})
 }
+
+// Parallel sampling (n > 1) makes SGLang prefill each prompt first and run
+// the n copies on it: the copies reuse the server's own prefill, which is
+// its design and no benchmark's reuse. They are named, and never poison.
+func TestAuditParallelSamplesAreNotPoisoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		for i, p := range randomPrompts(3, 7) {
+			body := fmt.Sprintf(`{"text": %s, "sampling_params": {"max_new_tokens": 8, "n": 4}, "rid": "p%d"}`, quote(p), i)
+			if code, resp, _ := m.Do(t, "POST", "/generate", body); code != 200 {
+				t.Fatalf("%d %s", code, resp)
+			}
+		}
+		rep := audit(t, m, harness.AuditOptions{})
+		samples := 0
+		for _, r := range rep.Requests {
+			if r.Pattern == harness.ParallelSample {
+				samples++
+				if r.Verdict.Level() != harness.OK || r.Material {
+					t.Errorf("%s: verdict %s, material %v; want ok, not material", r.RID, r.Verdict, r.Material)
+				}
+			}
+		}
+		if samples != 12 || rep.Verdict.Level() != harness.OK || !rep.Checked {
+			t.Fatalf("%d parallel samples, verdict %s, checked %v: want 12, ok, checked\n%s", samples, rep.Verdict, rep.Checked, text(t, rep))
+		}
+	})
+}

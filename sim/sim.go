@@ -50,6 +50,11 @@ type RequestSummary struct {
 	// PromptHash identifies the prompt's tokens: two requests with the same
 	// hash sent the same prompt.
 	PromptHash string `json:"prompt_hash"`
+	// SampleOf is, for one of the n copies of a parallel-sampling request
+	// (n > 1), the rid of the request the server sent first to prefill
+	// their prompt, as SGLang does; "" otherwise. The copies reuse that
+	// prompt by the server's design, not the client's.
+	SampleOf string `json:"sample_of,omitempty"`
 	// TTFT and E2E are the modelled times from arrival to the first token
 	// (null for a request that never had one) and to the finish.
 	TTFT *float64 `json:"ttft_s"`

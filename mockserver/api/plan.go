@@ -188,6 +188,9 @@ func (s *Server) cachePrompts(ctx context.Context, p plan, received time.Duratio
 			st.Abort()
 			return err
 		}
+		for c := range p.items[i : i+p.copies] {
+			p.items[i+c].req.SampleOf = st.RID()
+		}
 		received = s.eng.Now() // the next is sent when this one is done
 	}
 	return nil

@@ -148,6 +148,7 @@ func (s *Server) simRequests(c *gin.Context) {
 			FinishReason:     t.Finish.Reason,
 			Route:            t.Route,
 			PromptHash:       strconv.FormatUint(t.PromptHash, 16),
+			SampleOf:         t.SampleOf,
 			E2E:              t.E2E().Seconds(),
 		}
 		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)

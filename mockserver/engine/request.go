@@ -50,6 +50,10 @@ type Request struct {
 	// Route labels the endpoint and prompt form that sent the request
 	// (sim's Route values); the engine only keeps it in the truth.
 	Route string
+	// SampleOf is, for one of the n copies of parallel sampling, the rid
+	// of the server's own request that prefilled their prompt first; the
+	// engine only keeps it in the truth.
+	SampleOf string
 }
 
 // Finish reasons, as SGLang spells them.
@@ -179,6 +183,7 @@ type Truth struct {
 	// one that only shares a prefix.
 	Route      string
 	PromptHash uint64
+	SampleOf   string // the Request's
 }
 
 // TTFT is the time from arrival to the first token; it means nothing

@@ -118,7 +118,7 @@ const (
 // itself, its strings' bytes, its slices' backing arrays (by capacity) and
 // what its Finish points to.
 func (t *Truth) Bytes() int64 {
-	n := truthSize + int64(len(t.RID)+len(t.ReusedFrom)+len(t.Route))
+	n := truthSize + int64(len(t.RID)+len(t.ReusedFrom)+len(t.Route)+len(t.SampleOf))
 	n += int64(cap(t.Prefill))*chunkSize + int64(cap(t.Rounds))*roundSize + int64(cap(t.Spec.Histogram))*intSize
 	if t.Finish.MatchedToken != nil {
 		n += int32Size
