@@ -118,8 +118,24 @@ func (m *bpe) tokenizeWord(dst []int32, piece string) []int32 {
 		m.cache.put(piece, dst[start:])
 		return dst
 	}
+	for len(piece) > maxMergePiece {
+		cut := maxMergePiece
+		for cut > 0 && !utf8.RuneStart(piece[cut]) {
+			cut--
+		}
+		dst = m.merge(dst, piece[:cut])
+		piece = piece[cut:]
+	}
 	return m.merge(dst, piece)
 }
+
+// maxMergePiece bounds the bytes one merge works on. Merging costs some
+// 200 bytes of memory per byte of the piece, so a longer piece (a run of
+// one letter, a blob without a space: no text has such a word) is merged
+// in cuts of this size at character boundaries, and a request cannot make
+// one merge cost gigabytes. Hugging Face merges it whole; the ids can
+// differ from its only next to the cuts.
+const maxMergePiece = 64 << 10
 
 // merge runs the merges over piece, the pair of lowest rank first and the
 // leftmost of equal ranks, as Hugging Face's and tiktoken's BPE do.

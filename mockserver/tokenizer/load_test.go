@@ -439,3 +439,28 @@ func TestPromptCache(t *testing.T) {
 		t.Errorf("Count: got %d, want %d", got, n-1)
 	}
 }
+
+// A piece longer than maxMergePiece (one letter repeated, a blob without a
+// space) is merged in cuts at character boundaries, each its own merge, so
+// that no request makes one merge cost gigabytes.
+func TestLongPieceIsMergedInCuts(t *testing.T) {
+	dir := writeDir(t, map[string]string{TokenizerJSON: llamaLike("Hello", " world")})
+	tok, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := tok.enc.(*hfCodec).model
+	text := strings.Repeat("Hello", 3*maxMergePiece/5+7) // a cut falls inside a "Hello"
+	var want []int32
+	for rest := text; len(rest) > 0; {
+		cut := min(len(rest), maxMergePiece)
+		want = model.merge(want, rest[:cut])
+		rest = rest[cut:]
+	}
+	if got := tok.Encode(nil, text); !slices.Equal(got, want) {
+		t.Errorf("%d bytes of one piece: got %d ids, want the %d of its %d-byte cuts merged one by one", len(text), len(got), len(want), maxMergePiece)
+	}
+	if whole := model.merge(nil, text); slices.Equal(whole, want) {
+		t.Fatalf("merged whole, the text gives the same ids as in cuts: the test shows nothing")
+	}
+}
