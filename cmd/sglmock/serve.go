@@ -175,8 +175,12 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		fmt.Fprintf(stderr, "%s: SGLang flags accepted and ignored (the profile stands for the deployment they describe): %s\n",
 			fs.Name(), strings.Join(o.ignoredLaunchFlags, " "))
 	}
-	if o.tokenizer, err = serveTokenizer(o.tokenizerPath, o.modelPath); err != nil {
+	var warning string
+	if o.tokenizer, warning, err = serveTokenizer(o.tokenizerPath, o.modelPath); err != nil {
 		return nil, err
+	}
+	if warning != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), warning)
 	}
 	return o, nil
 }
@@ -184,27 +188,28 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 // serveTokenizer loads the tokenizer --tokenizer-path names, else the one
 // in --model-path's directory, as SGLang does; nil when neither gives one
 // (the profile's tokenizer_path or the built-in tokenizer then serve). A
-// --model-path that is no local model is only the model's name.
-func serveTokenizer(tokenizerPath, modelPath string) (*tokenizer.Tokenizer, error) {
+// --model-path that is no local model is only the model's name, and the
+// warning says so: a client that loads the model's tokenizer would count
+// every prompt differently from the server.
+func serveTokenizer(tokenizerPath, modelPath string) (tok *tokenizer.Tokenizer, warning string, err error) {
 	flag, path := "--tokenizer-path", tokenizerPath
 	if path == "" {
 		flag, path = "--model-path", modelPath
 	}
 	if path == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	dir, ok := tokenizer.Resolve(path)
 	if !ok {
 		if flag == "--model-path" {
-			return nil, nil
+			return nil, fmt.Sprintf("--model-path %s is no local directory nor a model in the local Hugging Face cache: it names the model only, and the profile's tokenizer counts tokens (give --tokenizer-path DIR to count as the model does)", path), nil
 		}
-		return nil, fmt.Errorf("--tokenizer-path %s: no such directory, nor a model id in the local Hugging Face cache", path)
+		return nil, "", fmt.Errorf("--tokenizer-path %s: no such directory, nor a model id in the local Hugging Face cache", path)
 	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, path, err)
+	if tok, err = tokenizer.Load(dir); err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
-	return tok, nil
+	return tok, "", nil
 }
 
 // apiKey picks the API key: --api-key, else --api-key-file, else the

@@ -353,6 +353,10 @@ func TestServeSGLangLaunchCommands(t *testing.T) {
 			if tt.wantIgnored != "" {
 				want = "sglmock serve: SGLang flags accepted and ignored (the profile stands for the deployment they describe): " + tt.wantIgnored + "\n"
 			}
+			if o.modelPath != "" { // a model id that is not on this machine names the model only
+				want += "sglmock serve: --model-path " + o.modelPath + " is no local directory nor a model in the local Hugging Face cache: " +
+					"it names the model only, and the profile's tokenizer counts tokens (give --tokenizer-path DIR to count as the model does)\n"
+			}
 			if warn.String() != want {
 				t.Errorf("warning: got %q, want %q", warn.String(), want)
 			}

@@ -56,6 +56,13 @@ func TestServeTokenizerFlags(t *testing.T) {
 			t.Errorf("%s: got tokenizer %v, want %s", tt.name, o.tokenizer, tt.wantTok)
 		}
 	}
+	// A model id that is nowhere on the machine names the model only, and
+	// serve says so: the server counts with the profile's tokenizer.
+	var stderr strings.Builder
+	if _, err := parseServeFlags([]string{"--model-path", "meta-llama/Llama-3.1-8B-Instruct"}, &stderr); err != nil ||
+		!strings.Contains(stderr.String(), "serve: --model-path meta-llama/Llama-3.1-8B-Instruct is no local directory nor a model in the local Hugging Face cache: it names the model only") {
+		t.Errorf("--model-path of a model that is not here: error %v, stderr %q; want a warning", err, stderr.String())
+	}
 	if !strings.Contains(serveHelp(t), "-tokenizer-path DIR") {
 		t.Errorf("serve --help does not show --tokenizer-path DIR")
 	}
