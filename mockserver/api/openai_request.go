@@ -149,7 +149,9 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 }
 
 // messageText flattens a chat message's content: a string or a list of
-// parts, of which the text parts count.
+// parts, whose text parts ("text" or "input_text") are joined with a space,
+// as SGLang flattens content for a template that takes a string
+// (process_content_for_template_format).
 func messageText(raw json.RawMessage) (string, error) {
 	if isNull(raw) {
 		return "", nil
@@ -165,13 +167,13 @@ func messageText(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", malformed("messages: content must be a string or a list of content parts")
 	}
-	var b strings.Builder
+	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
+		if p.Type == "text" || p.Type == "input_text" {
+			texts = append(texts, p.Text)
 		}
 	}
-	return b.String(), nil
+	return strings.Join(texts, " "), nil
 }
 
 // chatPrompt applies the chat template to messages, with the generation

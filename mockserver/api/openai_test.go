@@ -139,11 +139,12 @@ func TestChatContentParts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		_, plain, _ := ts.Do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 3}`)
-		_, parts, _ := ts.Do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}], "max_tokens": 3}`)
+		_, parts, _ := ts.Do(t, "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}], "max_tokens": 3}`)
 		if !strings.Contains(plain, `"prompt_tokens":`) || !strings.Contains(parts, `"content":`) {
 			t.Fatalf("chat: %s / %s", plain, parts)
 		}
-		// Both render to the same prompt, so they generate the same answer.
+		// Both render to the same prompt (SGLang joins text parts with a
+		// space), so they generate the same answer.
 		cut := func(s string) string { return s[strings.Index(s, `"choices"`):strings.Index(s, `"usage"`)] }
 		if cut(plain) != cut(parts) {
 			t.Fatalf("content parts differ from the plain string:\n%s\n%s", plain, parts)
@@ -235,6 +236,27 @@ func TestCachedTokensDetailsWithoutCacheReport(t *testing.T) {
 			if tt.want == "" && strings.Contains(body, "sglext") || tt.want != "" && !strings.Contains(body, tt.want) {
 				t.Errorf("%s: %s, want sglext %q", tt.name, body, tt.want)
 			}
+		}
+	})
+}
+
+// A message's content parts reach the template as SGLang flattens them for
+// a template that takes a string: the text parts ("text" and "input_text")
+// joined with a space, the others left out.
+func TestChatContentPartsJoinWithASpace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		render := func(content string) string {
+			body := `{"model": "sglmock/small-1b", "messages": [{"role": "user", "content": ` + content + `}]}`
+			code, resp, _ := m.Do(t, "POST", "/v1/chat/completions/render", body, "Content-Type", "application/json")
+			if code != 200 {
+				t.Fatalf("%s: %d %s", content, code, resp)
+			}
+			return resp[strings.Index(resp, `"token_ids"`):strings.Index(resp, `"features"`)]
+		}
+		parts := render(`[{"type": "text", "text": "Hello"}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "input_text", "text": "world"}]`)
+		if want := render(`"Hello world"`); parts != want {
+			t.Errorf("parts render %s, want the same as the string \"Hello world\": %s", parts, want)
 		}
 	})
 }
