@@ -85,8 +85,9 @@
 //
 // # Time and truth
 //
-// The harness times each request on the wall clock, from the moment its
-// body is written to its last byte. Against sglmock it multiplies by the
+// The harness times each request on the wall clock, from the moment the
+// transport has its connection (before the request is written) to the
+// answer's last byte. Against sglmock it multiplies by the
 // speedup /sim/profile reports, so the figures are in the server's
 // simulated seconds. Then, per row:
 //
