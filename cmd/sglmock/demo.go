@@ -58,11 +58,6 @@ const originalB = 17
 
 const demoProfile = "kimi-k2.6-rtx6000"
 
-// demoTolerance is what the demo's test asks of the fixed method over
-// loopback: decode and TTFT within 2 % of the truth of the requests it
-// sent (the rows' own verdict allows harness.Tolerance).
-const demoTolerance = 0.02
-
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
