@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // FileError is a problem in a scenario file: the file, the line and the
@@ -55,7 +57,7 @@ type fields struct {
 // mapping checks that n is a mapping with only the allowed keys, each once.
 func (d *decoder) mapping(n *yaml.Node, path string, allowed ...string) (*fields, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, d.errorf(n, path, "want a mapping with keys %s, got %s", strings.Join(allowed, ", "), kindName(n))
+		return nil, d.errorf(n, path, "want a mapping with keys %s, got %s", strings.Join(allowed, ", "), profile.NodeKind(n))
 	}
 	if d.keys != nil {
 		d.keys(path, allowed)
@@ -64,7 +66,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, allowed ...string) (*fields
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return nil, d.errorf(k, path, "a key must be a plain name, got %s", kindName(k))
+			return nil, d.errorf(k, path, "a key must be a plain name, got %s", profile.NodeKind(k))
 		}
 		if !slices.Contains(allowed, k.Value) {
 			return nil, d.errorf(k, f.sub(k.Value), "unknown key (want one of %s)", strings.Join(allowed, ", "))
@@ -112,7 +114,7 @@ func (f *fields) scalar(key string) (string, bool, error) {
 		return "", false, nil
 	}
 	if n.Kind != yaml.ScalarNode {
-		return "", true, f.errorf(key, "want a single value, got %s", kindName(n))
+		return "", true, f.errorf(key, "want a single value, got %s", profile.NodeKind(n))
 	}
 	return n.Value, true, nil
 }
@@ -211,19 +213,5 @@ func (f *fields) list(key string) ([]*yaml.Node, error) {
 	case yaml.ScalarNode:
 		return []*yaml.Node{n}, nil
 	}
-	return nil, f.errorf(key, "want a value or a list, got %s", kindName(n))
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "nothing"
+	return nil, f.errorf(key, "want a value or a list, got %s", profile.NodeKind(n))
 }

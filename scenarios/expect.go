@@ -9,6 +9,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglmock/sglmock/mockserver/profile"
+
 	"github.com/sglmock/sglmock/harness"
 )
 
@@ -146,7 +148,7 @@ func (p *parser) ctxSelection(f *fields, a action) ([]int, error) {
 	for i, n := range list {
 		c, err := strconv.Atoi(n.Value)
 		if err != nil || n.Kind != yaml.ScalarNode || !slices.Contains(have, c) {
-			return nil, p.d.errorf(n, fmt.Sprintf("%s[%d]", f.sub("ctx"), i), "%s: want one of the step's contexts %v", kindName(n), have)
+			return nil, p.d.errorf(n, fmt.Sprintf("%s[%d]", f.sub("ctx"), i), "%s: want one of the step's contexts %v", profile.NodeKind(n), have)
 		}
 		out = append(out, c)
 	}

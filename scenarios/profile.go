@@ -27,7 +27,7 @@ func (d *decoder) readProfile(n *yaml.Node, scenario string) (*profile.Profile, 
 		return profile.Parse(strings.NewReader(string(b)), n.Value)
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, d.errorf(n, "profile", "want a built-in profile's name or a mapping of profile keys, got %s", kindName(n))
+		return nil, d.errorf(n, "profile", "want a built-in profile's name or a mapping of profile keys, got %s", profile.NodeKind(n))
 	}
 	base := "default"
 	var over yaml.Node
@@ -38,7 +38,7 @@ func (d *decoder) readProfile(n *yaml.Node, scenario string) (*profile.Profile, 
 		switch k.Value {
 		case "base":
 			if v.Kind != yaml.ScalarNode {
-				return nil, d.errorf(v, "profile.base", "want a built-in profile's name, got %s", kindName(v))
+				return nil, d.errorf(v, "profile.base", "want a built-in profile's name, got %s", profile.NodeKind(v))
 			}
 			base = v.Value
 			continue

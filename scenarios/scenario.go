@@ -152,7 +152,7 @@ func parse(data []byte, d *decoder) (*Scenario, error) {
 	}
 	steps := f.values["steps"]
 	if steps.Kind != yaml.SequenceNode || len(steps.Content) == 0 {
-		return nil, f.errorf("steps", "want a list of steps, got %s", kindName(steps))
+		return nil, f.errorf("steps", "want a list of steps, got %s", profile.NodeKind(steps))
 	}
 	p := &parser{d: d, loads: map[string]bool{}}
 	for i, n := range steps.Content {

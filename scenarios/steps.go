@@ -7,6 +7,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglmock/sglmock/mockserver/profile"
+
 	"github.com/sglmock/sglmock/harness"
 )
 
@@ -144,7 +146,7 @@ func (p *parser) step(n *yaml.Node, path string) (*Step, error) {
 	if f.has("expect") {
 		list := f.values["expect"]
 		if list.Kind != yaml.SequenceNode {
-			return nil, f.errorf("expect", "want a list of expectations, got %s", kindName(list))
+			return nil, f.errorf("expect", "want a list of expectations, got %s", profile.NodeKind(list))
 		}
 		for i, en := range list.Content {
 			e, err := p.expectation(en, fmt.Sprintf("%s.expect[%d]", path, i), st.action)
@@ -250,7 +252,7 @@ func (p *parser) points(f *fields) ([]harness.Point, error) {
 	for i, n := range list {
 		field := fmt.Sprintf("%s[%d]", f.sub("ctx"), i)
 		if n.Kind != yaml.ScalarNode {
-			return nil, p.d.errorf(n, field, "want TOKENS or REQ:TOKENS, got %s", kindName(n))
+			return nil, p.d.errorf(n, field, "want TOKENS or REQ:TOKENS, got %s", profile.NodeKind(n))
 		}
 		req, tok, hasReq := strings.Cut(n.Value, ":")
 		if !hasReq {
@@ -364,7 +366,7 @@ func (p *parser) raw(n *yaml.Node, path string) (action, error) {
 	if f.has("body") {
 		bn := f.values["body"]
 		if bn.Kind != yaml.MappingNode {
-			return nil, f.errorf("body", "want a mapping (sent as a JSON object), got %s", kindName(bn))
+			return nil, f.errorf("body", "want a mapping (sent as a JSON object), got %s", profile.NodeKind(bn))
 		}
 		if err := bn.Decode(&ra.body); err != nil {
 			return nil, f.errorf("body", "%v", err)

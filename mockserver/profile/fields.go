@@ -171,12 +171,12 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	st := structOf(t)
 	if st == nil {
 		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return &KeyError{Line: n.Line, Field: path, Msg: fmt.Sprintf("want %s, got %s", yamlTypeName(path, t), nodeKind(n))}
+			return &KeyError{Line: n.Line, Field: path, Msg: fmt.Sprintf("want %s, got %s", yamlTypeName(path, t), NodeKind(n))}
 		}
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return &KeyError{Line: n.Line, Field: path, Msg: fmt.Sprintf("want a mapping, got %s", nodeKind(n))}
+		return &KeyError{Line: n.Line, Field: path, Msg: fmt.Sprintf("want a mapping, got %s", NodeKind(n))}
 	}
 	names := yamlFieldNames(st)
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -196,8 +196,9 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	return nil
 }
 
-// nodeKind names what a YAML node is, for an error.
-func nodeKind(n *yaml.Node) string {
+// NodeKind names what a YAML node is, for an error: "a mapping", "a
+// list", a scalar's value quoted, "an alias". Scenario files say it too.
+func NodeKind(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
