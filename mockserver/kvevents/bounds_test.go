@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -364,4 +365,83 @@ func TestBindRules(t *testing.T) {
 	if !strings.Contains(logs.String(), want) {
 		t.Fatalf("log %q lacks the warning %q", logs.String(), want)
 	}
+}
+
+// pipeListener is an in-memory net.Listener, so that sockets run inside a
+// synctest bubble: dial hands the server end of a net.Pipe to Accept.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "pipe", Net: "pipe"} }
+
+// dial connects and says nothing.
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+// pipePubSocket serves a PUB socket on a pipeListener; its Close is the
+// transport's.
+func pipePubSocket() (*zmqTransport, *pipeListener) {
+	ln := newPipeListener()
+	t := &zmqTransport{cancel: func() {}, pub: newPubSocket(DefaultHWM, slog.New(slog.DiscardHandler)), pubLn: ln}
+	t.pub.serve(ln)
+	return t, ln
+}
+
+// A connection counts against the 256 a PUB socket serves from its first
+// byte: half-open handshakes cannot pile up past it. Close ends those that
+// are still handshaking at once, and leaves no goroutine behind (synctest
+// fails a bubble whose goroutines do not end).
+func TestHandshakingPeersCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, ln := pipePubSocket()
+		defer tr.Close()
+		var silent []net.Conn
+		for range maxSubscribers {
+			silent = append(silent, ln.dial()) // each says nothing
+		}
+		synctest.Wait() // all admitted, their greetings unread
+		extra := ln.dial()
+		synctest.Wait()
+		var b [greetingLen]byte
+		if n, err := extra.Read(b[:]); n != 0 || err != io.EOF {
+			t.Fatalf("the connection past %d handshaking ones: got %d bytes, %v; want it closed (EOF)", maxSubscribers, n, err)
+		}
+		if got := tr.pub.cut.Load(); got != 1 {
+			t.Fatalf("got %d connections cut, want 1", got)
+		}
+		start := time.Now()
+		tr.Close()
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("Close waited %v for the handshakes, want 0", waited)
+		}
+		for _, c := range silent {
+			if _, err := c.Read(b[:]); err != io.EOF {
+				t.Fatalf("a handshaking connection after Close: got %v, want EOF", err)
+			}
+		}
+	})
 }

@@ -26,11 +26,12 @@ type pubSocket struct {
 	stall    time.Duration // subscriberStall; tests shorten it
 	log      *slog.Logger
 	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every connection, from its first byte
 	subs     map[*subscriber]struct{}
 	closed   bool
 	wg       sync.WaitGroup
 	drops    atomic.Int64 // messages not queued for a subscriber whose queue was full
-	cut      atomic.Int64 // subscribers disconnected: stalled, or refused when too many
+	cut      atomic.Int64 // connections ended: stalled, or refused when too many
 	lastWarn atomic.Int64 // unix seconds of the last drop warning
 }
 
@@ -39,7 +40,8 @@ const (
 	// maxSubscriberBytes bounds a subscriber's queue in bytes (its first
 	// message is always taken, whatever its size).
 	maxSubscriberBytes = 16 << 20
-	// maxSubscribers bounds the connections a PUB socket keeps.
+	// maxSubscribers bounds the connections a PUB socket keeps, those
+	// still in their handshake included.
 	maxSubscribers = 256
 	// subscriberStall is how long a write to a subscriber may make no
 	// progress before the subscriber is disconnected.
@@ -49,7 +51,7 @@ const (
 )
 
 func newPubSocket(hwm int, log *slog.Logger) *pubSocket {
-	return &pubSocket{hwm: hwm, stall: subscriberStall, log: log, subs: map[*subscriber]struct{}{}}
+	return &pubSocket{hwm: hwm, stall: subscriberStall, log: log, conns: map[net.Conn]struct{}{}, subs: map[*subscriber]struct{}{}}
 }
 
 // subscriber is one connected SUB (or XSUB) socket.
@@ -72,22 +74,20 @@ func (p *pubSocket) serve(ln net.Listener) { acceptEach(&p.wg, ln, p.attach) }
 // attach handshakes with c and serves it as a subscriber until it ends.
 // It returns when the connection is over.
 func (p *pubSocket) attach(c net.Conn) {
+	if !p.admit(c) {
+		c.Close()
+		return
+	}
+	defer p.release(c)
 	z, err := handshake(c, "PUB", subCompatible)
 	if err != nil {
 		p.log.Debug("KV events: a subscriber's handshake failed: " + err.Error())
-		c.Close()
 		return
 	}
 	s := &subscriber{conn: z, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	p.mu.Lock()
-	if p.closed || len(p.subs) >= maxSubscribers {
-		full := !p.closed
+	if p.closed {
 		p.mu.Unlock()
-		if full {
-			p.cut.Add(1)
-			p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
-		}
-		c.Close()
 		return
 	}
 	p.subs[s] = struct{}{}
@@ -97,6 +97,31 @@ func (p *pubSocket) attach(c net.Conn) {
 	s.end()
 	p.mu.Lock()
 	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// admit counts c against maxSubscribers from its first byte, so that
+// connections that never finish their handshake cannot pile up past it,
+// and reports whether it may be served.
+func (p *pubSocket) admit(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if len(p.conns) >= maxSubscribers {
+		p.cut.Add(1)
+		p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *pubSocket) release(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
 	p.mu.Unlock()
 }
 
@@ -227,13 +252,13 @@ func (p *pubSocket) subscribers() int {
 	return len(p.subs)
 }
 
-// close disconnects every subscriber; the listeners and the dial loop are
-// their owners'.
+// close ends every connection, those still in their handshake included;
+// the listeners and the dial loop are their owners'.
 func (p *pubSocket) close() {
 	p.mu.Lock()
 	p.closed = true
-	for s := range p.subs {
-		s.end()
+	for c := range p.conns {
+		c.Close()
 	}
 	p.mu.Unlock()
 }
