@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -444,4 +445,88 @@ func TestHandshakingPeersCount(t *testing.T) {
 			}
 		}
 	})
+}
+
+// pipePeer connects to ln as a ZMTP peer of type typ and completes the
+// handshake; a pipe has no buffer, so its greeting and READY go from a
+// goroutine while it reads the socket's.
+func pipePeer(t *testing.T, ln *pipeListener, typ string) *zmtpConn {
+	t.Helper()
+	c := ln.dial()
+	go c.Write(append(slices.Clone(greeting), appendCommand(nil, "READY", appendProperty(nil, "Socket-Type", typ))...))
+	z := &zmtpConn{Conn: c, r: bufio.NewReader(c)}
+	var g [greetingLen]byte
+	if _, err := io.ReadFull(z.r, g[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := z.readCommand(); err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+// subscription is a SUBSCRIBE (or CANCEL) as a ZMTP 3.0 message, or as a
+// 3.1 command.
+func subscription(topic string, on, command bool) []byte {
+	switch {
+	case command && on:
+		return appendCommand(nil, "SUBSCRIBE", []byte(topic))
+	case command:
+		return appendCommand(nil, "CANCEL", []byte(topic))
+	case on:
+		return appendMessage(nil, append([]byte{1}, topic...))
+	}
+	return appendMessage(nil, append([]byte{0}, topic...))
+}
+
+// subscriptions are n distinct prefixes of size bytes each.
+func subscriptions(n, size int, command bool) [][]byte {
+	var out [][]byte
+	for i := range n {
+		topic := fmt.Sprintf("%0*d", size, i)
+		out = append(out, subscription(topic, true, command))
+	}
+	return out
+}
+
+// A subscriber holds at most 256 prefixes and 64 KiB of them; one that
+// sends more is disconnected and counted. A cancelled prefix frees its
+// room, and a repeated one takes none.
+func TestSubscriptionsAreBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		msgs [][]byte
+		cut  bool
+	}{
+		{"256 prefixes", subscriptions(256, 8, false), false},
+		{"257 prefixes", subscriptions(257, 8, false), true},
+		{"257 prefixes as ZMTP 3.1 commands", subscriptions(257, 8, true), true},
+		{"16 prefixes of 4000 bytes", subscriptions(16, 4000, false), false},
+		{"17 prefixes of 4000 bytes", subscriptions(17, 4000, false), true},
+		{"256 prefixes, one cancelled, another", append(subscriptions(256, 8, false),
+			subscription(fmt.Sprintf("%08d", 0), false, false), subscription("another", true, false)), false},
+		{"one prefix 1000 times", slices.Repeat([][]byte{subscription("kv@", true, false)}, 1000), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr, ln := pipePubSocket()
+				defer tr.Close()
+				z := pipePeer(t, ln, "SUB")
+				defer z.Close()
+				for _, m := range tt.msgs {
+					if _, err := z.Write(m); err != nil {
+						break // disconnected
+					}
+				}
+				synctest.Wait()
+				wantCut, wantSubs := int64(0), 1
+				if tt.cut {
+					wantCut, wantSubs = 1, 0
+				}
+				if cut, subs := tr.pub.cut.Load(), tr.pub.subscribers(); cut != wantCut || subs != wantSubs {
+					t.Fatalf("got %d cut and %d connected, want %d and %d", cut, subs, wantCut, wantSubs)
+				}
+			})
+		})
+	}
 }

@@ -81,8 +81,9 @@
 //     (as libzmq drops at a pipe's high-water mark) and never holds up the
 //     others; one whose writes make no progress for 30 s is disconnected;
 //     at most 256 connections are served, counted from their first byte,
-//     so handshakes that never finish cannot pile up. Messages are encoded
-//     once and shared.
+//     so handshakes that never finish cannot pile up. A subscriber holds
+//     at most 256 prefixes and 64 KiB of them; one that subscribes past
+//     that is disconnected. Messages are encoded once and shared.
 //   - The replay ROUTER (replay.go) resends the last buffer_steps messages
 //     (and at most MaxReplayBytes of them) from a requested sequence
 //     number, then the end marker -1, as SGLang's _service_replay. Each

@@ -31,7 +31,7 @@ type pubSocket struct {
 	closed   bool
 	wg       sync.WaitGroup
 	drops    atomic.Int64 // messages not queued for a subscriber whose queue was full
-	cut      atomic.Int64 // connections ended: stalled, or refused when too many
+	cut      atomic.Int64 // connections ended: stalled, subscribed past the bounds, or refused when too many
 	lastWarn atomic.Int64 // unix seconds of the last drop warning
 }
 
@@ -48,6 +48,10 @@ const (
 	subscriberStall = 30 * time.Second
 	// maxSubscriptionBytes bounds a subscription message (a topic prefix).
 	maxSubscriptionBytes = 4096
+	// maxTopics and maxTopicBytes bound the prefixes a subscriber holds,
+	// which every message is matched against.
+	maxTopics     = 256
+	maxTopicBytes = 64 << 10
 )
 
 func newPubSocket(hwm int, log *slog.Logger) *pubSocket {
@@ -59,6 +63,7 @@ type subscriber struct {
 	conn   *zmtpConn
 	mu     sync.Mutex
 	topics []string
+	tbytes int // the bytes of topics
 	queue  [][]byte
 	bytes  int
 	wake   chan struct{}
@@ -158,14 +163,34 @@ func (p *pubSocket) read(s *subscriber) {
 		default:
 			continue // a PUB ignores other messages
 		}
-		s.mu.Lock()
-		if i := slices.Index(s.topics, topic); on && i < 0 {
-			s.topics = append(s.topics, topic)
-		} else if !on && i >= 0 {
-			s.topics = slices.Delete(s.topics, i, i+1)
+		if !s.subscribe(topic, on) {
+			p.cut.Add(1)
+			p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s subscribed to more than %d prefixes or %d bytes of them; disconnected",
+				s.conn.RemoteAddr(), maxTopics, maxTopicBytes))
+			return
 		}
-		s.mu.Unlock()
 	}
+}
+
+// subscribe adds topic to the subscriber's prefixes, or with on unset
+// removes it; it reports false, adding nothing, when the prefixes would
+// pass maxTopics or maxTopicBytes.
+func (s *subscriber) subscribe(topic string, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.topics, topic)
+	switch {
+	case on && i < 0:
+		if len(s.topics) == maxTopics || s.tbytes+len(topic) > maxTopicBytes {
+			return false
+		}
+		s.topics = append(s.topics, topic)
+		s.tbytes += len(topic)
+	case !on && i >= 0:
+		s.topics = slices.Delete(s.topics, i, i+1)
+		s.tbytes -= len(topic)
+	}
+	return true
 }
 
 // write sends the subscriber's queue until the connection ends; a write
