@@ -530,3 +530,104 @@ func TestSubscriptionsAreBounded(t *testing.T) {
 		})
 	}
 }
+
+// slowPeer is a subscriber or a replay client over a pipe, with 1 MiB on
+// its way to it in 64 KiB messages.
+type slowPeer struct {
+	z     *zmtpConn
+	total int           // the bytes on their way
+	stall time.Duration // the socket's stall time
+	cut   func() int64
+	close func()
+}
+
+const slowMessages, slowPayload = 16, 64 << 10
+
+// slowSubscriber subscribes and is sent the messages.
+func slowSubscriber(t *testing.T) slowPeer {
+	tr, ln := pipePubSocket()
+	z := pipePeer(t, ln, "SUB")
+	z.Write(subscription("kv", true, false))
+	synctest.Wait()
+	total := 0
+	for i := range slowMessages {
+		msg := appendMessage(nil, []byte("kv"), SeqBytes(uint64(i)), make([]byte, slowPayload))
+		total += len(msg)
+		tr.pub.send("kv", func() []byte { return msg })
+	}
+	return slowPeer{z, total, tr.pub.stall, tr.pub.cut.Load, func() { tr.Close() }}
+}
+
+// slowReplayClient asks for a replay of the messages.
+func slowReplayClient(t *testing.T) slowPeer {
+	ring := newRing(slowMessages, 1<<30)
+	total := len(appendMessage(nil, nil, endSeq, nil))
+	for i := range slowMessages {
+		ring.add(uint64(i), make([]byte, slowPayload))
+		total += len(appendMessage(nil, nil, SeqBytes(uint64(i)), make([]byte, slowPayload)))
+	}
+	r := newReplaySocket(ring, slog.New(slog.DiscardHandler))
+	ln := newPipeListener()
+	r.serve(ln)
+	z := pipePeer(t, ln, "DEALER")
+	z.Write(appendMessage(nil, nil, SeqBytes(0)))
+	return slowPeer{z, total, replayStall, r.cut.Load, func() { ln.Close(); r.close(); r.wg.Wait() }}
+}
+
+var slowPeers = []struct {
+	name  string
+	start func(*testing.T) slowPeer
+}{{"subscriber", slowSubscriber}, {"replay client", slowReplayClient}}
+
+// A peer that reads slowly but steadily, 4 KiB every 5 s, gets all of
+// 1 MiB, though that takes far longer than the stall time and each 64 KiB
+// message alone takes 80 s: only a write that makes no progress is cut.
+func TestSlowSteadyReadersAreServed(t *testing.T) {
+	for _, tt := range slowPeers {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tt.start(t)
+				defer p.close()
+				buf := make([]byte, 4<<10)
+				got := 0
+				for got < p.total {
+					n, err := p.z.r.Read(buf)
+					if err != nil {
+						t.Fatalf("after %d of %d bytes: %v", got, p.total, err)
+					}
+					got += n
+					time.Sleep(5 * time.Second)
+				}
+				if cut := p.cut(); cut != 0 {
+					t.Fatalf("got %d cut, want 0", cut)
+				}
+			})
+		})
+	}
+}
+
+// A peer that stops reading is cut once the socket's write has made no
+// progress for the stall time, and within a quarter of it more.
+func TestStoppedReadersAreCut(t *testing.T) {
+	for _, tt := range slowPeers {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tt.start(t)
+				defer p.close()
+				if _, err := io.ReadFull(p.z.r, make([]byte, 100<<10)); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(p.stall - time.Millisecond)
+				synctest.Wait()
+				if cut := p.cut(); cut != 0 {
+					t.Fatalf("%v after the last read: got %d cut, want 0", p.stall-time.Millisecond, cut)
+				}
+				time.Sleep(p.stall/4 + 2*time.Millisecond)
+				synctest.Wait()
+				if cut := p.cut(); cut != 1 {
+					t.Fatalf("%v after the last read: got %d cut, want 1", p.stall*5/4+time.Millisecond, cut)
+				}
+			})
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -193,8 +192,9 @@ func (s *subscriber) subscribe(topic string, on bool) bool {
 	return true
 }
 
-// write sends the subscriber's queue until the connection ends; a write
-// that makes no progress for subscriberStall ends it.
+// write sends the subscriber's queue until the connection ends, each batch
+// of messages in writev calls; a write that makes no progress for
+// subscriberStall ends it.
 func (p *pubSocket) write(s *subscriber) {
 	defer s.end()
 	for {
@@ -211,10 +211,8 @@ func (p *pubSocket) write(s *subscriber) {
 			if len(batch) == 0 {
 				break
 			}
-			bufs := net.Buffers(batch)
-			s.conn.SetWriteDeadline(time.Now().Add(p.stall))
-			if _, err := bufs.WriteTo(s.conn); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
+			if err := writeAll(s.conn.Conn, batch, p.stall); err != nil {
+				if errors.Is(err, errStalled) {
 					p.cut.Add(1)
 					p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s read nothing for %v; disconnected", s.conn.RemoteAddr(), p.stall))
 				}
