@@ -38,7 +38,8 @@ type KVEvents struct {
 	// Subscribers is the subscribers connected now; SubscriberDrops the
 	// messages not sent to a subscriber whose queue was full; and
 	// SubscribersCut the subscribers disconnected because they stopped
-	// reading.
+	// reading, subscribed past 256 prefixes or 64 KiB of them, or were one
+	// too many.
 	Subscribers     int   `json:"subscribers"`
 	SubscriberDrops int64 `json:"subscriber_drops"`
 	SubscribersCut  int64 `json:"subscribers_cut"`

@@ -201,9 +201,10 @@
 //     (log_metrics=false). Neither is listed under /sim/requests.
 //   - A client that stops reading its answer or stream is cut off once a
 //     write makes no progress for --stall-timeout (30 s, wall time), its
-//     requests aborted at once, and at most 64 writes may stay blocked
-//     past a second (the longest-blocked is cut first): stall.go. Each
-//     is counted (stalled_streams_aborted in /sim/stats,
+//     requests aborted at once (a long answer goes out 64 KiB a write, so
+//     one read slowly but steadily is not cut), and at most 64 writes may
+//     stay blocked past a second (the longest-blocked is cut first):
+//     stall.go. Each is counted (stalled_streams_aborted in /sim/stats,
 //     sglmock:stalled_streams_aborted_total in /metrics, with the KV
 //     event publisher's drops). SGLang waits forever.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.

@@ -18,7 +18,9 @@ import (
 // write for as long as its socket stays open, holding the request's output.
 // Every answer to a generation request is therefore written under a
 // deadline: a write that makes no progress for StallTimeout (wall time)
-// fails, and a stream that stalls is aborted at once. At most
+// fails, and a stream that stalls is aborted at once. A long answer goes
+// out in writes of answerChunk, each under its own deadline, so a client
+// that reads slowly but steadily is not cut for the answer's length. At most
 // maxStalledWrites writes may be blocked past stallGrace at a time; past
 // that, the longest-blocked one is cut at once. Either way the abort is
 // counted (stalled_streams_aborted in /sim/stats,
@@ -112,15 +114,27 @@ func (g *stallGuard) write(w http.ResponseWriter, b []byte) error {
 	return g.end(p, err)
 }
 
-// writeAnswer writes a generation request's JSON answer, which may be
-// large, under the stall deadline. It carries its Content-Length, as
-// SGLang's JSONResponse does: the flush at the end would otherwise send it
-// chunked.
+// answerChunk is the most of an answer one write under the stall deadline
+// carries, so that the deadline bounds a lack of progress, not the time a
+// long answer takes in all.
+const answerChunk = 64 << 10
+
+// writeAnswer writes a generation request's JSON answer, which may be many
+// MB (logprobs), in writes of answerChunk, each under the stall deadline: a
+// client that reads slowly but steadily gets it whole, and one that stops
+// is cut off. It carries its Content-Length, as SGLang's JSONResponse does:
+// the flushes would otherwise send it chunked.
 func (s *Server) writeAnswer(c *gin.Context, v any) {
 	b := marshal(v)
 	h := c.Writer.Header()
 	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	c.Status(http.StatusOK)
-	s.stalls.write(c.Writer, b)
+	for len(b) > 0 {
+		n := min(len(b), answerChunk)
+		if s.stalls.write(c.Writer, b[:n]) != nil {
+			return
+		}
+		b = b[n:]
+	}
 }

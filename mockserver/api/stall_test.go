@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -154,4 +155,65 @@ func TestKVEventDropsAreReported(t *testing.T) {
 			}
 		}
 	})
+}
+
+// slowReader reads at most 16 KiB a second: 64 KiB in 4 s.
+type slowReader struct{ r io.Reader }
+
+func (s slowReader) Read(p []byte) (int, error) {
+	time.Sleep(time.Second)
+	return s.r.Read(p[:min(len(p), 16<<10)])
+}
+
+// A long answer (some MB of logprobs) goes out in 64 KiB writes, each under
+// the stall deadline: a client that reads slowly but steadily gets it whole,
+// with its Content-Length, though it takes far longer than the stall
+// timeout; one that stops reading partway is cut off and counted.
+func TestSlowAnswerIsWrittenWhole(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		stopAfter int64 // bytes of the body read; 0 reads it all
+		aborted   int64
+	}{
+		{"steady reader", 0, 0},
+		{"reader stopping after 256 KiB", 256 << 10, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mocktest.Start(t, api.Config{StallTimeout: 10 * time.Second})
+				conn, err := m.HTTP.Dial()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				body := `{"text": "hi", "return_logprob": true, "top_logprobs_num": 20, "return_text_in_logprobs": true, ` +
+					`"sampling_params": {"max_new_tokens": 2000, "ignore_eos": true}}`
+				go fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				resp, err := http.ReadResponse(bufio.NewReaderSize(slowReader{conn}, 16<<10), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.ContentLength < 1<<20 {
+					t.Fatalf("got a Content-Length of %d, want an answer of over 1 MiB", resp.ContentLength)
+				}
+				if tt.stopAfter == 0 {
+					got, err := io.ReadAll(resp.Body)
+					if err != nil || int64(len(got)) != resp.ContentLength || !json.Valid(got) {
+						t.Fatalf("got %d bytes of %d (valid JSON: %v), %v; want the whole answer", len(got), resp.ContentLength, json.Valid(got), err)
+					}
+				} else {
+					if _, err := io.CopyN(io.Discard, resp.Body, tt.stopAfter); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Minute) // virtual: the client reads no more
+					synctest.Wait()
+				}
+				if st := simStats(t, m); st.StalledStreamsAborted != tt.aborted {
+					t.Fatalf("got %d clients cut off, want %d", st.StalledStreamsAborted, tt.aborted)
+				}
+				conn.Close()
+				mocktest.CheckIdle(t, m.Engine())
+			})
+		})
+	}
 }

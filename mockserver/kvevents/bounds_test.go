@@ -1,8 +1,10 @@
 package kvevents
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -363,5 +365,269 @@ func TestBindRules(t *testing.T) {
 	want := fmt.Sprintf(`listens on every interface, and its events carry the prompts' token ids; for a router on this machine bind loopback only: \"endpoint\": \"tcp://127.0.0.1:%d\", \"bind\": true`, port)
 	if !strings.Contains(logs.String(), want) {
 		t.Fatalf("log %q lacks the warning %q", logs.String(), want)
+	}
+}
+
+// pipeListener is an in-memory net.Listener, so that sockets run inside a
+// synctest bubble: dial hands the server end of a net.Pipe to Accept.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "pipe", Net: "pipe"} }
+
+// dial connects and says nothing.
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+// pipePubSocket serves a PUB socket on a pipeListener; its Close is the
+// transport's.
+func pipePubSocket() (*zmqTransport, *pipeListener) {
+	ln := newPipeListener()
+	t := &zmqTransport{cancel: func() {}, pub: newPubSocket(DefaultHWM, slog.New(slog.DiscardHandler)), pubLn: ln}
+	t.pub.serve(ln)
+	return t, ln
+}
+
+// A connection counts against the 256 a PUB socket serves from its first
+// byte: half-open handshakes cannot pile up past it. Close ends those that
+// are still handshaking at once, and leaves no goroutine behind (synctest
+// fails a bubble whose goroutines do not end).
+func TestHandshakingPeersCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, ln := pipePubSocket()
+		defer tr.Close()
+		var silent []net.Conn
+		for range maxSubscribers {
+			silent = append(silent, ln.dial()) // each says nothing
+		}
+		synctest.Wait() // all admitted, their greetings unread
+		extra := ln.dial()
+		synctest.Wait()
+		var b [greetingLen]byte
+		if n, err := extra.Read(b[:]); n != 0 || err != io.EOF {
+			t.Fatalf("the connection past %d handshaking ones: got %d bytes, %v; want it closed (EOF)", maxSubscribers, n, err)
+		}
+		if got := tr.pub.cut.Load(); got != 1 {
+			t.Fatalf("got %d connections cut, want 1", got)
+		}
+		start := time.Now()
+		tr.Close()
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("Close waited %v for the handshakes, want 0", waited)
+		}
+		for _, c := range silent {
+			if _, err := c.Read(b[:]); err != io.EOF {
+				t.Fatalf("a handshaking connection after Close: got %v, want EOF", err)
+			}
+		}
+	})
+}
+
+// pipePeer connects to ln as a ZMTP peer of type typ and completes the
+// handshake; a pipe has no buffer, so its greeting and READY go from a
+// goroutine while it reads the socket's.
+func pipePeer(t *testing.T, ln *pipeListener, typ string) *zmtpConn {
+	t.Helper()
+	c := ln.dial()
+	go c.Write(append(slices.Clone(greeting), appendCommand(nil, "READY", appendProperty(nil, "Socket-Type", typ))...))
+	z := &zmtpConn{Conn: c, r: bufio.NewReader(c)}
+	var g [greetingLen]byte
+	if _, err := io.ReadFull(z.r, g[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := z.readCommand(); err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+// subscription is a SUBSCRIBE (or CANCEL) as a ZMTP 3.0 message, or as a
+// 3.1 command.
+func subscription(topic string, on, command bool) []byte {
+	switch {
+	case command && on:
+		return appendCommand(nil, "SUBSCRIBE", []byte(topic))
+	case command:
+		return appendCommand(nil, "CANCEL", []byte(topic))
+	case on:
+		return appendMessage(nil, append([]byte{1}, topic...))
+	}
+	return appendMessage(nil, append([]byte{0}, topic...))
+}
+
+// subscriptions are n distinct prefixes of size bytes each.
+func subscriptions(n, size int, command bool) [][]byte {
+	var out [][]byte
+	for i := range n {
+		topic := fmt.Sprintf("%0*d", size, i)
+		out = append(out, subscription(topic, true, command))
+	}
+	return out
+}
+
+// A subscriber holds at most 256 prefixes and 64 KiB of them; one that
+// sends more is disconnected and counted. A cancelled prefix frees its
+// room, and a repeated one takes none.
+func TestSubscriptionsAreBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		msgs [][]byte
+		cut  bool
+	}{
+		{"256 prefixes", subscriptions(256, 8, false), false},
+		{"257 prefixes", subscriptions(257, 8, false), true},
+		{"257 prefixes as ZMTP 3.1 commands", subscriptions(257, 8, true), true},
+		{"16 prefixes of 4000 bytes", subscriptions(16, 4000, false), false},
+		{"17 prefixes of 4000 bytes", subscriptions(17, 4000, false), true},
+		{"256 prefixes, one cancelled, another", append(subscriptions(256, 8, false),
+			subscription(fmt.Sprintf("%08d", 0), false, false), subscription("another", true, false)), false},
+		{"one prefix 1000 times", slices.Repeat([][]byte{subscription("kv@", true, false)}, 1000), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr, ln := pipePubSocket()
+				defer tr.Close()
+				z := pipePeer(t, ln, "SUB")
+				defer z.Close()
+				for _, m := range tt.msgs {
+					if _, err := z.Write(m); err != nil {
+						break // disconnected
+					}
+				}
+				synctest.Wait()
+				wantCut, wantSubs := int64(0), 1
+				if tt.cut {
+					wantCut, wantSubs = 1, 0
+				}
+				if cut, subs := tr.pub.cut.Load(), tr.pub.subscribers(); cut != wantCut || subs != wantSubs {
+					t.Fatalf("got %d cut and %d connected, want %d and %d", cut, subs, wantCut, wantSubs)
+				}
+			})
+		})
+	}
+}
+
+// slowPeer is a subscriber or a replay client over a pipe, with 1 MiB on
+// its way to it in 64 KiB messages.
+type slowPeer struct {
+	z     *zmtpConn
+	total int           // the bytes on their way
+	stall time.Duration // the socket's stall time
+	cut   func() int64
+	close func()
+}
+
+const slowMessages, slowPayload = 16, 64 << 10
+
+// slowSubscriber subscribes and is sent the messages.
+func slowSubscriber(t *testing.T) slowPeer {
+	tr, ln := pipePubSocket()
+	z := pipePeer(t, ln, "SUB")
+	z.Write(subscription("kv", true, false))
+	synctest.Wait()
+	total := 0
+	for i := range slowMessages {
+		msg := appendMessage(nil, []byte("kv"), SeqBytes(uint64(i)), make([]byte, slowPayload))
+		total += len(msg)
+		tr.pub.send("kv", func() []byte { return msg })
+	}
+	return slowPeer{z, total, tr.pub.stall, tr.pub.cut.Load, func() { tr.Close() }}
+}
+
+// slowReplayClient asks for a replay of the messages.
+func slowReplayClient(t *testing.T) slowPeer {
+	ring := newRing(slowMessages, 1<<30)
+	total := len(appendMessage(nil, nil, endSeq, nil))
+	for i := range slowMessages {
+		ring.add(uint64(i), make([]byte, slowPayload))
+		total += len(appendMessage(nil, nil, SeqBytes(uint64(i)), make([]byte, slowPayload)))
+	}
+	r := newReplaySocket(ring, slog.New(slog.DiscardHandler))
+	ln := newPipeListener()
+	r.serve(ln)
+	z := pipePeer(t, ln, "DEALER")
+	z.Write(appendMessage(nil, nil, SeqBytes(0)))
+	return slowPeer{z, total, replayStall, r.cut.Load, func() { ln.Close(); r.close(); r.wg.Wait() }}
+}
+
+var slowPeers = []struct {
+	name  string
+	start func(*testing.T) slowPeer
+}{{"subscriber", slowSubscriber}, {"replay client", slowReplayClient}}
+
+// A peer that reads slowly but steadily, 4 KiB every 5 s, gets all of
+// 1 MiB, though that takes far longer than the stall time and each 64 KiB
+// message alone takes 80 s: only a write that makes no progress is cut.
+func TestSlowSteadyReadersAreServed(t *testing.T) {
+	for _, tt := range slowPeers {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tt.start(t)
+				defer p.close()
+				buf := make([]byte, 4<<10)
+				got := 0
+				for got < p.total {
+					n, err := p.z.r.Read(buf)
+					if err != nil {
+						t.Fatalf("after %d of %d bytes: %v", got, p.total, err)
+					}
+					got += n
+					time.Sleep(5 * time.Second)
+				}
+				if cut := p.cut(); cut != 0 {
+					t.Fatalf("got %d cut, want 0", cut)
+				}
+			})
+		})
+	}
+}
+
+// A peer that stops reading is cut once the socket's write has made no
+// progress for the stall time, and within a quarter of it more.
+func TestStoppedReadersAreCut(t *testing.T) {
+	for _, tt := range slowPeers {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tt.start(t)
+				defer p.close()
+				if _, err := io.ReadFull(p.z.r, make([]byte, 100<<10)); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(p.stall - time.Millisecond)
+				synctest.Wait()
+				if cut := p.cut(); cut != 0 {
+					t.Fatalf("%v after the last read: got %d cut, want 0", p.stall-time.Millisecond, cut)
+				}
+				time.Sleep(p.stall/4 + 2*time.Millisecond)
+				synctest.Wait()
+				if cut := p.cut(); cut != 1 {
+					t.Fatalf("%v after the last read: got %d cut, want 1", p.stall*5/4+time.Millisecond, cut)
+				}
+			})
+		})
 	}
 }

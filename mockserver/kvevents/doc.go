@@ -80,7 +80,11 @@
 //     subscriber that reads slowly or not at all loses messages of its own
 //     (as libzmq drops at a pipe's high-water mark) and never holds up the
 //     others; one whose writes make no progress for 30 s is disconnected;
-//     at most 256 are served. Messages are encoded once and shared.
+//     at most 256 connections are served, counted from their first byte,
+//     so handshakes that never finish cannot pile up. A subscriber holds
+//     at most 256 prefixes and 64 KiB of them; one that subscribes past
+//     that is disconnected. Messages are encoded once and shared, and a
+//     subscriber's queued ones go out together, in writev calls.
 //   - The replay ROUTER (replay.go) resends the last buffer_steps messages
 //     (and at most MaxReplayBytes of them) from a requested sequence
 //     number, then the end marker -1, as SGLang's _service_replay. Each

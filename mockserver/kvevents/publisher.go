@@ -31,7 +31,7 @@ type Stats struct {
 	SendErrs  int64 // batches the transport failed to send
 	// The sockets' counts: subscribers connected now, messages dropped for
 	// a subscriber whose queue was full, subscribers disconnected (stalled,
-	// or one too many), replay clients disconnected (stalled, or one too
+	// subscribed past the bounds, or one too many), replay clients disconnected (stalled, or one too
 	// many) and malformed replay requests.
 	Subscribers      int
 	SubscriberDrops  int64

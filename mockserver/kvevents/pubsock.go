@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -26,11 +25,12 @@ type pubSocket struct {
 	stall    time.Duration // subscriberStall; tests shorten it
 	log      *slog.Logger
 	mu       sync.Mutex
+	conns    map[net.Conn]struct{} // every connection, from its first byte
 	subs     map[*subscriber]struct{}
 	closed   bool
 	wg       sync.WaitGroup
 	drops    atomic.Int64 // messages not queued for a subscriber whose queue was full
-	cut      atomic.Int64 // subscribers disconnected: stalled, or refused when too many
+	cut      atomic.Int64 // connections ended: stalled, subscribed past the bounds, or refused when too many
 	lastWarn atomic.Int64 // unix seconds of the last drop warning
 }
 
@@ -39,17 +39,22 @@ const (
 	// maxSubscriberBytes bounds a subscriber's queue in bytes (its first
 	// message is always taken, whatever its size).
 	maxSubscriberBytes = 16 << 20
-	// maxSubscribers bounds the connections a PUB socket keeps.
+	// maxSubscribers bounds the connections a PUB socket keeps, those
+	// still in their handshake included.
 	maxSubscribers = 256
 	// subscriberStall is how long a write to a subscriber may make no
 	// progress before the subscriber is disconnected.
 	subscriberStall = 30 * time.Second
 	// maxSubscriptionBytes bounds a subscription message (a topic prefix).
 	maxSubscriptionBytes = 4096
+	// maxTopics and maxTopicBytes bound the prefixes a subscriber holds,
+	// which every message is matched against.
+	maxTopics     = 256
+	maxTopicBytes = 64 << 10
 )
 
 func newPubSocket(hwm int, log *slog.Logger) *pubSocket {
-	return &pubSocket{hwm: hwm, stall: subscriberStall, log: log, subs: map[*subscriber]struct{}{}}
+	return &pubSocket{hwm: hwm, stall: subscriberStall, log: log, conns: map[net.Conn]struct{}{}, subs: map[*subscriber]struct{}{}}
 }
 
 // subscriber is one connected SUB (or XSUB) socket.
@@ -57,6 +62,7 @@ type subscriber struct {
 	conn   *zmtpConn
 	mu     sync.Mutex
 	topics []string
+	tbytes int // the bytes of topics
 	queue  [][]byte
 	bytes  int
 	wake   chan struct{}
@@ -72,22 +78,20 @@ func (p *pubSocket) serve(ln net.Listener) { acceptEach(&p.wg, ln, p.attach) }
 // attach handshakes with c and serves it as a subscriber until it ends.
 // It returns when the connection is over.
 func (p *pubSocket) attach(c net.Conn) {
+	if !p.admit(c) {
+		c.Close()
+		return
+	}
+	defer p.release(c)
 	z, err := handshake(c, "PUB", subCompatible)
 	if err != nil {
 		p.log.Debug("KV events: a subscriber's handshake failed: " + err.Error())
-		c.Close()
 		return
 	}
 	s := &subscriber{conn: z, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	p.mu.Lock()
-	if p.closed || len(p.subs) >= maxSubscribers {
-		full := !p.closed
+	if p.closed {
 		p.mu.Unlock()
-		if full {
-			p.cut.Add(1)
-			p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
-		}
-		c.Close()
 		return
 	}
 	p.subs[s] = struct{}{}
@@ -97,6 +101,31 @@ func (p *pubSocket) attach(c net.Conn) {
 	s.end()
 	p.mu.Lock()
 	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// admit counts c against maxSubscribers from its first byte, so that
+// connections that never finish their handshake cannot pile up past it,
+// and reports whether it may be served.
+func (p *pubSocket) admit(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if len(p.conns) >= maxSubscribers {
+		p.cut.Add(1)
+		p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *pubSocket) release(c net.Conn) {
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
 	p.mu.Unlock()
 }
 
@@ -133,18 +162,39 @@ func (p *pubSocket) read(s *subscriber) {
 		default:
 			continue // a PUB ignores other messages
 		}
-		s.mu.Lock()
-		if i := slices.Index(s.topics, topic); on && i < 0 {
-			s.topics = append(s.topics, topic)
-		} else if !on && i >= 0 {
-			s.topics = slices.Delete(s.topics, i, i+1)
+		if !s.subscribe(topic, on) {
+			p.cut.Add(1)
+			p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s subscribed to more than %d prefixes or %d bytes of them; disconnected",
+				s.conn.RemoteAddr(), maxTopics, maxTopicBytes))
+			return
 		}
-		s.mu.Unlock()
 	}
 }
 
-// write sends the subscriber's queue until the connection ends; a write
-// that makes no progress for subscriberStall ends it.
+// subscribe adds topic to the subscriber's prefixes, or with on unset
+// removes it; it reports false, adding nothing, when the prefixes would
+// pass maxTopics or maxTopicBytes.
+func (s *subscriber) subscribe(topic string, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.topics, topic)
+	switch {
+	case on && i < 0:
+		if len(s.topics) == maxTopics || s.tbytes+len(topic) > maxTopicBytes {
+			return false
+		}
+		s.topics = append(s.topics, topic)
+		s.tbytes += len(topic)
+	case !on && i >= 0:
+		s.topics = slices.Delete(s.topics, i, i+1)
+		s.tbytes -= len(topic)
+	}
+	return true
+}
+
+// write sends the subscriber's queue until the connection ends, each batch
+// of messages in writev calls; a write that makes no progress for
+// subscriberStall ends it.
 func (p *pubSocket) write(s *subscriber) {
 	defer s.end()
 	for {
@@ -161,10 +211,8 @@ func (p *pubSocket) write(s *subscriber) {
 			if len(batch) == 0 {
 				break
 			}
-			bufs := net.Buffers(batch)
-			s.conn.SetWriteDeadline(time.Now().Add(p.stall))
-			if _, err := bufs.WriteTo(s.conn); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
+			if err := writeAll(s.conn.Conn, batch, p.stall); err != nil {
+				if errors.Is(err, errStalled) {
 					p.cut.Add(1)
 					p.log.Warn(fmt.Sprintf("KV events: the subscriber at %s read nothing for %v; disconnected", s.conn.RemoteAddr(), p.stall))
 				}
@@ -227,13 +275,13 @@ func (p *pubSocket) subscribers() int {
 	return len(p.subs)
 }
 
-// close disconnects every subscriber; the listeners and the dial loop are
-// their owners'.
+// close ends every connection, those still in their handshake included;
+// the listeners and the dial loop are their owners'.
 func (p *pubSocket) close() {
 	p.mu.Lock()
 	p.closed = true
-	for s := range p.subs {
-		s.end()
+	for c := range p.conns {
+		c.Close()
 	}
 	p.mu.Unlock()
 }

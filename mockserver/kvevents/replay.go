@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +15,9 @@ import (
 // answers it: a request [identity, "", start seq] gets every buffered
 // message from start on, [identity, "", seq, payload], then the end marker
 // [identity, "", -1, ""]. Each client is served on its own goroutine, so a
-// client that does not read delays only itself; a reply write that makes no
-// progress for replayStall disconnects it, at most maxReplayClients are
-// served at once, and the warnings malformed requests cause are written at
+// client that does not read delays only itself; a reply (its messages and
+// the end marker, in writev calls) that makes no progress for replayStall
+// disconnects it, at most maxReplayClients are served at once, and the warnings malformed requests cause are written at
 // most once a second, with the count of those not written.
 type replaySocket struct {
 	ring      *ring
@@ -88,28 +87,28 @@ func (r *replaySocket) client(c net.Conn) {
 			r.warnMalformed(fmt.Sprintf("a replay request of %d frames", len(frames)))
 			continue
 		}
-		start := binary.BigEndian.Uint64(frames[1])
-		for _, b := range r.ring.from(start) {
-			if !r.reply(z, appendMessage(nil, nil, SeqBytes(b.Seq), b.Payload)) {
-				return
+		err = writeAll(z.Conn, r.replies(binary.BigEndian.Uint64(frames[1])), replayStall)
+		if err != nil {
+			if errors.Is(err, errStalled) {
+				r.cut.Add(1)
+				r.log.Warn(fmt.Sprintf("KV events: the replay client at %s read nothing for %v; disconnected", z.RemoteAddr(), replayStall))
 			}
-		}
-		if !r.reply(z, appendMessage(nil, nil, endSeq, nil)) {
 			return
 		}
 	}
 }
 
-// reply writes one message under the stall deadline, reporting whether the
-// client is still there.
-func (r *replaySocket) reply(z *zmtpConn, msg []byte) bool {
-	z.SetWriteDeadline(time.Now().Add(replayStall))
-	_, err := z.Write(msg)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		r.cut.Add(1)
-		r.log.Warn(fmt.Sprintf("KV events: the replay client at %s read nothing for %v; disconnected", z.RemoteAddr(), replayStall))
+// replies are the buffered messages from start on and the end marker, as
+// buffers for one writev; the payloads are the replay buffer's own, not
+// copies.
+func (r *replaySocket) replies(start uint64) net.Buffers {
+	var bufs net.Buffers
+	for _, b := range r.ring.from(start) {
+		head := appendFrame(nil, flagMore, nil)
+		head = appendFrame(head, flagMore, SeqBytes(b.Seq))
+		bufs = append(bufs, appendFrameHeader(head, 0, len(b.Payload)), b.Payload)
 	}
-	return err == nil
+	return append(bufs, appendMessage(nil, nil, endSeq, nil))
 }
 
 // warnMalformed counts a malformed request and logs it, at most once a

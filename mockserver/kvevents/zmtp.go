@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -164,16 +165,19 @@ func (z *zmtpConn) readMessage(maxFrames, maxFrame int) (frames [][]byte, comman
 	}
 }
 
-// appendFrame appends one frame: flags, size (1 byte, or 8 for a long
-// frame) and body.
+// appendFrame appends one frame: its header and body.
 func appendFrame(b []byte, flags byte, body []byte) []byte {
-	if len(body) > 255 {
+	return append(appendFrameHeader(b, flags, len(body)), body...)
+}
+
+// appendFrameHeader appends a frame's header: flags and size (1 byte, or
+// 8 for a long frame).
+func appendFrameHeader(b []byte, flags byte, size int) []byte {
+	if size > 255 {
 		b = append(b, flags|flagLong)
-		b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
-	} else {
-		b = append(b, flags, byte(len(body)))
+		return binary.BigEndian.AppendUint64(b, uint64(size))
 	}
-	return append(b, body...)
+	return append(b, flags, byte(size))
 }
 
 // appendMessage appends a message of the given frames.
@@ -219,6 +223,41 @@ func parseProperties(b []byte) (map[string]string, error) {
 		b = b[size:]
 	}
 	return props, nil
+}
+
+// errStalled is a write that made no progress for its stall time.
+var errStalled = errors.New("kv events: the peer read nothing for the stall time")
+
+// stallChecks is how many times per stall time a blocked write looks for
+// progress.
+const stallChecks = 4
+
+// writeAll writes bufs to c, which should be the bare connection so that
+// net.Buffers goes out in writev calls, and fails with errStalled once it
+// makes no progress for stall. A peer that reads slowly but steadily gets
+// everything however long it takes in all; one that stops reading is cut
+// between stall and stall*(1+1/stallChecks) after its last read, as the
+// kernel reports progress only when a deadline ends a write.
+func writeAll(c net.Conn, bufs net.Buffers, stall time.Duration) error {
+	last := time.Now()
+	for {
+		deadline := time.Now().Add(stall / stallChecks)
+		if end := last.Add(stall); end.Before(deadline) {
+			deadline = end
+		}
+		c.SetWriteDeadline(deadline)
+		n, err := bufs.WriteTo(c)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return err
+		case n > 0:
+			last = time.Now()
+		case !time.Now().Before(last.Add(stall)):
+			return errStalled
+		}
+	}
 }
 
 // acceptEach runs handle, on a goroutine of its own counted in wg, for
