@@ -323,9 +323,14 @@ func (rec *Recorder) serveFlush(w http.ResponseWriter, r *http.Request) {
 	rec.proxy.ServeHTTP(rw, r)
 	f.Answered = rec.since().Seconds()
 	// One rule with bench's own flushes: a 200 that says {"success":
-	// false} (vLLM's reset, a request running) is refused.
-	f.OK = FlushAttempt{Status: rw.status, Body: string(rw.body)}.OK()
+	// false} (vLLM's reset, a request running), or more than any flush
+	// answer, is refused.
+	oversized := rw.n > maxSmallBody
+	f.OK = FlushAttempt{Status: rw.status, Body: string(rw.body), Oversized: oversized}.OK()
 	f.Outcome = fmt.Sprintf("HTTP %d %s", rw.status, strings.TrimSpace(string(rw.body)))
+	if oversized {
+		f.Outcome = fmt.Sprintf("HTTP %d %s... (%d bytes: longer than any flush answer can be)", rw.status, rw.body[:min(64, len(rw.body))], rw.n)
+	}
 	if f.OK {
 		f.Outcome = sim.OutcomeFlushed
 	}
@@ -339,6 +344,9 @@ type flushWriter struct {
 	http.ResponseWriter
 	status int
 	body   []byte
+	// n counts the answer's bytes: past maxSmallBody, the most bench reads
+	// of a flush's answer, it is longer than any flush answer can be.
+	n int
 }
 
 func (w *flushWriter) WriteHeader(code int) {
@@ -353,6 +361,7 @@ func (w *flushWriter) Write(b []byte) (int, error) {
 	if room := maxFlushAnswer - len(w.body); room > 0 {
 		w.body = append(w.body, b[:min(room, len(b))]...)
 	}
+	w.n += len(b)
 	return w.ResponseWriter.Write(b)
 }
 

@@ -218,43 +218,55 @@ func TestProxyImpossibleCounts(t *testing.T) {
 }
 
 // A vLLM that could not reset its prefix cache answers 200 {"success":
-// false}: the proxy records a refused flush, as bench's own flushes do,
-// and the repeat it let through says so.
+// false}, and a server that answers a flush with megabytes says nothing
+// to take at its word: the proxy records either as a refused flush, as
+// bench's own flushes do, and the repeat it let through says so.
 func TestProxyRefusedResetWithStatus200(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m := mocktest.StartBehind(t, api.Config{}, func(h http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/reset_prefix_cache" {
-					io.WriteString(w, `{"success": false}`)
-					return
+	for _, tt := range []struct {
+		name    string
+		answer  string
+		outcome string
+	}{
+		{"success false", `{"success": false}`, `HTTP 200 {"success": false}`},
+		{"an answer of 2 MiB", strings.Repeat("x", 2<<20), "HTTP 200 " + strings.Repeat("x", 64) + "... (2097152 bytes: longer than any flush answer can be)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mocktest.StartBehind(t, api.Config{}, func(h http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if r.URL.Path == "/reset_prefix_cache" {
+							io.WriteString(w, tt.answer)
+							return
+						}
+						h.ServeHTTP(w, r)
+					})
+				})
+				rec, err := harness.NewRecorder(m.URL, m.HTTP.Transport)
+				if err != nil {
+					t.Fatal(err)
 				}
-				h.ServeHTTP(w, r)
+				ps := mocktest.NewServer(rec)
+				defer ps.Close()
+				prompt := strings.Repeat("the same prompt of many words ", 60)
+				send := func(rid string) {
+					body := fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 4}}`, rid, prompt)
+					if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
+						t.Fatalf("%d %s", code, resp)
+					}
+				}
+				send("warmup")
+				if code, resp, _ := ps.Do(t, "POST", "/reset_prefix_cache", ""); code != 200 {
+					t.Fatalf("reset: %d %.100s", code, resp)
+				}
+				send("measured")
+				rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+				if len(rep.Flushes) != 1 || rep.Flushes[0].OK || rep.Flushes[0].Outcome != tt.outcome {
+					t.Fatalf("flushes %+v: want one refused, %q", rep.Flushes, tt.outcome)
+				}
+				if v := rep.Requests[1].Verdict.String(); !strings.Contains(v, `the flush between them was refused (`) {
+					t.Errorf("measured: %q, want the refused flush named", v)
+				}
 			})
 		})
-		rec, err := harness.NewRecorder(m.URL, m.HTTP.Transport)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps := mocktest.NewServer(rec)
-		defer ps.Close()
-		prompt := strings.Repeat("the same prompt of many words ", 60)
-		send := func(rid string) {
-			body := fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 4}}`, rid, prompt)
-			if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 {
-				t.Fatalf("%d %s", code, resp)
-			}
-		}
-		send("warmup")
-		if code, resp, _ := ps.Do(t, "POST", "/reset_prefix_cache", ""); code != 200 {
-			t.Fatalf("reset: %d %s", code, resp)
-		}
-		send("measured")
-		rep := auditUpstream(t, rec, m, harness.AuditOptions{})
-		if len(rep.Flushes) != 1 || rep.Flushes[0].OK || rep.Flushes[0].Outcome != `HTTP 200 {"success": false}` {
-			t.Fatalf("flushes %+v: want one refused, HTTP 200 {\"success\": false}", rep.Flushes)
-		}
-		if v := rep.Requests[1].Verdict.String(); !strings.Contains(v, `the flush between them was refused (`) {
-			t.Errorf("measured: %q, want the refused flush named", v)
-		}
-	})
+	}
 }

@@ -87,18 +87,20 @@ func TestRelErrDefined(t *testing.T) {
 	}
 }
 
-// A flush is accepted by a 200, unless vLLM's body says it did not reset.
+// A flush is accepted by a 200, unless vLLM's body says it did not reset
+// or the answer is longer than any flush answer.
 func TestFlushAttemptOK(t *testing.T) {
 	for _, tt := range []struct {
 		a    FlushAttempt
 		want bool
 	}{
-		{FlushAttempt{200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"}, true},
-		{FlushAttempt{200, ""}, true},
-		{FlushAttempt{200, `{"success": true}`}, true},
-		{FlushAttempt{200, `{"success": false}`}, false},
-		{FlushAttempt{400, "Flush cache failed.\n"}, false},
-		{FlushAttempt{404, `{"detail":"Not Found"}`}, false},
+		{FlushAttempt{Status: 200, Body: "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"}, true},
+		{FlushAttempt{Status: 200, Body: ""}, true},
+		{FlushAttempt{Status: 200, Body: `{"success": true}`}, true},
+		{FlushAttempt{Status: 200, Body: `{"success": false}`}, false},
+		{FlushAttempt{Status: 400, Body: "Flush cache failed.\n"}, false},
+		{FlushAttempt{Status: 404, Body: `{"detail":"Not Found"}`}, false},
+		{FlushAttempt{Status: 200, Body: "Cache flushed.xxxx (the answer is larger than any answer to this request can be: more than 1 MiB)", Oversized: true}, false},
 	} {
 		if got := tt.a.OK(); got != tt.want {
 			t.Errorf("%d %q: got %v, want %v", tt.a.Status, tt.a.Body, got, tt.want)

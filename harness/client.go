@@ -589,13 +589,18 @@ func maxStreamEvents(maxNew int) int { return 2*max(maxNew, 0) + 16 }
 type FlushAttempt struct {
 	Status int    `json:"status"`
 	Body   string `json:"body"`
+	// Oversized is an answer longer than any flush answer can be: its
+	// Body is cut and says so.
+	Oversized bool `json:"oversized,omitempty"`
 }
 
 // OK tells whether the server accepted the flush: a 200, unless its body
 // says {"success": false}, as current vLLM's /reset_prefix_cache answers
-// when it could not reset (a request was running).
+// when it could not reset (a request was running), or is longer than any
+// flush answer (a server that says that much is not one to take at its
+// word).
 func (a FlushAttempt) OK() bool {
-	if a.Status != http.StatusOK {
+	if a.Status != http.StatusOK || a.Oversized {
 		return false
 	}
 	var answer struct {
@@ -633,7 +638,7 @@ func (c *Client) FlushOnce(ctx context.Context, timeout float64) (FlushAttempt, 
 	// with its size, as what the server said.
 	b, err := readBounded(resp.Body, maxSmallBody)
 	if errors.Is(err, ErrTooLarge) {
-		return FlushAttempt{Status: resp.StatusCode, Body: clip(string(b), maxShownBody) + " (" + err.Error() + ")"}, nil
+		return FlushAttempt{Status: resp.StatusCode, Body: clip(string(b), maxShownBody) + " (" + err.Error() + ")", Oversized: true}, nil
 	}
 	if err != nil {
 		return FlushAttempt{}, err

@@ -78,7 +78,8 @@
 // beyond it): an answer of N tokens within 1 MiB + 256 bytes a token, a
 // stream's events the same each and at most 2N+16 of them, a /tokenize
 // answer within 12 bytes a byte of the text sent, a flush's text or an
-// error within 1 MiB (quoted cut), /sim/'s records within 16 MiB. Sizing a
+// error within 1 MiB (quoted cut; a flush answered with more is refused,
+// whatever its status), /sim/'s records within 16 MiB. Sizing a
 // prompt takes at most 32 /tokenize calls and never more words than
 // tokens, whatever the counts; bench gives up on a request after
 // DefaultRequestTimeout.

@@ -48,7 +48,8 @@ func allocated(f func()) uint64 {
 // Every answer the harness reads is bounded by what the request can get
 // back: a server that sends more (here, without end) costs the client at
 // most a few times the bound, and the call ends in ErrTooLarge (or, for a
-// flush, an attempt whose body is cut and says so).
+// flush, an attempt whose body is cut and says so, and which is no
+// accepted flush).
 func TestHostileBodiesAreBounded(t *testing.T) {
 	ctx := context.Background()
 	stream := func(w http.ResponseWriter, r *http.Request) {
@@ -90,6 +91,9 @@ func TestHostileBodiesAreBounded(t *testing.T) {
 			a, err := c.FlushOnce(ctx, 0)
 			if err != nil || !strings.HasPrefix(a.Body, "Cache flushed.xxx") || !strings.Contains(a.Body, "more than 1 MiB") || len(a.Body) > 700 {
 				return fmt.Errorf("got %.100q (%d bytes), %v; want the answer cut, saying so", a.Body, len(a.Body), err)
+			}
+			if a.OK() {
+				return fmt.Errorf("got an accepted flush from a 200 without end, want it refused")
 			}
 			return harness.ErrTooLarge
 		}, 1 << 20},
