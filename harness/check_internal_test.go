@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"go/build"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -126,6 +127,99 @@ func TestParseMethods(t *testing.T) {
 		}
 		if err != nil || fmt.Sprint(got) != tt.want {
 			t.Errorf("%q: got %v, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+// The acceptance scatter of a histogram (h[i] rounds gave i+1 tokens) and
+// of a distribution, exactly; nothing to go by in fewer than two rounds or
+// in what is not a distribution.
+func TestScatterSources(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		h    [][]int
+		want Scatter
+		ok   bool
+	}{
+		// 1, 3, 3, 5 tokens: mean 3, sample variance (4+0+0+4)/3.
+		{"one leg", [][]int{{1, 0, 2, 0, 1}}, Scatter{3, math.Sqrt(8.0 / 3)}, true},
+		{"pooled", [][]int{{1, 0, 1}, nil, {0, 0, 1, 0, 1}}, Scatter{3, math.Sqrt(8.0 / 3)}, true},
+		{"one round", [][]int{{0, 1}}, Scatter{}, false},
+		{"none", nil, Scatter{}, false},
+	} {
+		if got, ok := histogramScatter(tt.h...); got != tt.want || ok != tt.ok {
+			t.Errorf("%s: got %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+	// Kimi's DDTREE: accept_probs 0.95, 0.9, 0.85, 0.75, 0.6.
+	kimi := []float64{0.05, 0.095, 0.12825, 0.1816875, 0.218025, 0.3270375}
+	sc, ok := distScatter(kimi)
+	if !ok || math.Abs(sc.Mean-4.40385) > 1e-12 || math.Abs(sc.SD-math.Sqrt(21.715225-4.40385*4.40385)) > 1e-12 {
+		t.Errorf("kimi: got %+v, %v; want 4.40385 ± %g", sc, ok, math.Sqrt(21.715225-4.40385*4.40385))
+	}
+	for _, d := range [][]float64{{0.5, 0.4}, {1.5, -0.5}, {math.NaN(), 1}} {
+		if got, ok := distScatter(d); ok {
+			t.Errorf("%v: got %+v, want not a distribution", d, got)
+		}
+	}
+}
+
+// The scatter check on Kimi's DDTREE (4.40 ± 1.52 tokens a round): b-a =
+// 192 over 44 rounds knows one run's decode to ±1.96 × 0.346/√44 = 10.2 %;
+// 738 rounds (b-a = 3248) or 27 runs (±1.96 × 1.2533 × 0.346/√(44n))
+// would know it to 2.5 %. Five runs narrow it by 1.2533/√5; 184 rounds
+// and more know one run's to 5 %.
+func TestScatterCheck(t *testing.T) {
+	kimi := Scatter{4.40385, math.Sqrt(21.715225 - 4.40385*4.40385)}
+	for _, tt := range []struct {
+		flag   string
+		b      int
+		rounds float64
+		n      int
+		want   string
+		sug    Suggestion
+	}{
+		{"--b", 193, 44, 1, "b-a = 192 spans about 44 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±10.2 % only (95 %): use --b 3249 (about 738 rounds) or --repeat 27",
+			Suggestion{B: 3249, Repeat: 27}},
+		{"--b", 193, 44, 5, "b-a = 192 spans about 44 speculative rounds of 4.40 ± 1.52 tokens, so the median of 5 runs' decode is known to ±5.7 % only (95 %): use --b 1025 (about 233 rounds) or --repeat 27",
+			Suggestion{B: 1025, Repeat: 27}},
+		{"--max-new-tokens", 193, 44, 1, "the 192 tokens after the first span about 44 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±10.2 % only (95 %): use --max-new-tokens 3249 (about 738 rounds)",
+			Suggestion{B: 3249}},
+		{"--b", 1025, 233, 1, "", Suggestion{}},
+		{"--b", 811, 184, 1, "", Suggestion{}},
+		{"--b", 807, 183, 1, "b-a = 806 spans about 183 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±5 % only (95 %): use --b 3249 (about 738 rounds) or --repeat 7",
+			Suggestion{B: 3249, Repeat: 7}},
+	} {
+		var v Verdict
+		sug := scatterCheck(&v, tt.flag, 1, tt.b, tt.rounds, kimi, tt.n)
+		want := "ok"
+		if tt.want != "" {
+			want = "SUSPECT: " + tt.want
+		}
+		if got := v.String(); got != want || sug != tt.sug {
+			t.Errorf("%s %d over %g rounds, %d runs:\n got %q, %+v\nwant %q, %+v", tt.flag, tt.b, tt.rounds, tt.n, got, sug, want, tt.sug)
+		}
+	}
+}
+
+// A histogram no server can report: a negative count, rounds other than
+// spec_verify_ct, more rounds than tokens.
+func TestHistogramProblems(t *testing.T) {
+	for _, tt := range []struct {
+		h          []int
+		verify     *int
+		completion int
+		want       []string
+	}{
+		{[]int{1, 2, 3}, ip(6), 20, nil},
+		{[]int{1, 2, 3}, nil, 20, nil},
+		{[]int{1, -2, 3}, ip(2), 20, []string{"spec_accept_histogram[1] -2"}},
+		{[]int{1, 2, 3}, ip(7), 20, []string{"spec_accept_histogram of 6 rounds for spec_verify_ct 7"}},
+		{[]int{1, 2, 3}, nil, 5, []string{"spec_accept_histogram of 6 rounds for 5 tokens"}},
+		{[]int{1 << 53, 1 << 53}, nil, 5, []string{"spec_accept_histogram of 18014398509481984 rounds for 5 tokens"}},
+	} {
+		if got := histogramProblems("spec_accept_histogram", tt.h, tt.verify, tt.completion); !slices.Equal(got, tt.want) {
+			t.Errorf("%v, verify %v, %d tokens: got %q, want %q", tt.h, tt.verify, tt.completion, got, tt.want)
 		}
 	}
 }

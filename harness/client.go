@@ -172,6 +172,13 @@ type Generation struct {
 	// SpecVerifyCt is meta_info.spec_verify_ct, the speculative rounds the
 	// request took; nil when the server reports none.
 	SpecVerifyCt *int
+	// SpecHistogram is meta_info.spec_correct_drafts_histogram (or its
+	// older name, spec_accept_histogram, when the answer has only that):
+	// SpecHistogram[i] is the speculative rounds that accepted i drafts,
+	// so gave i+1 tokens; nil when the server reports none.
+	// SpecHistogramField is the name it came under.
+	SpecHistogram      []int
+	SpecHistogramField string
 	// Malformed names the counts that were not whole numbers in range
 	// ("cached_tokens 1e300"); they are clamped.
 	Malformed []string
@@ -411,6 +418,10 @@ type answer struct {
 		CompletionTokens count  `json:"completion_tokens"`
 		CachedTokens     *count `json:"cached_tokens"`
 		SpecVerifyCt     *count `json:"spec_verify_ct"`
+		// SGLang's histogram of accepted drafts a round, under its
+		// current name and the one it keeps for old clients.
+		SpecCorrectDraftsHistogram []count `json:"spec_correct_drafts_histogram"`
+		SpecAcceptHistogram        []count `json:"spec_accept_histogram"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        count `json:"prompt_tokens"`
@@ -430,9 +441,15 @@ type answer struct {
 func (a *answer) apply(g *Generation) bool {
 	var prompt, completion count
 	var cached, verify *count
+	var hist []count
+	histField := ""
 	switch {
 	case a.MetaInfo != nil:
 		prompt, completion, cached, verify = a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens, a.MetaInfo.CachedTokens, a.MetaInfo.SpecVerifyCt
+		hist, histField = a.MetaInfo.SpecCorrectDraftsHistogram, "spec_correct_drafts_histogram"
+		if hist == nil {
+			hist, histField = a.MetaInfo.SpecAcceptHistogram, "spec_accept_histogram"
+		}
 	case a.Usage != nil:
 		prompt, completion = a.Usage.PromptTokens, a.Usage.CompletionTokens
 		if d := a.Usage.PromptTokensDetails; d != nil {
@@ -451,6 +468,17 @@ func (a *answer) apply(g *Generation) bool {
 	if verify != nil {
 		v := verify.take("spec_verify_ct", g)
 		g.SpecVerifyCt = &v
+	}
+	if hist != nil {
+		g.SpecHistogram, g.SpecHistogramField = make([]int, len(hist)), histField
+		before := len(g.Malformed)
+		for i, c := range hist {
+			g.SpecHistogram[i] = c.take(fmt.Sprintf("%s[%d]", histField, i), g)
+		}
+		// A histogram names its first malformed entry, not all of them.
+		if n := len(g.Malformed) - before; n > 1 {
+			g.Malformed = append(g.Malformed[:before+1], fmt.Sprintf("%d more in %s", n-1, histField))
+		}
 	}
 	return true
 }

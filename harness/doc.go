@@ -35,7 +35,9 @@
 // but followed by a cache hit; a leg that generated fewer tokens than
 // asked; legs whose prompts differ in size; a server that reports no cached
 // tokens; counts no server can report (cached_tokens below 0 or above the
-// prompt, a prompt of no tokens, a number that is not a whole one), which
+// prompt, a prompt of no tokens, a number that is not a whole one, a
+// histogram of accepted drafts with a negative count or other rounds than
+// spec_verify_ct), which
 // leave the count unknown and no rate negative; a /tokenize count the
 // answer contradicts; stream events carrying several tokens. The verdict
 // is "ok", "SUSPECT: causes" or "POISONED: causes", with the numbers in
@@ -55,9 +57,19 @@
 //     SGLang reports, or the mean accept length /sim/ gives): decode moves
 //     by a whole round from run to run; the cause names the b that spans
 //     40.
+//   - acceptance scatter: each round accepts a random number of tokens
+//     (mean μ, standard deviation σ), so decode over the R rounds b-a spans
+//     is known to ±1.96 (σ/μ)/√R (95 %) from one run, ±1.96 × 1.2533
+//     (σ/μ)/√(Rn) as the median of n; wider than ±5 % is SUSPECT, and the
+//     cause names the b, or the runs, that would narrow it to ±2.5 %. σ/μ
+//     comes from the histograms of accepted drafts the legs report
+//     (meta_info.spec_correct_drafts_histogram, or spec_accept_histogram),
+//     else from /sim/profile's accept_dist; without either, and over fewer
+//     than 20 rounds (above), nothing is said.
 //   - over repeats, the median decode rate's 95 % interval from the runs'
 //     spread wider than ±5 %; the cause names the runs that would narrow
-//     it to ±2.5 %.
+//     it to ±2.5 %. A row says the wider of this interval and the
+//     scatter's, once.
 //   - t_b <= t_a in some of the runs: said of those runs, with their
 //     times; the median ranks them as the fastest, so the row's decode
 //     stands while they are fewer than half.

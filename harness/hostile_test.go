@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -270,4 +271,54 @@ func TestTokenizeThatAlwaysSaysOne(t *testing.T) {
 			t.Errorf("the run allocated %d bytes, want at most 64 MiB", n)
 		}
 	})
+}
+
+// A server without /sim/ (a real SGLang) that reports its histogram of
+// accepted drafts gets the scatter check from it, under either name; a
+// histogram no server can report is named as the other impossible counts
+// are, and then goes unused.
+func TestSpecHistogram(t *testing.T) {
+	// 44 rounds of 1..6 tokens giving 192: 4.36 ± 1.69 tokens a round.
+	meta := func(hist string, verify int) func(int, int) string {
+		return func(words, maxNew int) string {
+			m := fmt.Sprintf(`"prompt_tokens": %d, "completion_tokens": %d, "cached_tokens": 0`, words, maxNew)
+			if maxNew > 1 {
+				m += fmt.Sprintf(`, "spec_verify_ct": %d, %s`, verify, hist)
+			}
+			return m
+		}
+	}
+	const h = "[4, 4, 4, 8, 8, 16, 0]"
+	ok := "SUSPECT: b-a = 192 spans about 44 speculative rounds of 4.36 ± 1.69 tokens, so one run's decode is known to ±11.4 % only (95 %): use --b 4017 (about 920 rounds) or --repeat 33"
+	for _, tt := range []struct {
+		name string
+		meta func(int, int) string
+		want string
+		hist []int
+	}{
+		{"current name", meta(`"spec_correct_drafts_histogram": `+h+`, "spec_accept_histogram": [44]`, 44), ok, []int{4, 4, 4, 8, 8, 16, 0}},
+		{"older name", meta(`"spec_accept_histogram": `+h, 44), ok, []int{4, 4, 4, 8, 8, 16, 0}},
+		{"negative", meta(`"spec_accept_histogram": [4, -4, 4, 8, 8, 16]`, 44),
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[1] -4", nil},
+		{"rounds other than spec_verify_ct", meta(`"spec_accept_histogram": `+h, 45),
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram of 44 rounds for spec_verify_ct 45", nil},
+		{"malformed", meta(`"spec_accept_histogram": [4, 4, 4.5, 8, 8, 16, 1e400]`, 44),
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[2] 4.5, 1 more in spec_accept_histogram, spec_accept_histogram of 9007199254741036 rounds for spec_verify_ct 44", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := mocktest.NewServer(&fakeServer{tokenize: wordCount, meta: tt.meta})
+				defer srv.Close()
+				tp := twoPointOn(&harness.Client{HTTP: srv.Client, BaseURL: srv.URL, Backend: harness.SGLang}, 1024)
+				tp.B = 193
+				row := run(t, tp).Rows[0]
+				if got := row.Verdict.String(); got != tt.want {
+					t.Errorf("verdict\n got %q\nwant %q", got, tt.want)
+				}
+				if got := row.Runs[0].B.SpecHistogram; !slices.Equal(got, tt.hist) {
+					t.Errorf("leg b's histogram %v, want %v", got, tt.hist)
+				}
+			})
+		})
+	}
 }

@@ -112,6 +112,10 @@ type Leg struct {
 	// SpecVerifyCt is the speculative rounds the server reported
 	// (meta_info.spec_verify_ct); nil when it reports none.
 	SpecVerifyCt *int `json:"spec_verify_ct,omitempty"`
+	// SpecHistogram is the server's histogram of accepted drafts a round
+	// (Generation.SpecHistogram): SpecHistogram[i] rounds gave i+1
+	// tokens; nil when it reports none or an impossible one.
+	SpecHistogram []int `json:"spec_accept_histogram,omitempty"`
 	// Impossible names the counts of the answer no server can report
 	// ("cached_tokens -5 of a 100-token prompt"); an impossible cached
 	// count leaves CachedTokens nil.
@@ -125,6 +129,9 @@ func (l *Leg) record(s *session, g *Generation) {
 	l.Impossible = impossibleCounts(g)
 	if !l.cachedImpossible() {
 		l.CachedTokens = s.cached(g)
+	}
+	if g.SpecHistogram != nil && !slices.ContainsFunc(l.Impossible, func(t string) bool { return strings.HasPrefix(t, g.SpecHistogramField) }) {
+		l.SpecHistogram = g.SpecHistogram
 	}
 }
 
@@ -490,23 +497,68 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 	}
 	row.SpecRounds = tp.specRounds(s, row.Runs)
 	if medianDefined {
-		var sug Suggestion
-		rounds := 0.0
-		if row.SpecRounds != nil {
-			rounds = *row.SpecRounds
-			accept := float64(tp.B-tp.A) / rounds
-			if s.sim != nil && s.sim.ExpectedAccept > 1 {
-				accept = s.sim.ExpectedAccept // the model's mean, not one run's draw
-			}
-			sug.B = roundsCheck(&row.Verdict, "--b", tp.A, tp.B, rounds, accept)
-		}
-		sug.Repeat = spreadCheck(&row.Verdict, defined, sug.B > 0)
-		row.suggest(sug)
+		row.precision(s, tp.A, tp.B, defined)
 	}
 	if s.sim == nil {
 		return nil
 	}
 	return tp.truth(ctx, s, row)
+}
+
+// precision checks that the row's decode is known to ±Tolerance: that
+// b-a spans enough speculative rounds (roundsCheck), and that the 95 %
+// interval of its decode is narrow enough. That interval is the wider of
+// the one the acceptance scatter predicts (scatterCheck) and, over
+// repeats, the one the runs' spread measures (spreadCheck): one finding
+// names it, with its fix. Over too few rounds the rounds check's fix comes
+// first, and the scatter is not judged: a handful of rounds (one of them
+// cut short by max_new_tokens) tells its standard deviation too roughly
+// to size a b by, and the b the rounds check names spans enough to.
+func (row *Row) precision(s *session, a, b int, decodes []float64) {
+	var sug Suggestion
+	n := len(row.Runs)
+	sc, measured := row.scatter(s), spreadHalf(decodes)
+	few := false
+	if row.SpecRounds != nil {
+		rounds := *row.SpecRounds
+		accept := float64(b-a) / rounds
+		if s.sim != nil && s.sim.ExpectedAccept > 1 {
+			accept = s.sim.ExpectedAccept // the model's mean, not one run's draw
+		}
+		few = fewRounds(a, b, rounds, accept)
+		sug.B = roundsCheck(&row.Verdict, "--b", a, b, rounds, accept)
+		if sc != nil && !few && scatterHalf(*sc, rounds, n) >= measured {
+			row.suggest(sug)
+			row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, *sc, n))
+			return
+		}
+	}
+	sug.Repeat = spreadCheck(&row.Verdict, decodes, few)
+	row.suggest(sug)
+}
+
+// scatter is the row's acceptance scatter: from the histograms of accepted
+// drafts its legs reported, pooled over its runs, when every leg b
+// reported one; else from the accept_dist of /sim/profile; nil when
+// neither is known.
+func (row *Row) scatter(s *session) *Scatter {
+	var hs [][]int
+	for _, r := range row.Runs {
+		if r.B.SpecHistogram == nil {
+			hs = nil
+			break
+		}
+		hs = append(hs, r.A.SpecHistogram, r.B.SpecHistogram)
+	}
+	if sc, ok := histogramScatter(hs...); ok {
+		return &sc
+	}
+	if s.sim != nil {
+		if sc, ok := distScatter(s.sim.AcceptDist); ok && sc.SD > 0 {
+			return &sc
+		}
+	}
+	return nil
 }
 
 // aCached is the CSV's a_cached: whether any run's leg a reused more than

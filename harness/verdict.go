@@ -156,7 +156,15 @@ func (v *Verdict) UnmarshalJSON(b []byte) error {
 //   - speculative rounds: b-a spanning fewer than 1/Tolerance = 20
 //     rounds, where the whole-round count moves the decode figure by more
 //     than Tolerance (one round in R is 1/R of it); the fix is the b that
-//     spans 2/Tolerance = 40.
+//     spans 2/Tolerance = 40. The scatter check below is not made then.
+//   - acceptance scatter: each round accepts a random number of tokens,
+//     of mean μ and standard deviation σ, so the R rounds b-a spans scatter
+//     its time by (σ/μ)/√R; one run's decode is known to ±1.96 (σ/μ)/√R
+//     (95 %), the median of n runs' to ±1.96 × 1.2533 (σ/μ)/√(Rn), and the
+//     row is SUSPECT when that is wider than ±Tolerance. Over repeats the
+//     spread check measures the same interval from the runs: the row
+//     takes the wider of the two, and one finding says so. The fix is the
+//     b, or the runs, that would narrow it to ±Tolerance/2.
 const Tolerance = 0.05
 
 // minRounds is the fewest speculative rounds b-a may span: one round is
@@ -176,10 +184,13 @@ type Suggestion struct {
 	// Speedup is the mock's speedup at which the lateness observed leaves
 	// the truth errors within Tolerance/2.
 	Speedup float64 `json:"speedup,omitempty"`
-	// B is the leg b whose b-a spans 2/Tolerance speculative rounds.
+	// B is the leg b whose b-a spans 2/Tolerance speculative rounds, or,
+	// when it spans that many, enough rounds to narrow decode's 95 %
+	// interval to ±Tolerance/2 given their scatter.
 	B int `json:"b,omitempty"`
 	// Repeat is the runs that narrow the median's 95 % interval to
-	// ±Tolerance/2.
+	// ±Tolerance/2. With B it is the other way to the same end: either
+	// fixes the row.
 	Repeat int `json:"repeat,omitempty"`
 }
 
@@ -267,20 +278,28 @@ func niceBelow(x float64) float64 {
 	return p
 }
 
+// spreadHalf is the relative half-width of the 95 % interval of the
+// median of the runs' decode rates, from their spread: ±1.96 × 1.2533
+// s/√n over the median; 0 for fewer than two runs.
+func spreadHalf(decodes []float64) float64 {
+	n := len(decodes)
+	if n < 2 {
+		return 0
+	}
+	return z95 * medianSE * stddev(decodes) / math.Sqrt(float64(n)) / median(decodes)
+}
+
 // spreadCheck checks that the median of the runs' decode rates is known
 // to ±Tolerance; it returns the runs that would know it to ±Tolerance/2.
 // When b-a spans too few speculative rounds (fewRounds), a larger b is the
 // fix, not more runs of the same b.
 func spreadCheck(v *Verdict, decodes []float64, fewRounds bool) int {
 	n := len(decodes)
-	if n < 2 {
-		return 0
-	}
-	m := median(decodes)
-	half := z95 * medianSE * stddev(decodes) / math.Sqrt(float64(n)) / m
+	half := spreadHalf(decodes)
 	if !(half > Tolerance) {
 		return 0
 	}
+	m := median(decodes)
 	text := fmt.Sprintf("decode varies from run to run: %d runs from %s to %s tok/s, so the median %s is known to ±%s only (95 %%)",
 		n, trimFloat1(slices.Min(decodes)), trimFloat1(slices.Max(decodes)), trimFloat1(m), pctPlain(half))
 	if fewRounds {
@@ -290,6 +309,120 @@ func spreadCheck(v *Verdict, decodes []float64, fewRounds bool) int {
 	need := min(maxRepeat, int(math.Ceil(float64(n)*math.Pow(half/(Tolerance/2), 2))))
 	v.add(Suspect, text+fmt.Sprintf("; about %d runs would know it to ±%s", need, pctPlain(Tolerance/2)))
 	return need
+}
+
+// Scatter is the tokens a speculative round gives: their mean and
+// standard deviation.
+type Scatter struct {
+	Mean, SD float64
+}
+
+// histogramScatter is the scatter of the rounds the histograms of accepted
+// drafts count (h[i] rounds gave i+1 tokens), pooled: the sample standard
+// deviation. ok is false when they count fewer than two rounds. A leg's
+// last round, cut short by max_new_tokens, counts as the server reports it.
+func histogramScatter(hs ...[]int) (sc Scatter, ok bool) {
+	var n, sum float64
+	for _, h := range hs {
+		for i, c := range h {
+			n += float64(c)
+			sum += float64(c) * float64(i+1)
+		}
+	}
+	if n < 2 {
+		return Scatter{}, false
+	}
+	sc.Mean = sum / n
+	ss := 0.0
+	for _, h := range hs {
+		for i, c := range h {
+			d := float64(i+1) - sc.Mean
+			ss += float64(c) * d * d
+		}
+	}
+	sc.SD = math.Sqrt(ss / (n - 1))
+	return sc, true
+}
+
+// distScatter is the scatter of a distribution of the tokens a round
+// gives (dist[i] the probability of i+1, /sim/profile's accept_dist); ok
+// is false when it is not one.
+func distScatter(dist []float64) (sc Scatter, ok bool) {
+	var total, m2 float64
+	for i, p := range dist {
+		if !(p >= 0 && p <= 1) {
+			return Scatter{}, false
+		}
+		k := float64(i + 1)
+		total += p
+		sc.Mean += k * p
+		m2 += k * k * p
+	}
+	if math.Abs(total-1) > 1e-6 {
+		return Scatter{}, false
+	}
+	sc.SD = math.Sqrt(max(0, m2-sc.Mean*sc.Mean))
+	return sc, true
+}
+
+// scatterHalf is the relative half-width of the 95 % interval of a row's
+// decode figure over n runs of b-a spanning rounds rounds, from the
+// acceptance scatter alone: the rounds' time scatters by (σ/μ)/√rounds,
+// one run's figure is known to ±1.96 of that, and the median of n runs to
+// ±1.96 × 1.2533 of it over √n (the median's large-sample standard error,
+// as spreadCheck has it).
+func scatterHalf(sc Scatter, rounds float64, n int) float64 {
+	if sc.Mean <= 0 || rounds <= 0 || n < 1 {
+		return 0
+	}
+	f := 1.0
+	if n > 1 {
+		f = medianSE
+	}
+	return z95 * f * sc.SD / sc.Mean / math.Sqrt(rounds*float64(n))
+}
+
+// scatterFix is what would narrow the interval of scatterHalf to
+// ±Tolerance/2: the b-a (a multiple of 16) at n runs, and the runs at b.
+func scatterFix(sc Scatter, rounds float64, n int) (delta, runs int) {
+	target := Tolerance / 2
+	cv := sc.SD / sc.Mean
+	f := 1.0
+	if n > 1 {
+		f = medianSE
+	}
+	need := math.Pow(z95*f*cv/target, 2) / float64(n) // rounds at n runs
+	delta = int(math.Ceil(need*sc.Mean/16)) * 16
+	runs = min(maxRepeat, max(2, int(math.Ceil(math.Pow(z95*medianSE*cv/target, 2)/rounds))))
+	return delta, runs
+}
+
+// scatterCheck checks that the decode figure of n runs, b-a spanning
+// rounds speculative rounds of the scatter sc, is known to ±Tolerance
+// (scatterHalf). It names the b (flag) that would know it to
+// ±Tolerance/2 at n runs, and the runs that would at this b.
+func scatterCheck(v *Verdict, flag string, a, b int, rounds float64, sc Scatter, n int) Suggestion {
+	half := scatterHalf(sc, rounds, n)
+	if !(half > Tolerance) {
+		return Suggestion{}
+	}
+	what := fmt.Sprintf("b-a = %d spans", b-a)
+	if flag != "--b" {
+		what = fmt.Sprintf("the %d tokens after the first span", b-a)
+	}
+	known := "one run's decode"
+	if n > 1 {
+		known = fmt.Sprintf("the median of %d runs' decode", n)
+	}
+	delta, runs := scatterFix(sc, rounds, n)
+	text := fmt.Sprintf("%s about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%s only (95 %%): use %s %d (about %d rounds)",
+		what, trimFloat1(rounds), sc.Mean, sc.SD, known, pctPlain(half), flag, a+delta, int(math.Round(float64(delta)/sc.Mean)))
+	if flag != "--b" {
+		v.add(Suspect, text)
+		return Suggestion{B: a + delta}
+	}
+	v.add(Suspect, text+fmt.Sprintf(" or --repeat %d", runs))
+	return Suggestion{B: a + delta, Repeat: runs}
 }
 
 // roundsCheck checks that b-a spans enough speculative rounds: leg b stops
@@ -303,13 +436,18 @@ func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64) int 
 	if flag != "--b" {
 		what = fmt.Sprintf("the %d tokens after the first", b-a)
 	}
-	if rounds <= 0 || rounds >= float64(b-a) || rounds >= minRounds || accept <= 1 {
+	if !fewRounds(a, b, rounds, accept) {
 		return 0 // one token a round, or enough rounds
 	}
 	delta := int(math.Ceil(2*minRounds*accept/16)) * 16
 	v.add(Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens)",
 		what, trimFloat1(rounds), pctPlain(1/rounds), flag, a+delta, int(math.Round(float64(delta)/accept)), accept))
 	return a + delta
+}
+
+// fewRounds tells whether roundsCheck finds b-a over too few rounds.
+func fewRounds(a, b int, rounds, accept float64) bool {
+	return rounds > 0 && rounds < float64(b-a) && rounds < minRounds && accept > 1
 }
 
 // stddev is the sample standard deviation.
@@ -331,14 +469,41 @@ func stddev(xs []float64) float64 {
 
 // impossibleCounts names the counts of a generation no server can report:
 // malformed numbers, impossible token counts (countProblems), more
-// speculative rounds than tokens.
+// speculative rounds than tokens, an impossible histogram of accepted
+// drafts (histogramProblems).
 func impossibleCounts(g *Generation) []string {
 	out := slices.Clone(g.Malformed)
 	out = append(out, countProblems(g.PromptTokens, g.CachedTokens, g.CachedKnown, g.CompletionTokens)...)
 	if v := g.SpecVerifyCt; v != nil && (*v < 0 || *v > max(g.CompletionTokens, 0)) {
 		out = append(out, fmt.Sprintf("spec_verify_ct %d for %d tokens", *v, g.CompletionTokens))
 	}
+	if g.SpecHistogram != nil {
+		out = append(out, histogramProblems(g.SpecHistogramField, g.SpecHistogram, g.SpecVerifyCt, g.CompletionTokens)...)
+	}
 	return out
+}
+
+// histogramProblems names what no server can report in a histogram of
+// accepted drafts (index: drafts a round accepted, value: rounds): a
+// negative count of rounds; rounds other than spec_verify_ct, as SGLang
+// counts both once a round; or more rounds than tokens, each round giving
+// at least one. Its tokens are not held against completion_tokens: a
+// round cut short by max_new_tokens may count drafts that were dropped.
+func histogramProblems(field string, h []int, verify *int, completion int) []string {
+	rounds := 0.0 // a float: the sum of counts up to 2^53 each cannot overflow
+	for i, c := range h {
+		if c < 0 {
+			return []string{fmt.Sprintf("%s[%d] %d", field, i, c)}
+		}
+		rounds += float64(c)
+	}
+	switch {
+	case verify != nil && rounds != float64(*verify):
+		return []string{fmt.Sprintf("%s of %s rounds for spec_verify_ct %d", field, strconv.FormatFloat(rounds, 'f', -1, 64), *verify)}
+	case rounds > float64(max(completion, 0)):
+		return []string{fmt.Sprintf("%s of %s rounds for %d tokens", field, strconv.FormatFloat(rounds, 'f', -1, 64), completion)}
+	}
+	return nil
 }
 
 // countProblems names the token counts no server can report for one

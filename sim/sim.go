@@ -10,6 +10,11 @@ type Profile struct {
 	// ExpectedAccept is the mean tokens a decode round gives a request
 	// (1 without speculative decoding).
 	ExpectedAccept float64 `json:"expected_accept"`
+	// AcceptDist is the distribution of the tokens a decode round gives a
+	// request: AcceptDist[i] is the probability of i+1 tokens (i drafts
+	// accepted, and the target model's own). [1] without speculative
+	// decoding.
+	AcceptDist []float64 `json:"accept_dist"`
 	// Profile is the whole profile, with the keys of its YAML file.
 	Profile json.RawMessage `json:"profile"`
 }

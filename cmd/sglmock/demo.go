@@ -41,16 +41,19 @@ type demoSettings struct {
 	points []demoPoint
 	// b is leg b's max_new_tokens in the fixed method. Kimi's DDTREE
 	// gives 4.40 tokens a round on average, scattered with a standard
-	// deviation of 1.53: b-a = 16 spans about four rounds, and its decode
+	// deviation of 1.52: b-a = 16 spans about four rounds, and its decode
 	// figure moves by a whole round, ±20 %, from run to run (the original
-	// benchmark's b = 17). b-a = 512 spans about 116 rounds, whose mean scatters by
-	// 1.53/4.40/√116 = 3.2 % (one standard deviation): the verdicts are the
-	// same from run to run, the figures within a few percent, and each row
-	// says so. The demo takes about 10 s.
+	// benchmark's b = 17). b-a = 1024 spans about 233 rounds, whose mean
+	// scatters by 1.52/4.40/√233 = 2.3 % (one standard deviation): one
+	// run's decode is known to ±4.4 % (95 %), within the ±5 % the rows'
+	// scatter check asks (b-a = 512, 116 rounds, is ±6.3 %, and SUSPECT).
+	// The verdicts are the same from run to run, the figures within a few
+	// percent, and each row says so. The demo takes about 20 s, most of it
+	// leg b's decode at each context's speedup.
 	b int
 }
 
-var demoDefaults = demoSettings{points: demoPoints, b: 513}
+var demoDefaults = demoSettings{points: demoPoints, b: 1025}
 
 // originalB is the original benchmark's leg b, which the naive method
 // keeps.
@@ -65,7 +68,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout)
 			fmt.Fprintln(stdout, "Starts an in-process mock of Kimi K2.6 on a free loopback port and runs a two-point decode")
 			fmt.Fprintln(stdout, "benchmark twice: naive (one prompt sent twice, as the original benchmark did: poisoned), then")
-			fmt.Fprintln(stdout, "flush+nonce (its fix), with each figure's error against the modelled truth. Takes about 10 seconds.")
+			fmt.Fprintln(stdout, "flush+nonce (its fix), with each figure's error against the modelled truth. Takes about 20 seconds.")
 			return 0
 		}
 		fmt.Fprintf(stderr, "sglmock demo: takes no arguments, got %q\n", args)
@@ -107,8 +110,8 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 				// The row says why its figures hold from run to run, and what
 				// the method's bias is made of.
 				row.Verdict.Causes = append(row.Verdict.Causes, harness.Cause{Level: harness.OK,
-					Text: fmt.Sprintf("b-a = %d: about %.0f rounds, so decode scatters %.1f %% (1 sd) from run to run; the context grows by %d tokens over them, and decode_bias is %+.1f %% on average",
-						set.b-1, rounds, 100*scatter/math.Sqrt(rounds), set.b-1, 100*growthBias(p, dp.Tokens, set.b))})
+					Text: fmt.Sprintf("b-a = %d: about %.0f rounds, so one run's decode is known to ±%.1f %% (95 %%) despite the tokens a round accepts; the context grows by %d tokens over them, and decode_bias is %+.1f %% on average",
+						set.b-1, rounds, 100*1.96*scatter/math.Sqrt(rounds), set.b-1, 100*growthBias(p, dp.Tokens, set.b))})
 				fixed = append(fixed, row)
 			} else {
 				combined.Rows = append(combined.Rows, row)

@@ -20,12 +20,14 @@ var raceDetector = false
 
 // The demo over real loopback: the naive table reproduces the original
 // failure and names it, the flush+nonce table is within 2 % of the truth
-// for decode and TTFT, its verdicts ok, each row saying how far its decode
-// scatters.
+// for decode and TTFT, each row saying how far its decode scatters, and
+// nothing else is said of it but that (its only SUSPECT cause).
 //
 // It runs the demo's contexts with b = 193 (some 44 DDTREE rounds, enough
-// for the rounds check) at x1, x10 and x20: each TTFT is then at least
-// 190 ms of wall clock, which a host stall must reach 4 ms to move by 2 %.
+// for the rounds check, too few for the scatter check: ±10 % at 95 %, which
+// the demo's own b = 1025 narrows to ±4.4 % at twice the wall time) at x1,
+// x10 and x20: each TTFT is then at least 190 ms of wall clock, which a
+// host stall must reach 4 ms to move by 2 %.
 //
 // Under the race detector the mock's own host time per request (reading
 // the body, tokenizing, the engine's hand-offs; none of it modelled) grows
@@ -87,12 +89,19 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 			continue
 		}
 		tr := row.Truth
-		if note := "b-a = 192: about 44 rounds, so decode scatters 5.2 % (1 sd) from run to run"; !strings.Contains(row.Verdict.String(), note) {
+		if note := "b-a = 192: about 44 rounds, so one run's decode is known to ±10.3 % (95 %) despite the tokens a round accepts"; !strings.Contains(row.Verdict.String(), note) {
 			t.Errorf("flush+nonce at %d: verdict %q lacks %q", row.PromptTokens, row.Verdict, note)
 		}
 		// kimi refuses a flush for 50 ms after a response (SGLang's flush
 		// race): the demo's retries make the row ok, with a note saying so.
-		if row.Verdict.Level() != harness.OK || tr.DecodeErr == nil {
+		// The scatter of 44 rounds is the one SUSPECT cause b = 193 has.
+		var rest harness.Verdict
+		for _, c := range row.Verdict.Causes {
+			if c.Level != harness.Suspect || !strings.HasPrefix(c.Text, "b-a = 192 spans about 4") {
+				rest.Causes = append(rest.Causes, c)
+			}
+		}
+		if rest.Level() != harness.OK || tr.DecodeErr == nil {
 			// A stall longer than a leg's decode reverses t_a and t_b.
 			misses = append(misses, fmt.Sprintf("flush+nonce at %d: verdict %q; want ok and a decode error", row.PromptTokens, row.Verdict))
 			continue

@@ -29,7 +29,8 @@
 // refused below 1 with vLLM's "max_tokens must be at least 1, got N." in
 // vLLM's error envelope.
 //
-// Simulation: /sim/profile (active profile and speedup), /sim/expect (the
+// Simulation: /sim/profile (active profile, speedup, and the tokens a
+// decode round gives: their mean and distribution), /sim/expect (the
 // model evaluator; its counts are bounded by the context length), /sim/requests (finished requests,
 // each with its route, prompt hash, modelled TTFT and E2E, and its prefill
 // cost as run beside the cost with nothing cached: audit's impact), /sim/requests/{rid}

@@ -24,6 +24,7 @@ func (s *Server) simProfile(c *gin.Context) {
 		Speedup:           s.eng.Speedup(),
 		DisableRadixCache: s.cfg.DisableRadixCache,
 		ExpectedAccept:    s.cfg.Profile.ExpectedAccept(),
+		AcceptDist:        s.cfg.Profile.AcceptDist(),
 		Profile:           marshal(s.cfg.Profile),
 	})
 }
