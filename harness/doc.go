@@ -66,6 +66,13 @@
 //     (meta_info.spec_correct_drafts_histogram, or spec_accept_histogram),
 //     else from /sim/profile's accept_dist; without either, and over fewer
 //     than 20 rounds (above), nothing is said.
+//   - against sglmock, the context leg b grows through: its tokens after
+//     leg a's are decoded from prompt+a to prompt+b tokens of context, so
+//     the figure is that span's mean rate; when the model's steady rates
+//     over the span (/sim/expect at its start, middle and end, Simpson's
+//     rule) put that mean more than 5 % from the rate at the prompt, the
+//     row is SUSPECT with the span and its rates (decode_bias by
+//     construction; no b fixes both it and the scatter).
 //   - over repeats, the median decode rate's 95 % interval from the runs'
 //     spread wider than ±5 %; the cause names the runs that would narrow
 //     it to ±2.5 %. A row says the wider of this interval and the

@@ -168,6 +168,8 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 			}
 			if b := roundsCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, accept); b > 0 {
 				row.suggest(Suggestion{B: b})
+			} else if sc := s.scatter(histograms(leg.SpecHistogram)); sc != nil && !fewRounds(1, st.MaxNewTokens, rounds, accept) {
+				row.suggest(scatterCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, *sc, 1))
 			}
 		}
 	}
@@ -207,6 +209,9 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 	if tr.SteadyDecode != nil && row.DecodeTPS > 0 {
 		b := relErr(row.DecodeTPS, *tr.SteadyDecode)
 		tr.DecodeBias = &b
+		if err := s.growth(ctx, &row.Verdict, "--max-new-tokens", leg.PromptTokens, 1, st.MaxNewTokens, *tr.SteadyDecode); err != nil {
+			return err
+		}
 	}
 	row.Truth = tr
 	span := t.Finished - *t.FirstToken
@@ -217,4 +222,13 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 // suggest merges a fix into the row's suggestion.
 func (row *StreamRow) suggest(sug Suggestion) {
 	row.Suggested = mergeSuggestion(row.Suggested, sug)
+}
+
+// histograms is the leg's histogram of accepted drafts as a list for
+// session.scatter: none when the leg reported none.
+func histograms(h []int) [][]int {
+	if h == nil {
+		return nil
+	}
+	return [][]int{h}
 }

@@ -550,6 +550,13 @@ func (row *Row) scatter(s *session) *Scatter {
 		}
 		hs = append(hs, r.A.SpecHistogram, r.B.SpecHistogram)
 	}
+	return s.scatter(hs)
+}
+
+// scatter is the acceptance scatter of the histograms of accepted drafts
+// hs, pooled; else, with hs empty, from the accept_dist of /sim/profile;
+// nil when neither is known.
+func (s *session) scatter(hs [][]int) *Scatter {
 	if sc, ok := histogramScatter(hs...); ok {
 		return &sc
 	}
@@ -647,6 +654,9 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 	if row.DecodeTPS != nil && t.SteadyDecode != nil {
 		b := relErr(*row.DecodeTPS, *t.SteadyDecode)
 		t.DecodeBias = &b
+		if err := s.growth(ctx, &row.Verdict, "--b", prompt, tp.A, tp.B, *t.SteadyDecode); err != nil {
+			return err
+		}
 	}
 	row.Truth = t
 	dtTrue := 0.0
@@ -654,6 +664,31 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 		dtTrue = float64(tp.B-tp.A) / *t.Decode
 	}
 	row.suggest(Suggestion{Speedup: lateness(&row.Verdict, t.TTFTErr, t.TTFT, t.DecodeErr, dtTrue, row.Speedup)})
+	return nil
+}
+
+// growth checks a decode figure against the context it was decoded over:
+// tokens a to b of a request with this prompt are decoded from prompt+a
+// to prompt+b tokens of context, each round priced at the context it has,
+// so the figure is the mean rate over that span. The span's mean time a
+// token comes from the model's steady rates at its start, middle and end
+// (Simpson's rule: exact where the cost is linear in the context, as
+// between a table's points); steady is the rate at the prompt, and flag
+// the option that sets b.
+func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64) error {
+	var rates [3]float64
+	for i, at := range [3]int{prompt + a, prompt + (a+b)/2, prompt + b} {
+		e, err := s.expect(ctx, at, 0, 1)
+		if err != nil {
+			return err
+		}
+		if e.DecodeTokensPerS == nil || *e.DecodeTokensPerS <= 0 {
+			return nil // a profile that charges nothing for a round
+		}
+		rates[i] = *e.DecodeTokensPerS
+	}
+	mean := (1/rates[0] + 4/rates[1] + 1/rates[2]) / 6
+	growthCheck(v, flag, prompt, a, b, rates[0], rates[2], relErr(1/mean, steady))
 	return nil
 }
 

@@ -450,6 +450,30 @@ func fewRounds(a, b int, rounds, accept float64) bool {
 	return rounds > 0 && rounds < float64(b-a) && rounds < minRounds && accept > 1
 }
 
+// growthCheck checks the method's own error from the context leg b grows
+// through: from prompt+a to prompt+b tokens the model's decode rate goes
+// from first to last tokens a second, and expected is the span's mean rate
+// against the steady rate at the prompt (the decode_bias a run reads
+// without scatter). Past Tolerance the figure is not the rate at the
+// prompt, and no b fixes both this and the scatter: a smaller span wants
+// more runs.
+// flag is the option that sets b: --b for two legs, --max-new-tokens for
+// a stream.
+func growthCheck(v *Verdict, flag string, prompt, a, b int, first, last, expected float64) {
+	if !(math.Abs(expected) > Tolerance) {
+		return
+	}
+	who, fix := "leg b", "a smaller b narrows the span; then --repeat narrows the scatter"
+	if flag != "--b" {
+		who, fix = "the request", "a smaller "+flag+" narrows the span"
+	}
+	v.add(Suspect, fmt.Sprintf("decode_bias is %s by construction: %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
+		pctSigned(expected), who, prompt+a, prompt+b, trimFloat1(first), trimFloat1(last), prompt, fix))
+}
+
+// pctSigned is a fraction as a signed percentage with one decimal.
+func pctSigned(x float64) string { return fmt.Sprintf("%+.1f %%", 100*x) }
+
 // stddev is the sample standard deviation.
 func stddev(xs []float64) float64 {
 	if len(xs) < 2 {

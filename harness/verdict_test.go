@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -143,14 +144,22 @@ func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
 			})
 		})
 	}
-	// The cause, whole, of the first sweep's 1k row.
+	// The lateness cause, whole, of the first sweep's 1k row (whose
+	// decode_bias from the context leg b grows through is SUSPECT too:
+	// TestContextGrowth).
 	synctest.Test(t, func(t *testing.T) {
 		row := sweep(t, 100, late).Rows[0]
-		want := fmt.Sprintf("SUSPECT: measured off the server's own timeline (ttft_err +%.2f%%, beyond 5 %%): the client's times and the server's differ by 2 ms of wall clock, "+
+		want := fmt.Sprintf("measured off the server's own timeline (ttft_err +%.2f%%, beyond 5 %%): the client's times and the server's differ by 2 ms of wall clock, "+
 			"0.2 s simulated at x100, so this host cannot keep x100: run the mock at --speedup 5 or less",
 			100*0.2/row.Truth.TTFT)
-		if got := row.Verdict.String(); got != want {
-			t.Errorf("verdict:\n got %q\nwant %q", got, want)
+		var got []string
+		for _, c := range row.Verdict.Causes {
+			if !strings.HasPrefix(c.Text, "decode_bias is ") {
+				got = append(got, c.Text)
+			}
+		}
+		if len(got) != 1 || got[0] != want || row.Verdict.Level() != harness.Suspect {
+			t.Errorf("verdict %s: the causes besides the growth\n got %q\nwant [%q]", row.Verdict.Level(), got, want)
 		}
 	})
 }
@@ -306,7 +315,13 @@ func TestAcceptanceScatter(t *testing.T) {
 			p := mocktest.Profile(t, tt.profile)
 			p.FlushBusyAfterFinishS = 0 // no refused flushes: the verdict is the scatter's alone
 			m := mocktest.Start(t, api.Config{Profile: p})
-			tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1407}}, harness.FlushNonce)
+			// Kimi's decode slows steeply past 1.4k tokens (TestContextGrowth);
+			// at 45k it holds steady over the suggested b.
+			point := harness.Point{CtxReq: 1024, Tokens: 1407}
+			if tt.profile == "kimi-k2.6-rtx6000" {
+				point = harness.Point{CtxReq: 32768, Tokens: 45507}
+			}
+			tp := twoPoint(m, []harness.Point{point}, harness.FlushNonce)
 			tp.B, tp.Repeat = tt.b, tt.repeat
 			row := run(t, tp).Rows[0]
 			text, half, sug := scatterWant(rowHists(t, row), 1, tt.b, *row.SpecRounds, tt.repeat)
@@ -508,13 +523,65 @@ func pctOf(x *float64) string {
 func TestAcceptanceScatterFromSim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), EnableCacheReport: true})
-		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1407}}, harness.NonceMethod)
+		tp := twoPoint(m, []harness.Point{{CtxReq: 32768, Tokens: 45507}}, harness.NonceMethod)
 		tp.Client.Backend = harness.OpenAI
 		tp.B = 193
 		row := run(t, tp).Rows[0]
 		want := "SUSPECT: b-a = 192 spans about 43.6 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±10.3 % only (95 %): use --b 3249 (about 738 rounds) or --repeat 27"
 		if got := row.Verdict.String(); got != want || row.Runs[0].B.SpecHistogram != nil {
 			t.Errorf("verdict\n got %q\nwant %q (leg b's histogram %v, want none)", got, want, row.Runs[0].B.SpecHistogram)
+		}
+	})
+}
+
+// Leg b decodes over a context that grows from prompt+a to prompt+b, and
+// the figure is that span's mean rate: where the deployment's decode slows
+// across it by more than Tolerance, the row is SUSPECT with the span and
+// its rates (Kimi's decode slows steeply past 1.4k tokens); where it holds
+// steady, or the span is short, nothing is said of it.
+func TestContextGrowth(t *testing.T) {
+	for _, tt := range []struct {
+		tokens, b int
+		want      string
+	}{
+		{1407, 1025, "decode_bias is -34.6 % by construction: leg b decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller b narrows the span; then --repeat narrows the scatter)"},
+		{1407, 17, ""},
+		{45507, 1025, ""},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := mocktest.Profile(t, "kimi-k2.6-rtx6000")
+			p.FlushBusyAfterFinishS = 0
+			m := mocktest.Start(t, api.Config{Profile: p})
+			tp := twoPoint(m, []harness.Point{{CtxReq: tt.tokens, Tokens: tt.tokens}}, harness.FlushNonce)
+			tp.B = tt.b
+			row := run(t, tp).Rows[0]
+			var got string
+			for _, c := range row.Verdict.Causes {
+				if strings.HasPrefix(c.Text, "decode_bias is ") {
+					got = c.Text
+				}
+			}
+			if got != tt.want {
+				t.Errorf("%d tokens, b=%d: got the cause %q, want %q (verdict %q)", tt.tokens, tt.b, got, tt.want, row.Verdict)
+			}
+			if tt.want != "" && row.Truth.DecodeBias != nil && math.Abs(*row.Truth.DecodeBias-(-0.346)) > harness.Tolerance {
+				t.Errorf("%d tokens, b=%d: decode_bias measured %+.1f %%, want near the -34.6 %% expected", tt.tokens, tt.b, 100**row.Truth.DecodeBias)
+			}
+		})
+	}
+}
+
+// A stream's decode figure spans the context its tokens are decoded over
+// too: on Kimi at 1407 tokens, 1025 of them read 35 % slow.
+func TestContextGrowthOfAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "kimi-k2.6-rtx6000")
+		p.FlushBusyAfterFinishS = 0
+		m := mocktest.Start(t, api.Config{Profile: p})
+		row := run(t, &harness.Stream{Client: client(m), Points: []harness.Point{{CtxReq: 1407, Tokens: 1407}}, MaxNewTokens: 1025, Options: harness.Options{NewID: counter()}}).Stream[0]
+		want := "decode_bias is -34.6 % by construction: the request decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller --max-new-tokens narrows the span)"
+		if !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool { return c.Level == harness.Suspect && c.Text == want }) {
+			t.Errorf("verdict %q, want the cause %q", row.Verdict, want)
 		}
 	})
 }
