@@ -86,13 +86,8 @@ func TestStalledStreamIsAborted(t *testing.T) {
 func TestStalledAnswerIsCut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{StallTimeout: 10 * time.Second})
-		conn, err := m.HTTP.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := postRaw(t, m, `{"text": "hi", "sampling_params": {"max_new_tokens": 2000}}`)
 		defer conn.Close()
-		body := `{"text": "hi", "sampling_params": {"max_new_tokens": 2000}}`
-		go fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		time.Sleep(time.Minute) // virtual: the answer is ready, nobody reads it
 		synctest.Wait()
 		if st := simStats(t, m); st.StalledStreamsAborted != 1 {
@@ -181,14 +176,9 @@ func TestSlowAnswerIsWrittenWhole(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := mocktest.Start(t, api.Config{StallTimeout: 10 * time.Second})
-				conn, err := m.HTTP.Dial()
-				if err != nil {
-					t.Fatal(err)
-				}
+				conn := postRaw(t, m, `{"text": "hi", "return_logprob": true, "top_logprobs_num": 20, "return_text_in_logprobs": true, `+
+					`"sampling_params": {"max_new_tokens": 2000, "ignore_eos": true}}`)
 				defer conn.Close()
-				body := `{"text": "hi", "return_logprob": true, "top_logprobs_num": 20, "return_text_in_logprobs": true, ` +
-					`"sampling_params": {"max_new_tokens": 2000, "ignore_eos": true}}`
-				go fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 				resp, err := http.ReadResponse(bufio.NewReaderSize(slowReader{conn}, 16<<10), nil)
 				if err != nil {
 					t.Fatal(err)
@@ -216,4 +206,17 @@ func TestSlowAnswerIsWrittenWhole(t *testing.T) {
 			})
 		})
 	}
+}
+
+// postRaw sends POST /generate with body on a connection of its own and
+// returns the connection, for a test that reads the answer as slowly as
+// it likes, or not at all.
+func postRaw(t *testing.T, m *mocktest.Mock, body string) net.Conn {
+	t.Helper()
+	conn, err := m.HTTP.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return conn
 }
