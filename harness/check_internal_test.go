@@ -187,11 +187,11 @@ func TestScatterCheck(t *testing.T) {
 			Suggestion{B: 3249}},
 		{"--b", 1025, 233, 1, "", Suggestion{}},
 		{"--b", 811, 184, 1, "", Suggestion{}},
-		{"--b", 807, 183, 1, "b-a = 806 spans about 183 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±5 % only (95 %): use --b 3249 (about 738 rounds) or --repeat 7",
+		{"--b", 807, 183, 1, "b-a = 806 spans about 183 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±5.0 % only (95 %): use --b 3249 (about 738 rounds) or --repeat 7",
 			Suggestion{B: 3249, Repeat: 7}},
 	} {
 		var v Verdict
-		sug := scatterCheck(&v, tt.flag, 1, tt.b, tt.rounds, kimi, tt.n)
+		sug := scatterCheck(&v, tt.flag, 1, tt.b, tt.rounds, 0, kimi, tt.n)
 		want := "ok"
 		if tt.want != "" {
 			want = "SUSPECT: " + tt.want
@@ -199,6 +199,23 @@ func TestScatterCheck(t *testing.T) {
 		if got := v.String(); got != want || sug != tt.sug {
 			t.Errorf("%s %d over %g rounds, %d runs:\n got %q, %+v\nwant %q, %+v", tt.flag, tt.b, tt.rounds, tt.n, got, sug, want, tt.sug)
 		}
+	}
+}
+
+// Leg a's own rounds scatter too: the legs are separate requests with
+// draws of their own. a = 257, b = 1025 on kimi (174 rounds past leg a's
+// 58) is known to ±1.96 (σ/μ) √(174 + 2·58)/174 = ±6.6 %, not the ±5.1 %
+// 174 rounds alone would give, and the fix solves R² = k (R + 2·58).
+func TestScatterOfTwoLegs(t *testing.T) {
+	kimi := Scatter{4.40385, math.Sqrt(21.715225 - 4.40385*4.40385)}
+	var v Verdict
+	sug := scatterCheck(&v, "--b", 257, 1025, 174, 58, kimi, 1)
+	want := "SUSPECT: b-a = 768 spans about 174 speculative rounds of 4.40 ± 1.52 tokens, so one run's decode is known to ±6.6 % only (95 %): use --b 3953 (about 839 rounds) or --repeat 12"
+	if got := v.String(); got != want || sug != (Suggestion{B: 3953, Repeat: 12}) {
+		t.Errorf("got %q, %+v\nwant %q, {B:3953 Repeat:12}", got, sug, want)
+	}
+	if got, alone := scatterHalf(kimi, 174, 58, 1), scatterHalf(kimi, 174, 0, 1); math.Abs(got/alone-math.Sqrt(290.0/174)) > 1e-12 {
+		t.Errorf("got %g against %g alone, want a ratio of √(290/174)", got, alone)
 	}
 }
 

@@ -56,11 +56,14 @@
 //   - b-a over fewer than 20 speculative rounds (spec_verify_ct, which
 //     SGLang reports, or the mean accept length /sim/ gives): decode moves
 //     by a whole round from run to run; the cause names the b that spans
-//     40.
+//     40, or, against sglmock, the larger b the model's acceptance scatter
+//     needs (below), so that one fix does for both.
 //   - acceptance scatter: each round accepts a random number of tokens
 //     (mean μ, standard deviation σ), so decode over the R rounds b-a spans
 //     is known to ±1.96 (σ/μ)/√R (95 %) from one run, ±1.96 × 1.2533
-//     (σ/μ)/√(Rn) as the median of n; wider than ±5 % is SUSPECT, and the
+//     (σ/μ)/√(Rn) as the median of n (with a > 1, leg a's own R_a rounds
+//     scatter too: √(R + 2 R_a)/R in place of 1/√R); wider than ±5 % is
+//     SUSPECT, and the
 //     cause names the b, or the runs, that would narrow it to ±2.5 %. σ/μ
 //     comes from the histograms of accepted drafts the legs report
 //     (meta_info.spec_correct_drafts_histogram, or spec_accept_histogram),

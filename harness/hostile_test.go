@@ -303,7 +303,7 @@ func TestSpecHistogram(t *testing.T) {
 		{"rounds other than spec_verify_ct", meta(`"spec_accept_histogram": `+h, 45),
 			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram of 44 rounds for spec_verify_ct 45", nil},
 		{"malformed", meta(`"spec_accept_histogram": [4, 4, 4.5, 8, 8, 16, 1e400]`, 44),
-			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[2] 4.5, 1 more in spec_accept_histogram, spec_accept_histogram of 9007199254741036 rounds for spec_verify_ct 44", nil},
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[2] 4.5, 1 more in spec_accept_histogram", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -166,10 +166,16 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 			if s.sim != nil && s.sim.ExpectedAccept > 1 {
 				accept = s.sim.ExpectedAccept
 			}
-			if b := roundsCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, accept); b > 0 {
+			sc := s.scatter(histograms(leg.SpecHistogram))
+			few := fewRounds(1, st.MaxNewTokens, rounds, accept)
+			atLeast := 0
+			if msc := s.modelScatter(); msc != nil && few {
+				atLeast, _ = scatterFix(*msc, float64(st.MaxNewTokens-1)/accept, 0, 1)
+			}
+			if b := roundsCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, accept, atLeast); b > 0 {
 				row.suggest(Suggestion{B: b})
-			} else if sc := s.scatter(histograms(leg.SpecHistogram)); sc != nil && !fewRounds(1, st.MaxNewTokens, rounds, accept) {
-				row.suggest(scatterCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, *sc, 1))
+			} else if sc != nil {
+				row.suggest(scatterCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, 0, *sc, 1))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -525,16 +526,38 @@ func (row *Row) precision(s *session, a, b int, decodes []float64) {
 		if s.sim != nil && s.sim.ExpectedAccept > 1 {
 			accept = s.sim.ExpectedAccept // the model's mean, not one run's draw
 		}
+		legA := row.legARounds(a, accept)
 		few = fewRounds(a, b, rounds, accept)
-		sug.B = roundsCheck(&row.Verdict, "--b", a, b, rounds, accept)
-		if sc != nil && !few && scatterHalf(*sc, rounds, n) >= measured {
+		atLeast := 0
+		if msc := s.modelScatter(); msc != nil && few {
+			atLeast, _ = scatterFix(*msc, float64(b-a)/accept, legA, n)
+		}
+		sug.B = roundsCheck(&row.Verdict, "--b", a, b, rounds, accept, atLeast)
+		if sc != nil && !few && scatterHalf(*sc, rounds, legA, n) >= measured {
 			row.suggest(sug)
-			row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, *sc, n))
+			row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, legA, *sc, n))
 			return
 		}
 	}
 	sug.Repeat = spreadCheck(&row.Verdict, decodes, few)
 	row.suggest(sug)
+}
+
+// legARounds is the speculative rounds leg a took: the median of what its
+// runs reported (spec_verify_ct), else a-1 tokens at accept a round; 0
+// for a leg of one token, which takes none.
+func (row *Row) legARounds(a int, accept float64) float64 {
+	if a <= 1 {
+		return 0
+	}
+	var rounds []float64
+	for _, r := range row.Runs {
+		if r.A.SpecVerifyCt == nil {
+			return float64(a-1) / accept
+		}
+		rounds = append(rounds, float64(*r.A.SpecVerifyCt))
+	}
+	return median(rounds)
 }
 
 // scatter is the row's acceptance scatter: from the histograms of accepted
@@ -560,6 +583,14 @@ func (s *session) scatter(hs [][]int) *Scatter {
 	if sc, ok := histogramScatter(hs...); ok {
 		return &sc
 	}
+	return s.modelScatter()
+}
+
+// modelScatter is the acceptance scatter of the mock's model (the
+// accept_dist of /sim/profile); nil against another server. Over the few
+// rounds a short leg takes, the legs' histograms tell the scatter too
+// roughly to size a b by; the model's does not depend on them.
+func (s *session) modelScatter() *Scatter {
 	if s.sim != nil {
 		if sc, ok := distScatter(s.sim.AcceptDist); ok && sc.SD > 0 {
 			return &sc
@@ -674,11 +705,18 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 // token comes from the model's steady rates at its start, middle and end
 // (Simpson's rule: exact where the cost is linear in the context, as
 // between a table's points); steady is the rate at the prompt, and flag
-// the option that sets b.
+// the option that sets b. A span that ends at the context length itself
+// is one the model refuses to price (400): it is then not judged.
 func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64) error {
 	var rates [3]float64
 	for i, at := range [3]int{prompt + a, prompt + (a+b)/2, prompt + b} {
 		e, err := s.expect(ctx, at, 0, 1)
+		var refused *HTTPError
+		if errors.As(err, &refused) && refused.Status == http.StatusBadRequest {
+			// The span's end at the context length itself: the model prices
+			// no request there, and the span is not judged.
+			return nil
+		}
 		if err != nil {
 			return err
 		}

@@ -156,15 +156,21 @@ func (v *Verdict) UnmarshalJSON(b []byte) error {
 //   - speculative rounds: b-a spanning fewer than 1/Tolerance = 20
 //     rounds, where the whole-round count moves the decode figure by more
 //     than Tolerance (one round in R is 1/R of it); the fix is the b that
-//     spans 2/Tolerance = 40. The scatter check below is not made then.
+//     spans 2/Tolerance = 40, or against sglmock the b the model's
+//     acceptance scatter needs when that is larger. The scatter check
+//     below is not made then.
 //   - acceptance scatter: each round accepts a random number of tokens,
 //     of mean μ and standard deviation σ, so the R rounds b-a spans scatter
-//     its time by (σ/μ)/√R; one run's decode is known to ±1.96 (σ/μ)/√R
+//     its time by (σ/μ)/√R (with a > 1 leg a's R_a rounds add theirs:
+//     (σ/μ)√(R + 2 R_a)/R); one run's decode is known to ±1.96 (σ/μ)/√R
 //     (95 %), the median of n runs' to ±1.96 × 1.2533 (σ/μ)/√(Rn), and the
 //     row is SUSPECT when that is wider than ±Tolerance. Over repeats the
 //     spread check measures the same interval from the runs: the row
 //     takes the wider of the two, and one finding says so. The fix is the
 //     b, or the runs, that would narrow it to ±Tolerance/2.
+//   - context growth, against sglmock: the mean of the model's decode
+//     rate over the context the figure's tokens are decoded at, against
+//     the rate at the prompt, beyond Tolerance (growthCheck).
 const Tolerance = 0.05
 
 // minRounds is the fewest speculative rounds b-a may span: one round is
@@ -366,43 +372,51 @@ func distScatter(dist []float64) (sc Scatter, ok bool) {
 }
 
 // scatterHalf is the relative half-width of the 95 % interval of a row's
-// decode figure over n runs of b-a spanning rounds rounds, from the
-// acceptance scatter alone: the rounds' time scatters by (σ/μ)/√rounds,
-// one run's figure is known to ±1.96 of that, and the median of n runs to
-// ±1.96 × 1.2533 of it over √n (the median's large-sample standard error,
-// as spreadCheck has it).
-func scatterHalf(sc Scatter, rounds float64, n int) float64 {
+// decode figure over n runs whose b-a spans rounds rounds and whose leg a
+// took legA rounds of its own, from the acceptance scatter alone. The two
+// legs are separate requests with draws of their own, so the rounds' count
+// scatters by (σ/μ)√(rounds + 2 legA) (the variance of leg b's rounds and
+// leg a's, each a sum of independent rounds); one run's figure is known to
+// ±1.96 of that over rounds, and the median of n runs to ±1.96 × 1.2533 of
+// it over √n (the median's large-sample standard error, as spreadCheck has
+// it). With a = 1 leg a takes no round, and this is (σ/μ)/√rounds.
+func scatterHalf(sc Scatter, rounds, legA float64, n int) float64 {
 	if sc.Mean <= 0 || rounds <= 0 || n < 1 {
 		return 0
 	}
-	f := 1.0
+	return z95 * medianFactor(n) * sc.SD / sc.Mean * math.Sqrt(rounds+2*legA) / rounds / math.Sqrt(float64(n))
+}
+
+// medianFactor is the standard error of n runs' median against one run's
+// figure, before the 1/√n: 1 for one run, 1.2533 for a median.
+func medianFactor(n int) float64 {
 	if n > 1 {
-		f = medianSE
+		return medianSE
 	}
-	return z95 * f * sc.SD / sc.Mean / math.Sqrt(rounds*float64(n))
+	return 1
 }
 
 // scatterFix is what would narrow the interval of scatterHalf to
-// ±Tolerance/2: the b-a (a multiple of 16) at n runs, and the runs at b.
-func scatterFix(sc Scatter, rounds float64, n int) (delta, runs int) {
+// ±Tolerance/2: the b-a (a multiple of 16) at n runs, and the runs at this
+// b. The rounds R it needs solve R² = k (R + 2 legA), k = (1.96 f (σ/μ) /
+// (Tolerance/2))² / n.
+func scatterFix(sc Scatter, rounds, legA float64, n int) (delta, runs int) {
 	target := Tolerance / 2
 	cv := sc.SD / sc.Mean
-	f := 1.0
-	if n > 1 {
-		f = medianSE
-	}
-	need := math.Pow(z95*f*cv/target, 2) / float64(n) // rounds at n runs
+	k := math.Pow(z95*medianFactor(n)*cv/target, 2) / float64(n)
+	need := (k + math.Sqrt(k*k+8*k*legA)) / 2
 	delta = int(math.Ceil(need*sc.Mean/16)) * 16
-	runs = min(maxRepeat, max(2, int(math.Ceil(math.Pow(z95*medianSE*cv/target, 2)/rounds))))
+	perRun := math.Pow(z95*medianSE*cv/target, 2) * (rounds + 2*legA) / (rounds * rounds)
+	runs = min(maxRepeat, max(2, int(math.Ceil(perRun))))
 	return delta, runs
 }
 
 // scatterCheck checks that the decode figure of n runs, b-a spanning
-// rounds speculative rounds of the scatter sc, is known to ±Tolerance
-// (scatterHalf). It names the b (flag) that would know it to
+// rounds speculative rounds of the scatter sc after leg a's legA, is known
+// to ±Tolerance (scatterHalf). It names the b (flag) that would know it to
 // ±Tolerance/2 at n runs, and the runs that would at this b.
-func scatterCheck(v *Verdict, flag string, a, b int, rounds float64, sc Scatter, n int) Suggestion {
-	half := scatterHalf(sc, rounds, n)
+func scatterCheck(v *Verdict, flag string, a, b int, rounds, legA float64, sc Scatter, n int) Suggestion {
+	half := scatterHalf(sc, rounds, legA, n)
 	if !(half > Tolerance) {
 		return Suggestion{}
 	}
@@ -414,9 +428,9 @@ func scatterCheck(v *Verdict, flag string, a, b int, rounds float64, sc Scatter,
 	if n > 1 {
 		known = fmt.Sprintf("the median of %d runs' decode", n)
 	}
-	delta, runs := scatterFix(sc, rounds, n)
-	text := fmt.Sprintf("%s about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%s only (95 %%): use %s %d (about %d rounds)",
-		what, trimFloat1(rounds), sc.Mean, sc.SD, known, pctPlain(half), flag, a+delta, int(math.Round(float64(delta)/sc.Mean)))
+	delta, runs := scatterFix(sc, rounds, legA, n)
+	text := fmt.Sprintf("%s about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%.1f %% only (95 %%): use %s %d (about %d rounds)",
+		what, trimFloat1(rounds), sc.Mean, sc.SD, known, 100*half, flag, a+delta, int(math.Round(float64(delta)/sc.Mean)))
 	if flag != "--b" {
 		v.add(Suspect, text)
 		return Suggestion{B: a + delta}
@@ -430,8 +444,12 @@ func scatterCheck(v *Verdict, flag string, a, b int, rounds float64, sc Scatter,
 // R, and the decode figure moves by one round in R from run to run and
 // reads low by the last round's unused tokens (the small-delta-bias
 // scenario). accept is the mean tokens a round gives; the b it returns
-// spans 2/Tolerance rounds of it, and flag is the option that sets b.
-func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64) int {
+// spans 2/Tolerance rounds of it, or atLeast tokens past a when that is
+// more (the b-a the model's acceptance scatter needs, against sglmock, so
+// that one fix does for both; against another server the scatter check
+// names its own b once b-a spans enough rounds to tell), and flag is the
+// option that sets b.
+func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64, atLeast int) int {
 	what := fmt.Sprintf("b-a = %d", b-a)
 	if flag != "--b" {
 		what = fmt.Sprintf("the %d tokens after the first", b-a)
@@ -440,8 +458,12 @@ func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64) int 
 		return 0 // one token a round, or enough rounds
 	}
 	delta := int(math.Ceil(2*minRounds*accept/16)) * 16
-	v.add(Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens)",
-		what, trimFloat1(rounds), pctPlain(1/rounds), flag, a+delta, int(math.Round(float64(delta)/accept)), accept))
+	also := ""
+	if atLeast > delta {
+		delta, also = atLeast, ", which the scatter of the tokens a round accepts needs too"
+	}
+	v.add(Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens%s)",
+		what, trimFloat1(rounds), pctPlain(1/rounds), flag, a+delta, int(math.Round(float64(delta)/accept)), accept, also))
 	return a + delta
 }
 
@@ -463,11 +485,11 @@ func growthCheck(v *Verdict, flag string, prompt, a, b int, first, last, expecte
 	if !(math.Abs(expected) > Tolerance) {
 		return
 	}
-	who, fix := "leg b", "a smaller b narrows the span; then --repeat narrows the scatter"
+	who, fix := "leg b", "a smaller b narrows the span and widens the scatter, which --repeat narrows"
 	if flag != "--b" {
-		who, fix = "the request", "a smaller "+flag+" narrows the span"
+		who, fix = "the request", "a smaller "+flag+" narrows the span and widens the scatter"
 	}
-	v.add(Suspect, fmt.Sprintf("decode_bias is %s by construction: %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
+	v.add(Suspect, fmt.Sprintf("decode_bias is %s by construction (sglmock's model): %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
 		pctSigned(expected), who, prompt+a, prompt+b, trimFloat1(first), trimFloat1(last), prompt, fix))
 }
 
@@ -501,7 +523,10 @@ func impossibleCounts(g *Generation) []string {
 	if v := g.SpecVerifyCt; v != nil && (*v < 0 || *v > max(g.CompletionTokens, 0)) {
 		out = append(out, fmt.Sprintf("spec_verify_ct %d for %d tokens", *v, g.CompletionTokens))
 	}
-	if g.SpecHistogram != nil {
+	// A malformed entry is named already, and its clamped value would only
+	// add a sum no server sent.
+	malformed := slices.ContainsFunc(g.Malformed, func(m string) bool { return strings.HasPrefix(m, g.SpecHistogramField) })
+	if g.SpecHistogram != nil && !malformed {
 		out = append(out, histogramProblems(g.SpecHistogramField, g.SpecHistogram, g.SpecVerifyCt, g.CompletionTokens)...)
 	}
 	return out

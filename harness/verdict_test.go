@@ -209,17 +209,18 @@ func TestNoLatenessOnVirtualTime(t *testing.T) {
 	})
 }
 
-// b-a over a handful of speculative rounds is SUSPECT and names the b that
-// spans 40; at that b the rounds check has nothing to say (the scatter
-// check has: TestAcceptanceScatter). Without speculative decoding one
-// token is one round, and b = 17 is exact.
+// b-a over a handful of speculative rounds is SUSPECT and names one b for
+// this and the model's acceptance scatter both (787 rounds of 2.97 ± 1.10
+// tokens); at b = 129, some 43 rounds, the rounds check has nothing to say
+// (the scatter check has: TestAcceptanceScatter). Without speculative
+// decoding one token is one round, and b = 17 is exact.
 func TestSpeculativeRounds(t *testing.T) {
 	for _, tt := range []struct {
 		profile string
 		b       int
 		want    string
 	}{
-		{"llama-8b-eagle3-h100", 17, "SUSPECT: b-a = 16: only %d speculative rounds, and decode moves by a whole round (%d %%) from run to run: use --b 129 (about 43 rounds of 2.97 tokens)"},
+		{"llama-8b-eagle3-h100", 17, "SUSPECT: b-a = 16: only %d speculative rounds, and decode moves by a whole round (%d %%) from run to run: use --b 2337 (about 787 rounds of 2.97 tokens, which the scatter of the tokens a round accepts needs too)"},
 		{"llama-8b-eagle3-h100", 129, ""},
 		{"default", 17, "ok"},
 	} {
@@ -276,8 +277,8 @@ func scatterWant(hists [][]int, a, b int, rounds float64, n int) (text string, h
 	need := math.Pow(1.96*f*sd/mean/0.025, 2) / float64(n)
 	delta := int(math.Ceil(need*mean/16)) * 16
 	runs := int(math.Ceil(math.Pow(1.96*1.2533*sd/mean/0.025, 2) / rounds))
-	text = fmt.Sprintf("b-a = %d spans about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%s %% only (95 %%): use --b %d (about %d rounds) or --repeat %d",
-		b-a, fmt.Sprint(math.Round(10*rounds)/10), mean, sd, known, fmt.Sprint(math.Round(1000*half)/10), a+delta, int(math.Round(float64(delta)/mean)), runs)
+	text = fmt.Sprintf("b-a = %d spans about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%.1f %% only (95 %%): use --b %d (about %d rounds) or --repeat %d",
+		b-a, fmt.Sprint(math.Round(10*rounds)/10), mean, sd, known, 100*half, a+delta, int(math.Round(float64(delta)/mean)), runs)
 	return text, half, harness.Suggestion{B: a + delta, Repeat: runs}
 }
 
@@ -544,7 +545,7 @@ func TestContextGrowth(t *testing.T) {
 		tokens, b int
 		want      string
 	}{
-		{1407, 1025, "decode_bias is -34.6 % by construction: leg b decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller b narrows the span; then --repeat narrows the scatter)"},
+		{1407, 1025, "decode_bias is -34.6 % by construction (sglmock's model): leg b decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller b narrows the span and widens the scatter, which --repeat narrows)"},
 		{1407, 17, ""},
 		{45507, 1025, ""},
 	} {
@@ -579,9 +580,26 @@ func TestContextGrowthOfAStream(t *testing.T) {
 		p.FlushBusyAfterFinishS = 0
 		m := mocktest.Start(t, api.Config{Profile: p})
 		row := run(t, &harness.Stream{Client: client(m), Points: []harness.Point{{CtxReq: 1407, Tokens: 1407}}, MaxNewTokens: 1025, Options: harness.Options{NewID: counter()}}).Stream[0]
-		want := "decode_bias is -34.6 % by construction: the request decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller --max-new-tokens narrows the span)"
+		want := "decode_bias is -34.6 % by construction (sglmock's model): the request decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller --max-new-tokens narrows the span and widens the scatter)"
 		if !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool { return c.Level == harness.Suspect && c.Text == want }) {
 			t.Errorf("verdict %q, want the cause %q", row.Verdict, want)
+		}
+	})
+}
+
+// The longest prompt a context takes (its length less b) runs to the end:
+// the span's last point, at the context length itself, is one the model
+// does not price, and the span is not judged rather than the run ended.
+func TestContextGrowthAtTheContextLength(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.ContextLength = 4096
+		m := mocktest.Start(t, api.Config{Profile: p})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 4096 - 33, Tokens: 4096 - 33}}, harness.FlushNonce)
+		tp.B = 33
+		row := run(t, tp).Rows[0]
+		if row.Truth == nil || row.Truth.DecodeBias == nil {
+			t.Fatalf("verdict %q, truth %+v: want the row measured to the end", row.Verdict, row.Truth)
 		}
 	})
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/sglmock/sglmock/harness"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sglmock/sglmock/harness"
 )
 
 // demoTolerance is what the demo's test asks of the fixed method over
@@ -61,6 +63,10 @@ func TestDemoOverLoopback(t *testing.T) {
 	}
 }
 
+// scatterCause is the acceptance-scatter SUSPECT of b = 193: its rounds
+// are the run's own draw.
+var scatterCause = regexp.MustCompile(`^b-a = 192 spans about \d+(\.\d)? speculative rounds of `)
+
 // demoAttempt runs the demo, fails the test on anything but the precision,
 // and returns the rows off the truth by more than tol.
 func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
@@ -101,8 +107,8 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 		growth := row.PromptTokens == 1407
 		for _, c := range row.Verdict.Causes {
 			switch {
-			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "b-a = 192 spans about 4"):
-			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is -9.1 % by construction: leg b decodes from 1408 to 1600 tokens of context"):
+			case c.Level == harness.Suspect && scatterCause.MatchString(c.Text):
+			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is -9.1 % by construction (sglmock's model): leg b decodes from 1408 to 1600 tokens of context"):
 				growth = !growth
 			default:
 				rest.Causes = append(rest.Causes, c)
