@@ -153,12 +153,12 @@ func TestScatterSources(t *testing.T) {
 	}
 	// Kimi's DDTREE: accept_probs 0.95, 0.9, 0.85, 0.75, 0.6.
 	kimi := []float64{0.05, 0.095, 0.12825, 0.1816875, 0.218025, 0.3270375}
-	sc, ok := distScatter(kimi)
+	sc, ok := AcceptScatter(kimi)
 	if !ok || math.Abs(sc.Mean-4.40385) > 1e-12 || math.Abs(sc.SD-math.Sqrt(21.715225-4.40385*4.40385)) > 1e-12 {
 		t.Errorf("kimi: got %+v, %v; want 4.40385 ± %g", sc, ok, math.Sqrt(21.715225-4.40385*4.40385))
 	}
 	for _, d := range [][]float64{{0.5, 0.4}, {1.5, -0.5}, {math.NaN(), 1}} {
-		if got, ok := distScatter(d); ok {
+		if got, ok := AcceptScatter(d); ok {
 			t.Errorf("%v: got %+v, want not a distribution", d, got)
 		}
 	}

@@ -67,8 +67,9 @@
 //     cause names the b, or the runs, that would narrow it to ±2.5 %. σ/μ
 //     comes from the histograms of accepted drafts the legs report
 //     (meta_info.spec_correct_drafts_histogram, or spec_accept_histogram),
-//     else from /sim/profile's accept_dist; without either, and over fewer
-//     than 20 rounds (above), nothing is said.
+//     else from /sim/profile's accept_dist; over fewer than 20 rounds
+//     (above) nothing more is said, and without either an ok row says the
+//     scatter is not checked (over repeats the spread check measures it).
 //   - against sglmock, the context leg b grows through: its tokens after
 //     leg a's are decoded from prompt+a to prompt+b tokens of context, so
 //     the figure is that span's mean rate; when the model's steady rates

@@ -169,7 +169,10 @@ func twoPointOn(c *harness.Client, tokens int) *harness.TwoPoint {
 type fakeServer struct {
 	tokenize func(words int) string
 	meta     func(words, maxNew int) string
-	calls    atomic.Int64
+	// streamMeta is a stream event's meta_info after done tokens in
+	// rounds speculative rounds; streams are served only with it.
+	streamMeta func(words, done, rounds int) string
+	calls      atomic.Int64
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -179,8 +182,23 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		SamplingParams struct {
 			MaxNewTokens int `json:"max_new_tokens"`
 		} `json:"sampling_params"`
+		Stream bool `json:"stream"`
 	}
 	json.NewDecoder(r.Body).Decode(&body)
+	switch r.URL.Path {
+	case "/generate":
+		if body.Stream && f.streamMeta != nil {
+			// One event a round of four tokens, each with the counts so far.
+			maxNew := body.SamplingParams.MaxNewTokens
+			for done, round := 1, 0; done <= maxNew; done, round = min(done+4, maxNew+1), round+1 {
+				time.Sleep(time.Millisecond)
+				fmt.Fprintf(w, "data: {\"text\": \"x\", \"meta_info\": {%s}}\n\n", f.streamMeta(len(strings.Fields(body.Text)), min(done, maxNew), round))
+				w.(http.Flusher).Flush()
+			}
+			io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
+	}
 	switch r.URL.Path {
 	case "/tokenize":
 		f.calls.Add(1)
@@ -276,7 +294,8 @@ func TestTokenizeThatAlwaysSaysOne(t *testing.T) {
 // A server without /sim/ (a real SGLang) that reports its histogram of
 // accepted drafts gets the scatter check from it, under either name; a
 // histogram no server can report is named as the other impossible counts
-// are, and then goes unused.
+// are, and then goes unused; without a usable one the row says the
+// scatter is not checked.
 func TestSpecHistogram(t *testing.T) {
 	// 44 rounds of 1..6 tokens giving 192: 4.36 ± 1.69 tokens a round.
 	meta := func(hist string, verify int) func(int, int) string {
@@ -290,6 +309,9 @@ func TestSpecHistogram(t *testing.T) {
 	}
 	const h = "[4, 4, 4, 8, 8, 16, 0]"
 	ok := "SUSPECT: b-a = 192 spans about 44 speculative rounds of 4.36 ± 1.69 tokens, so one run's decode is known to ±11.4 % only (95 %): use --b 4017 (about 920 rounds) or --repeat 33"
+	unchecked := func(rounds int) string {
+		return fmt.Sprintf("; b-a = 192 spans about %d speculative rounds, and the server reports no usable histogram of accepted drafts (meta_info.spec_correct_drafts_histogram), so the scatter of one run's decode is not checked: --repeat measures it", rounds)
+	}
 	for _, tt := range []struct {
 		name string
 		meta func(int, int) string
@@ -299,11 +321,13 @@ func TestSpecHistogram(t *testing.T) {
 		{"current name", meta(`"spec_correct_drafts_histogram": `+h+`, "spec_accept_histogram": [44]`, 44), ok, []int{4, 4, 4, 8, 8, 16, 0}},
 		{"older name", meta(`"spec_accept_histogram": `+h, 44), ok, []int{4, 4, 4, 8, 8, 16, 0}},
 		{"negative", meta(`"spec_accept_histogram": [4, -4, 4, 8, 8, 16]`, 44),
-			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[1] -4", nil},
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[1] -4" + unchecked(44), nil},
 		{"rounds other than spec_verify_ct", meta(`"spec_accept_histogram": `+h, 45),
-			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram of 44 rounds for spec_verify_ct 45", nil},
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram of 44 rounds for spec_verify_ct 45" + unchecked(45), nil},
 		{"malformed", meta(`"spec_accept_histogram": [4, 4, 4.5, 8, 8, 16, 1e400]`, 44),
-			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[2] 4.5, 1 more in spec_accept_histogram", nil},
+			"SUSPECT: leg b: the server reported impossible counts: spec_accept_histogram[2] 4.5, 1 more in spec_accept_histogram" + unchecked(44), nil},
+		// No histogram at all: ok, and the row says what it could not check.
+		{"none", meta(`"weight_version": "default"`, 44), "ok (" + unchecked(44)[2:] + ")", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -321,4 +345,26 @@ func TestSpecHistogram(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A stream over speculative rounds from a server that sends no histogram
+// of accepted drafts (nor /sim/): the row says the scatter of its decode
+// is not checked rather than an ok that claims it.
+func TestStreamScatterUnchecked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		plain := func(words, maxNew int) string {
+			return fmt.Sprintf(`"prompt_tokens": %d, "completion_tokens": %d, "cached_tokens": 0`, words, maxNew)
+		}
+		srv := mocktest.NewServer(&fakeServer{tokenize: wordCount, meta: plain, streamMeta: func(words, done, rounds int) string {
+			return fmt.Sprintf(`"prompt_tokens": %d, "completion_tokens": %d, "cached_tokens": 0, "spec_verify_ct": %d`, words, done, rounds)
+		}})
+		defer srv.Close()
+		st := &harness.Stream{Client: &harness.Client{HTTP: srv.Client, BaseURL: srv.URL, Backend: harness.SGLang},
+			Points: []harness.Point{{CtxReq: 1024, Tokens: 1024}}, MaxNewTokens: 1025, Options: harness.Options{NewID: counter()}}
+		row := run(t, st).Stream[0]
+		want := "the 1024 tokens after the first span about 256 speculative rounds, and the server reports no usable histogram of accepted drafts (meta_info.spec_correct_drafts_histogram), so the scatter of one run's decode is not checked"
+		if !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool { return c.Level == harness.OK && c.Text == want }) || row.Verdict.Level() != harness.OK {
+			t.Errorf("verdict %q, want ok with %q", row.Verdict, want)
+		}
+	})
 }

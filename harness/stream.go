@@ -176,6 +176,8 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 				row.suggest(Suggestion{B: b})
 			} else if sc != nil {
 				row.suggest(scatterCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, 0, *sc, 1))
+			} else if accept > 1 {
+				scatterUnchecked(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, "")
 			}
 		}
 	}

@@ -538,6 +538,10 @@ func (row *Row) precision(s *session, a, b int, decodes []float64) {
 			row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, legA, *sc, n))
 			return
 		}
+		if sc == nil && !few && n == 1 && accept > 1 {
+			// Over repeats the spread check measures it instead.
+			scatterUnchecked(&row.Verdict, "--b", a, b, rounds, ": --repeat measures it")
+		}
 	}
 	sug.Repeat = spreadCheck(&row.Verdict, decodes, few)
 	row.suggest(sug)
@@ -592,7 +596,7 @@ func (s *session) scatter(hs [][]int) *Scatter {
 // roughly to size a b by; the model's does not depend on them.
 func (s *session) modelScatter() *Scatter {
 	if s.sim != nil {
-		if sc, ok := distScatter(s.sim.AcceptDist); ok && sc.SD > 0 {
+		if sc, ok := AcceptScatter(s.sim.AcceptDist); ok && sc.SD > 0 {
 			return &sc
 		}
 	}

@@ -350,10 +350,11 @@ func histogramScatter(hs ...[]int) (sc Scatter, ok bool) {
 	return sc, true
 }
 
-// distScatter is the scatter of a distribution of the tokens a round
-// gives (dist[i] the probability of i+1, /sim/profile's accept_dist); ok
-// is false when it is not one.
-func distScatter(dist []float64) (sc Scatter, ok bool) {
+// AcceptScatter is the scatter of a distribution of the tokens a
+// speculative round gives (dist[i] the probability of i+1, as
+// /sim/profile's accept_dist and a profile's AcceptDist have it); ok is
+// false when it is not one.
+func AcceptScatter(dist []float64) (sc Scatter, ok bool) {
 	var total, m2 float64
 	for i, p := range dist {
 		if !(p >= 0 && p <= 1) {
@@ -437,6 +438,20 @@ func scatterCheck(v *Verdict, flag string, a, b int, rounds, legA float64, sc Sc
 	}
 	v.add(Suspect, text+fmt.Sprintf(" or --repeat %d", runs))
 	return Suggestion{B: a + delta, Repeat: runs}
+}
+
+// scatterUnchecked says, of a decode figure over rounds speculative rounds
+// whose scatter nothing tells (a server without a usable histogram of
+// accepted drafts, and no model), that how far one run may be off is not
+// checked: an ok that says nothing of it would claim more than was
+// checked. fix names what measures it instead.
+func scatterUnchecked(v *Verdict, flag string, a, b int, rounds float64, fix string) {
+	what := fmt.Sprintf("b-a = %d spans", b-a)
+	if flag != "--b" {
+		what = fmt.Sprintf("the %d tokens after the first span", b-a)
+	}
+	v.add(OK, fmt.Sprintf("%s about %s speculative rounds, and the server reports no usable histogram of accepted drafts (meta_info.spec_correct_drafts_histogram), so the scatter of one run's decode is not checked%s",
+		what, trimFloat1(rounds), fix))
 }
 
 // roundsCheck checks that b-a spans enough speculative rounds: leg b stops
