@@ -292,7 +292,7 @@ func (s *Server) resetPrefixCache(c *gin.Context) {
 		if !ok {
 			writeJSON(c, http.StatusUnprocessableEntity, gin.H{"detail": []gin.H{{
 				"type": "bool_parsing", "loc": []string{"query", name},
-				"msg": "Input should be a valid boolean, unable to interpret input", "input": raw,
+				"msg": "Input should be a valid boolean, unable to interpret input", "input": clip(raw),
 			}}})
 			return
 		}

@@ -92,6 +92,9 @@ func TestErrorsClipEchoedInput(t *testing.T) {
 			{"POST", "/v1/completions/render", fmt.Sprintf(`{"model":%q,"prompt":"hi"}`, long)},
 			{"POST", "/v1/chat/completions/render", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, long)},
 			{"POST", "/flush_cache?timeout=" + long, ""},
+			{"GET", "/v1/loads?dp_rank=" + long, ""},
+			{"GET", "/sim/expect?prompt_tokens=" + long, ""},
+			{"POST", "/reset_prefix_cache?reset_running_requests=" + long, ""},
 		}
 		for _, tt := range tests {
 			code, resp, _ := m.Do(t, tt.method, tt.path, tt.body)

@@ -143,14 +143,14 @@ func (s *Server) loads(c *gin.Context) {
 		}
 		if bad != nil {
 			writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf("Invalid include sections: {%s}. Valid options: ['%s']",
-				strings.Join(bad, ", "), strings.Join(loadSections, "', '"))})
+				clip(strings.Join(bad, ", ")), strings.Join(loadSections, "', '"))})
 			return
 		}
 	}
 	if raw := c.Query("dp_rank"); raw != "" {
 		rank, err := strconv.Atoi(raw)
 		if err != nil {
-			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", raw))
+			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", clip(raw)))
 			return
 		}
 		if rank != 0 {

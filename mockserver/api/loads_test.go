@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,6 +73,12 @@ func TestLoads(t *testing.T) {
 			if code, body, _ := ts.Do(t, "GET", "/v1/loads"+tt.query, ""); code != 400 || body != tt.want {
 				t.Errorf("/v1/loads%s: got %d %s, want 400 %s", tt.query, code, body, tt.want)
 			}
+		}
+		// A long list of unknown sections is repeated cut, as every error
+		// repeats a client's value (errors.go's maxEcho).
+		long := strings.Repeat("abcdefgh,", 3000)
+		if code, body, _ := ts.Do(t, "GET", "/v1/loads?include="+long, ""); code != 400 || len(body) > 600 || !strings.Contains(body, "... (36002 bytes)") {
+			t.Errorf("/v1/loads?include= 3000 unknown sections: got %d and %d bytes (%.300s), want 400 and the list cut", code, len(body), body)
 		}
 		ts.Do(t, "POST", "/abort_request", `{"abort_all": true}`)
 	})

@@ -42,7 +42,7 @@ func (s *Server) simExpect(c *gin.Context) {
 		}
 		v, err := strconv.Atoi(raw)
 		if err != nil || v < 0 {
-			return 0, fmt.Errorf("%s: Input should be a whole number >= 0, got %q", name, raw)
+			return 0, fmt.Errorf("%s: Input should be a whole number >= 0, got %q", name, clip(raw))
 		}
 		return v, nil
 	}
