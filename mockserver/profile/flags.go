@@ -56,8 +56,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.dpSize, "dp-size", 0, "override the DP ranks: schedulers with a KV pool and radix cache each, behind SGLang's data-parallel controller")
 	fs.BoolVar(&f.dpAttention, "enable-dp-attention", false, "DP attention: the DP ranks run every iteration together, each with chunked prefill and "+
 		"running requests divided by --dp-size (SGLang's rule; needs --tp-size a multiple of --dp-size)")
-	fs.StringVar(&f.loadBalance, "load-balance-method", "", "how the controller picks a DP rank: "+strings.Join(LoadBalanceMethods, ", ")+
-		" (default: the profile's, else auto: round_robin)")
+	fs.StringVar(&f.loadBalance, "load-balance-method", "", "how the controller picks a DP rank: auto (round_robin), round_robin, "+
+		"total_requests or total_tokens (default: the profile's, else auto; SGLang's follow_bootstrap_room needs PD disaggregation, which is not modelled)")
 	seedUsage := "override the profile's seed (acceptance draws, jitter)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
