@@ -231,14 +231,18 @@ func New(cfg Config) (*Engine, error) {
 
 // rankLogger is the logger of rank r's scheduler: with several ranks, its
 // lines carry the rank, as SGLang's scheduler processes prefix theirs
-// ("DP1 TP1"): dp_rank and tp_rank, the tensor-parallel rank that logs for
-// the rank (its attention group's first; each replica's first without DP
-// attention).
+// ("DP1 TP1"): dp_rank and, with tp_size > 1, tp_rank, the tensor-parallel
+// rank that logs for the rank (its attention group's first; each
+// replica's first without DP attention).
 func rankLogger(l *slog.Logger, p *profile.Profile, r int) *slog.Logger {
 	if p.Ranks() == 1 {
 		return l
 	}
-	return l.With(slog.Int("dp_rank", r), slog.Int("tp_rank", RankTPRank(p, r)))
+	l = l.With(slog.Int("dp_rank", r))
+	if p.TensorParallel() > 1 {
+		l = l.With(slog.Int("tp_rank", RankTPRank(p, r)))
+	}
+	return l
 }
 
 // RankTPRank is the tensor-parallel rank of DP rank r's scheduler that
