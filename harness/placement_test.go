@@ -184,3 +184,24 @@ func TestDPRanks(t *testing.T) {
 		}
 	})
 }
+
+// Through the recording proxy in front of a real server, the rank comes
+// from meta_info.dp_rank: the repeat on the other rank is SUSPECT there too.
+func TestAuditUpstreamReadsTheRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+		m, rec, ps := proxied(t, api.Config{Profile: p})
+		for _, rid := range []string{"first", "again"} {
+			if code, body, _ := ps.Do(t, "POST", "/generate", fmt.Sprintf(`{"text": %q, "rid": %q, "sampling_params": {"max_new_tokens": 4}}`,
+				strings.Repeat("the same words again ", 100), rid)); code != 200 {
+				t.Fatalf("%s: %d %s", rid, code, body)
+			}
+		}
+		rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+		again := request(t, rep, "again")
+		if got := again.Verdict.String(); !strings.Contains(got, "cold by placement, not by method") || *again.DPRank != 1 {
+			t.Fatalf("again: %q (rank %v), want cold by placement on rank 1", got, again.DPRank)
+		}
+	})
+}
