@@ -425,10 +425,11 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 	}
 	refused := 0
 	for _, f := range rep.Flushes {
-		if !f.OK && !f.Pending {
+		if !flushTaken(f) && !f.Pending {
 			refused++
 		}
 	}
+	placementNotes(rep, rs)
 	if refused > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d of %d flushes were refused", refused, len(rep.Flushes)))
 	}

@@ -22,6 +22,11 @@ const maxProbeAnswer = 1 << 20
 // report them only with --enable-cache-report, and give null for 0): a
 // route that reports none has floor -1.
 func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock bool, newID func() string) ([]RouteFloor, error) {
+	ranks, err := c.DPRanks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pin := probeRank(ranks) // the probes on one rank, as placement.go says
 	modelKnown := false
 	for i := range routes {
 		route := routes[i].Route
@@ -31,7 +36,7 @@ func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock boo
 			}
 			modelKnown = true
 		}
-		f, err := measureFloor(ctx, c, route, mock, newID)
+		f, err := measureFloor(ctx, c, route, mock, pin, newID)
 		if err != nil {
 			return nil, fmt.Errorf("measuring the shared prefix floor on %s: %w", route, err)
 		}
@@ -40,12 +45,12 @@ func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock boo
 	return routes, nil
 }
 
-func measureFloor(ctx context.Context, c *Client, route string, mock bool, newID func() string) (int, error) {
+func measureFloor(ctx context.Context, c *Client, route string, mock bool, pin *int, newID func() string) (int, error) {
 	ids := []string{newID(), newID()}
 	var probes []*Generation
 	for i, id := range []string{ids[0], ids[1], ids[0]} {
 		rid := fmt.Sprintf("floor-%d-%s", i+1, id)
-		g, err := sendProbe(ctx, c, route, id, rid, mock)
+		g, err := sendProbe(ctx, c, route, id, rid, mock, pin)
 		if err != nil {
 			return 0, err
 		}
@@ -69,7 +74,7 @@ func measureFloor(ctx context.Context, c *Client, route string, mock bool, newID
 
 // sendProbe sends one nonce prompt of some 800 tokens on route, asking
 // for one token: longer than any page, so a repeat reuses whole pages.
-func sendProbe(ctx context.Context, c *Client, route, id, rid string, mock bool) (*Generation, error) {
+func sendProbe(ctx context.Context, c *Client, route, id, rid string, mock bool, pin *int) (*Generation, error) {
 	text := strings.Repeat(nonceText(id)+" ", floorRepeats)
 	var ids []int
 	for range floorRepeats {
@@ -98,6 +103,9 @@ func sendProbe(ctx context.Context, c *Client, route, id, rid string, mock bool)
 		// Only the mock is known to take a rid on every route; its truth
 		// is read by it.
 		body["rid"] = rid
+	}
+	if pin != nil {
+		body["routed_dp_rank"] = *pin
 	}
 	resp, err := c.post(ctx, path, body)
 	if err != nil {

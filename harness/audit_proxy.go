@@ -486,6 +486,7 @@ type proxyAnswer struct {
 		CachedTokens     *int            `json:"cached_tokens"`
 		FinishReason     json.RawMessage `json:"finish_reason"`
 		E2ELatency       *float64        `json:"e2e_latency"`
+		DPRank           *int            `json:"dp_rank"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -519,6 +520,7 @@ type proxyCounts struct {
 	prompt, completion, cached int
 	usage, cachedKnown         bool
 	finish, id                 string
+	dpRank                     *int // meta_info.dp_rank: SGLang with several DP ranks
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -533,6 +535,9 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		}
 		if a.MetaInfo.ID != "" {
 			c.id = a.MetaInfo.ID
+		}
+		if a.MetaInfo.DPRank != nil {
+			c.dpRank = a.MetaInfo.DPRank
 		}
 		var fr struct {
 			Type string `json:"type"`

@@ -158,6 +158,10 @@ type Client struct {
 type Prompt struct {
 	Text string
 	IDs  []int
+	// DPRank, if set, pins the request to that DP rank (SGLang's
+	// routed_dp_rank): the harness's own probes on a deployment of
+	// several ranks.
+	DPRank *int
 }
 
 // Generation is one finished request as the client saw it.
@@ -179,6 +183,9 @@ type Generation struct {
 	// SpecHistogramField is the name it came under.
 	SpecHistogram      []int
 	SpecHistogramField string
+	// DPRank is meta_info.dp_rank, the DP rank that ran the request, when
+	// the server says (SGLang with several ranks); nil otherwise.
+	DPRank *int
 	// Malformed names the counts that were not whole numbers in range
 	// ("cached_tokens 1e300"); they are clamped.
 	Malformed []string
@@ -342,6 +349,9 @@ func (c *Client) generateBody(p Prompt, maxNew int, rid string, stream bool) (st
 	if rid != "" {
 		body["rid"] = rid
 	}
+	if p.DPRank != nil {
+		body["routed_dp_rank"] = *p.DPRank
+	}
 	if c.InputIDs {
 		body[idsKey] = p.IDs
 	} else {
@@ -422,6 +432,7 @@ type answer struct {
 		// current name and the one it keeps for old clients.
 		SpecCorrectDraftsHistogram []count `json:"spec_correct_drafts_histogram"`
 		SpecAcceptHistogram        []count `json:"spec_accept_histogram"`
+		DPRank                     *count  `json:"dp_rank"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        count `json:"prompt_tokens"`
@@ -440,12 +451,13 @@ type answer struct {
 // answer carried a completion token count.
 func (a *answer) apply(g *Generation) bool {
 	var prompt, completion count
-	var cached, verify *count
+	var cached, verify, dpRank *count
 	var hist []count
 	histField := ""
 	switch {
 	case a.MetaInfo != nil:
 		prompt, completion, cached, verify = a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens, a.MetaInfo.CachedTokens, a.MetaInfo.SpecVerifyCt
+		dpRank = a.MetaInfo.DPRank
 		hist, histField = a.MetaInfo.SpecCorrectDraftsHistogram, "spec_correct_drafts_histogram"
 		if hist == nil {
 			hist, histField = a.MetaInfo.SpecAcceptHistogram, "spec_accept_histogram"
@@ -468,6 +480,10 @@ func (a *answer) apply(g *Generation) bool {
 	if verify != nil {
 		v := verify.take("spec_verify_ct", g)
 		g.SpecVerifyCt = &v
+	}
+	if dpRank != nil {
+		r := dpRank.take("dp_rank", g)
+		g.DPRank = &r
 	}
 	if hist != nil {
 		g.SpecHistogram, g.SpecHistogramField = make([]int, len(hist)), histField
@@ -620,6 +636,9 @@ type FlushAttempt struct {
 	// Oversized is an answer longer than any flush answer can be: its
 	// Body is cut and says so.
 	Oversized bool `json:"oversized,omitempty"`
+	// RefusedRanks are the DP ranks that refused a flush answered 200
+	// (placement.go: SGLang answers with the first rank's answer).
+	RefusedRanks []string `json:"refused_ranks,omitempty"`
 }
 
 // OK tells whether the server accepted the flush: a 200, unless its body
@@ -628,7 +647,7 @@ type FlushAttempt struct {
 // flush answer (a server that says that much is not one to take at its
 // word).
 func (a FlushAttempt) OK() bool {
-	if a.Status != http.StatusOK || a.Oversized {
+	if a.Status != http.StatusOK || a.Oversized || len(a.RefusedRanks) > 0 {
 		return false
 	}
 	var answer struct {

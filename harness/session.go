@@ -148,6 +148,9 @@ type Server struct {
 	// (a BOS token, a chat template's head); -1 when the server reports
 	// no cached tokens.
 	SharedFloor int `json:"shared_floor"`
+	// DPRanks is how many DP ranks the server runs, each with a prefix
+	// cache of its own (placement.go); 0 for one, or when it does not say.
+	DPRanks int `json:"dp_ranks,omitempty"`
 }
 
 // session is one run against one server: the client, the prompt builder,
@@ -256,6 +259,13 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	}
 	s.sim = p
 	s.server = Server{Backend: c.Backend, Speedup: 1}
+	ranks, err := c.DPRanks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ranks > 1 {
+		s.server.DPRanks = ranks
+	}
 	if p != nil {
 		s.server.Mock, s.server.Speedup = p.Name, p.Speedup
 		s.prog.speedup = p.Speedup
@@ -291,7 +301,7 @@ func (s *session) measureFloor(ctx context.Context) error {
 	for i, id := range []string{ids[0], ids[1], ids[0]} {
 		// The nonce repeated to a few hundred tokens: longer than any
 		// page, so the repeat reuses whole pages on any page size.
-		p := Prompt{Text: strings.Repeat(nonceText(id)+" ", floorRepeats)}
+		p := Prompt{Text: strings.Repeat(nonceText(id)+" ", floorRepeats), DPRank: probeRank(s.server.DPRanks)}
 		for range floorRepeats {
 			p.IDs = append(p.IDs, nonceIDs(id)...)
 		}
@@ -347,8 +357,11 @@ func (s *session) flush(ctx context.Context) (*FlushRecord, error) {
 		if err != nil {
 			return rec, err
 		}
+		if err := s.verifyRanks(ctx, &a); err != nil {
+			return rec, err
+		}
 		rec.Attempts = append(rec.Attempts, a)
-		if a.OK() || a.Status != 400 || try >= s.opt.Flush.Retries {
+		if a.OK() || (a.Status != 400 && len(a.RefusedRanks) == 0) || try >= s.opt.Flush.Retries {
 			return rec, nil
 		}
 		t := time.NewTimer(s.opt.Flush.RetryWait)
@@ -381,6 +394,10 @@ func flushCause(leg string, r *FlushRecord) string {
 	tries := "1 try"
 	if n := len(r.Attempts); n > 1 {
 		tries = fmt.Sprintf("%d tries", n)
+	}
+	if len(last.RefusedRanks) > 0 {
+		return fmt.Sprintf("flush before leg %s answered HTTP 200 (the first DP rank's answer) but refused by %s (%s): those ranks' caches were not flushed",
+			leg, strings.Join(last.RefusedRanks, ", "), tries)
 	}
 	verb := "refused"
 	if last.Status != 400 {

@@ -121,12 +121,16 @@ type Leg struct {
 	// ("cached_tokens -5 of a 100-token prompt"); an impossible cached
 	// count leaves CachedTokens nil.
 	Impossible []string `json:"impossible_counts,omitempty"`
+	// DPRank is the DP rank that ran the leg (meta_info.dp_rank, or the
+	// mock's truth); nil when the server does not say (placement.go).
+	DPRank *int `json:"dp_rank,omitempty"`
 }
 
 // record copies what the server reported of a generation into the leg.
 func (l *Leg) record(s *session, g *Generation) {
 	l.PromptTokens, l.CompletionTokens, l.Seconds = g.PromptTokens, g.CompletionTokens, s.seconds(g.Wall)
 	l.SpecVerifyCt = g.SpecVerifyCt
+	l.DPRank = g.DPRank
 	l.Impossible = impossibleCounts(g)
 	if !l.cachedImpossible() {
 		l.CachedTokens = s.cached(g)
@@ -334,6 +338,9 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 				return run, err
 			}
 			leg.Truth = t
+			if leg.DPRank == nil {
+				leg.DPRank = t.DPRank // the server did not say: the mock's record does
+			}
 		}
 	}
 	return run, nil
@@ -469,6 +476,9 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 			decodes, spos = append(decodes, math.Inf(1)), append(spos, 0)
 		}
 		c := r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix)
+		if cause := placementCause(row.Method, r, s.server.DPRanks, s.server.SharedFloor, s.opt.AllowSharedPrefix); cause != "" {
+			c.add(Suspect, cause)
+		}
 		checks = append(checks, c)
 		row.Verdict.merge(c)
 		row.PromptTokens = max(row.PromptTokens, r.A.PromptTokens, r.B.PromptTokens)

@@ -81,7 +81,7 @@ func (a *twoPointAction) describe() string {
 
 func (a *twoPointAction) figures() []string {
 	return append([]string{"prompt_tok", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "t_a", "t_b",
-		"cached_a", "cached_b", "runs", "spread"}, truthFigures...)
+		"cached_a", "cached_b", "runs", "spread", "rank_a", "rank_b"}, truthFigures...)
 }
 
 func (a *twoPointAction) expectations() []string { return []string{expVerdict, expFigure, expFlush} }
@@ -112,9 +112,11 @@ func (a *twoPointAction) run(ctx context.Context, r *runner) (*result, error) {
 		rw.set("runs", float64(len(hr.Runs)))
 		rw.set("spread", hr.Spread)
 		setTruth(rw, hr.Truth)
-		// The flushes of the last run: with repeats, every run's are alike
-		// or the verdict says otherwise.
+		// The flushes and the DP ranks of the last run: with repeats,
+		// every run's flushes are alike or the verdict says otherwise.
 		last := hr.Runs[len(hr.Runs)-1]
+		rw.setInt("rank_a", last.A.DPRank)
+		rw.setInt("rank_b", last.B.DPRank)
 		rw.flushes["a"], rw.flushes["b"] = last.A.Flush, last.B.Flush
 		res.rows = append(res.rows, rw)
 	}
@@ -176,7 +178,9 @@ func (a *flushAction) describe() string {
 	return "POST /flush_cache, once, no timeout"
 }
 
-func (a *flushAction) figures() []string      { return []string{"status", "seconds", "running", "queued"} }
+func (a *flushAction) figures() []string {
+	return []string{"status", "seconds", "running", "queued", "refused_ranks"}
+}
 func (a *flushAction) expectations() []string { return []string{expStatus, expBody, expFigure} }
 func (a *flushAction) contexts() []int        { return nil }
 func (a *flushAction) legs() []string         { return nil }
@@ -203,9 +207,20 @@ func (a *flushAction) run(ctx context.Context, r *runner) (*result, error) {
 	rw.set("seconds", seconds)
 	rw.set("running", float64(rec.Running))
 	rw.set("queued", float64(rec.Queued))
+	// On several DP ranks the answer is the first rank's: count the
+	// ranks that refused.
+	refused := 0
+	outcome := rec.Outcome
+	for _, rank := range rec.Ranks {
+		if !rank.OK {
+			refused++
+		}
+		outcome += fmt.Sprintf("; rank %d: %s", rank.Rank, rank.Outcome)
+	}
+	rw.set("refused_ranks", float64(refused))
 	write := func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "HTTP %d %q after %.3f s; asked with %d running and %d queued, the server's outcome: %s\n",
-			at.Status, at.Body, seconds, rec.Running, rec.Queued, rec.Outcome)
+			at.Status, at.Body, seconds, rec.Running, rec.Queued, outcome)
 		return err
 	}
 	return &result{rows: []*row{rw}, write: write}, nil

@@ -60,10 +60,12 @@ default an expectation must hold for every row of its step (every
 context, every copy of a raw request). The figures of each kind of step:
 
 twopoint   prompt_tok ttft_s prefill_tok_s decode_tok_s s_per_out_tok t_a t_b
-           cached_a cached_b runs spread, and the truth's
+           cached_a cached_b runs spread rank_a rank_b (the legs' DP ranks), and
+           the truth's
 stream     prompt_tok ttft_s prefill_tok_s decode_tok_s s_per_out_tok events
            tokens_per_event event_itl_s event_itl_err cached, and the truth's
-flush      status seconds running queued (the last two from the server's record)
+flush      status seconds running queued refused_ranks (from the server's record:
+           on several DP ranks the answer is the first rank's)
 raw        status seconds copies prompt_tokens cached_tokens completion_tokens
            input_tok_s (the copies' prompt tokens summed, over the time)
            server_requests computed_tokens computed_tok_s (from /sim/requests)

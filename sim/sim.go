@@ -73,6 +73,9 @@ type RequestSummary struct {
 	// longer.
 	PrefillCost     float64 `json:"prefill_cost_s"`
 	ColdPrefillCost float64 `json:"cold_prefill_cost_s"`
+	// DPRank is the DP rank that ran the request, on a deployment of
+	// several (absent on one): it could reuse that rank's cache only.
+	DPRank *int `json:"dp_rank,omitempty"`
 }
 
 // Route values of RequestSummary.Route: what floor a prompt starts with
@@ -113,6 +116,9 @@ type Truth struct {
 	Retractions int     `json:"num_retractions"`
 	Prefill     []Chunk `json:"prefill"`
 	Rounds      []Round `json:"rounds"`
+	// DPRank is the DP rank that ran the request, on a deployment of
+	// several (absent on one).
+	DPRank *int `json:"dp_rank,omitempty"`
 }
 
 // Chunk is one prefill chunk of a request.
@@ -162,6 +168,25 @@ type Flush struct {
 	// ClientLeft is when the client stopped waiting for the answer; null
 	// while it waits or once answered in time.
 	ClientLeft *float64 `json:"client_left_s"`
+	// Ranks is each DP rank's own answer, on a deployment of several
+	// (absent on one). SGLang answers the client with the first rank's
+	// answer to come (Outcome and OK), once every rank has answered, so a
+	// flush answered 200 may have been refused by another rank: it is
+	// flushed everywhere only when every rank's OK is true.
+	Ranks []FlushRank `json:"ranks,omitempty"`
+}
+
+// FlushRank is one DP rank's answer to a flush.
+type FlushRank struct {
+	Rank     int     `json:"dp_rank"`
+	Answered float64 `json:"answered_s"`
+	// Outcome is "flushed", or why the rank refused; "" while it is
+	// pending there.
+	Outcome string `json:"outcome"`
+	OK      bool   `json:"ok"`
+	Queued  int    `json:"queued"`
+	Running int    `json:"running"`
+	Pending bool   `json:"pending"`
 }
 
 // Outcome values of Flush.

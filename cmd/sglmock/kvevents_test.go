@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -196,5 +197,102 @@ func TestServeKVEventsFlags(t *testing.T) {
 	o, err := parseServeFlags([]string{"--kv-events-config", `{"publisher": "zmq", "lora": 1}`}, &stderr)
 	if err != nil || o.kvEvents == nil || o.kvEvents.Publisher != "zmq" || !strings.Contains(stderr.String(), `unknown key "lora" ignored`) {
 		t.Errorf("an unknown key: options %+v, error %v, stderr %q", o, err, stderr.String())
+	}
+}
+
+// twoFreePorts returns a loopback port P with P+1 free too.
+func twoFreePorts(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		next, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1))
+		ln.Close()
+		if err == nil {
+			next.Close()
+			return port
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return 0
+}
+
+// TestServeKVEventsPerRank: under DP attention rank r's publisher is on
+// the endpoint's port + r (SGLang's offset_endpoint_port) and its batches
+// carry the rank; a request pinned to rank 1 is announced there only.
+func TestServeKVEventsPerRank(t *testing.T) {
+	port := twoFreePorts(t)
+	var msgs []<-chan kvevents.Batch
+	for r := range 2 {
+		sub, err := kvevents.Subscribe(fmt.Sprintf("tcp://127.0.0.1:%d", port+r), "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		msgs = append(msgs, kvMessages(t, sub, ""))
+	}
+	cfg := fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d"}`, port)
+	base, stop, _, done, logs := startServe(t, "--speedup", "100", "--kv-events-config", cfg, "--disable-overlap-schedule",
+		"--tp-size", "2", "--dp-size", "2", "--enable-dp-attention")
+	handshake(t, base, msgs[0])
+	handshake(t, base, msgs[1])
+	post(t, base+"/generate", `{"input_ids": [1200, 1201, 1202], "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 1}}`)
+	// stores tells whether a batch stores the prompt's first page.
+	stores := func(b kvevents.Batch) bool {
+		return slices.ContainsFunc(b.Events, func(e kvevents.Event) bool {
+			return e.Kind == kvevents.BlockStored && e.Pages()[0].Tokens[0] == 1200
+		})
+	}
+	deadline := time.After(10 * time.Second)
+	for stored := false; !stored; {
+		select {
+		case b := <-msgs[1]:
+			if b.DPRank != 1 {
+				t.Fatalf("rank 1's publisher sent a batch of rank %d", b.DPRank)
+			}
+			stored = stores(b)
+		case <-deadline:
+			t.Fatal("rank 1's publisher never announced the prompt")
+		}
+	}
+	for quiet := time.After(200 * time.Millisecond); quiet != nil; {
+		select {
+		case b := <-msgs[0]:
+			if b.DPRank != 0 || stores(b) {
+				t.Fatalf("rank 0's publisher sent %+v for a request on rank 1", b)
+			}
+		case <-quiet:
+			quiet = nil
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		want := fmt.Sprintf(`KV events of DP rank %d (zmq publisher): connects to tcp://127.0.0.1:%d`, r, port+r)
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// Without DP attention every rank's publisher takes attention-DP rank 0,
+// so a bound endpoint collides, as in SGLang: serve refuses to start and
+// says why.
+func TestServeKVEventsPlainDPCollide(t *testing.T) {
+	port := twoFreePorts(t)
+	o, err := parseServeFlags([]string{"--port", "0", "--dp-size", "2", "--kv-events-config",
+		fmt.Sprintf(`{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d", "bind": true}`, port)}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = startKVEvents(o, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "DP rank 1's KV event publisher") ||
+		!strings.Contains(err.Error(), "without --enable-dp-attention every rank's publisher takes attention-DP rank 0") {
+		t.Fatalf("got %v, want rank 1's bind refused", err)
 	}
 }

@@ -281,22 +281,22 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	defer ln.Close()
 	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel,
 		TokenizerPath: o.tokenizerPath}
-	pub, err := startKVEvents(o, logger)
+	pubs, err := startKVEvents(o, logger)
 	if err != nil {
 		return err
 	}
 	var kvInfo *api.KVEventsInfo
-	if pub != nil {
-		defer pub.Close() // after the engine, which the deferred srv.Close stops
+	if pubs != nil {
+		defer pubs.Close() // after the engine, which the deferred srv.Close stops
 		args.KVEventsConfig = &o.kvEventsConfig
-		kvInfo = &api.KVEventsInfo{Publisher: o.kvEvents.Publisher, Endpoint: o.kvEvents.Endpoint, Topic: pub.Topic()}
+		kvInfo = &api.KVEventsInfo{Publisher: o.kvEvents.Publisher, Endpoint: o.kvEvents.Endpoint, Topic: pubs[0].Topic()}
 	}
 	srv, err := api.New(api.Config{
 		Profile:           o.profile,
 		Args:              args,
-		CacheEvents:       cacheEvents(pub),
+		RankCacheEvents:   pubs.sinks(),
 		KVEvents:          kvInfo,
-		KVEventStats:      kvEventStats(pub),
+		KVEventStats:      pubs.stats(),
 		APIKey:            o.apiKey,
 		Speedup:           o.speedup,
 		SpinWindow:        engine.DefaultSpinWindow,
@@ -391,9 +391,13 @@ func backlog() string {
 // sglangHandler writes log records as SGLang's server does:
 // "[2026-11-30 10:00:00] Prefill batch, ...".
 type sglangHandler struct {
-	mu    sync.Mutex // the engine and the server log from different goroutines
+	mu    *sync.Mutex // the engine and the server log from different goroutines
 	w     io.Writer
 	level slog.Level
+	// prefix names the scheduler a line comes from, after the time, as
+	// SGLang's scheduler processes do (" DP1 TP1"): from a logger's
+	// dp_rank and tp_rank.
+	prefix string
 }
 
 func newSGLangHandler(w io.Writer, level string) *sglangHandler {
@@ -406,7 +410,7 @@ func newSGLangHandler(w io.Writer, level string) *sglangHandler {
 	case "error", "critical":
 		l = slog.LevelError
 	}
-	return &sglangHandler{w: w, level: l}
+	return &sglangHandler{mu: new(sync.Mutex), w: w, level: l}
 }
 
 func (h *sglangHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
@@ -414,9 +418,20 @@ func (h *sglangHandler) Enabled(_ context.Context, l slog.Level) bool { return l
 func (h *sglangHandler) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, err := fmt.Fprintf(h.w, "[%s] %s\n", r.Time.Format("2006-01-02 15:04:05"), r.Message)
+	_, err := fmt.Fprintf(h.w, "[%s%s] %s\n", r.Time.Format("2006-01-02 15:04:05"), h.prefix, r.Message)
 	return err
 }
 
-func (h *sglangHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *sglangHandler) WithGroup(string) slog.Handler      { return h }
+func (h *sglangHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	for _, a := range attrs {
+		switch a.Key {
+		case "dp_rank":
+			c.prefix += " DP" + a.Value.String()
+		case "tp_rank":
+			c.prefix += " TP" + a.Value.String()
+		}
+	}
+	return &c
+}
+func (h *sglangHandler) WithGroup(string) slog.Handler { return h }

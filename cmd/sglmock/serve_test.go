@@ -311,10 +311,10 @@ func TestServeSGLangLaunchCommands(t *testing.T) {
 			strings.Fields("--model-path moonshotai/Kimi-K2-Instruct --tp 8 --trust-remote-code --mem-fraction-static 0.85 " +
 				"--enable-metrics --tool-call-parser kimi_k2 --reasoning-parser kimi_k2 --context-length 131072 " +
 				"--chunked-prefill-size 8192 --cuda-graph-max-bs 128 --kv-cache-dtype fp8_e4m3 --enable-cache-report"),
-			"--tp-size --trust-remote-code --mem-fraction-static --tool-call-parser --reasoning-parser --cuda-graph-max-bs --kv-cache-dtype",
+			"--trust-remote-code --mem-fraction-static --tool-call-parser --reasoning-parser --cuda-graph-max-bs --kv-cache-dtype",
 			func(o *serveOptions) bool {
 				return o.modelPath == "moonshotai/Kimi-K2-Instruct" && o.enableMetrics && o.enableCacheReport &&
-					o.profile.ContextLength == 131072 && o.profile.ChunkedPrefillSize == 8192
+					o.profile.ContextLength == 131072 && o.profile.ChunkedPrefillSize == 8192 && o.profile.TPSize == 8
 			}},
 		{"Llama 3.1 8B with EAGLE3, abbreviated as SGLang allows",
 			strings.Fields("--model meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 " +
@@ -331,14 +331,18 @@ func TestServeSGLangLaunchCommands(t *testing.T) {
 			strings.Fields("--model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention --trust-remote-code " +
 				"--disable-radix-cache --attention-backend flashinfer --moe-a2a-backend deepep --deepep-mode auto " +
 				"--cuda-graph-bs 1 2 4 8 --page-size 64 --no-enable-tp-lm-head-all-to-all --model-checksum --watchdog-timeout 600"),
-			"--tp-size --dp-size --enable-dp-attention --trust-remote-code --attention-backend --moe-a2a-backend --deepep-mode " +
+			"--trust-remote-code --attention-backend --moe-a2a-backend --deepep-mode " +
 				"--cuda-graph-bs --no-enable-tp-lm-head-all-to-all --model-checksum --watchdog-timeout",
-			func(o *serveOptions) bool { return o.disableRadixCache && o.profile.PageSize == 64 }},
+			func(o *serveOptions) bool {
+				p := o.profile
+				return o.disableRadixCache && p.PageSize == 64 && p.TPSize == 8 && p.DPSize == 8 && p.DPAttention() &&
+					p.RankChunkedPrefillSize() == 1024 && p.RankMaxRunningRequests() == 32
+			}},
 		{"a config file, the command line winning",
 			[]string{"--config", config, "--context-length", "16384"},
-			"--tp-size --cuda-graph-bs",
+			"--cuda-graph-bs",
 			func(o *serveOptions) bool {
-				return o.modelPath == "Qwen/Qwen3-32B" && o.enableMetrics && o.profile.ContextLength == 16384
+				return o.modelPath == "Qwen/Qwen3-32B" && o.enableMetrics && o.profile.ContextLength == 16384 && o.profile.TPSize == 4
 			}},
 		{"only sglmock's flags", []string{"--speedup", "10"}, "", func(o *serveOptions) bool { return o.speedup == 10 }},
 	}
@@ -391,8 +395,9 @@ func TestServeSGLangLaunchMistakes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--tp"}, "--tp-size needs a value"},
-		{[]string{"--tp", "--trust-remote-code"}, "--tp-size needs a value"},
+		{[]string{"--mem-fraction"}, "--mem-fraction-static needs a value"},
+		{[]string{"--mem-fraction", "--trust-remote-code"}, "--mem-fraction-static needs a value"},
+		{[]string{"--tp"}, "flag needs an argument: --tp-size"},
 		{[]string{"--trust-remote-code=yes"}, "--trust-remote-code takes no value"},
 		{[]string{"--cuda-graph-bs", "--tp", "8"}, "--cuda-graph-bs needs one or more values"},
 		{[]string{"--enable-dp"}, "ambiguous flag --enable-dp: it could be --enable-dp-attention, --enable-dp-attention-local-control-broadcast, --enable-dp-lm-head"},

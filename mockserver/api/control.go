@@ -112,21 +112,13 @@ func (s *Server) simInfo() gin.H {
 }
 
 func (s *Server) serverInfo(c *gin.Context) {
-	st := s.eng.Stats()
-	state := s.flatArgs()
-	state["last_gen_throughput"] = st.LastGenThroughput
-	if st.SpecRounds > 0 {
-		state["avg_spec_accept_length"] = st.AvgSpecAcceptLength
-	}
-	state["memory_usage"] = gin.H{"weight": 0.0, "kvcache": 0.0, "token_capacity": st.KVCapacity, "graph": 0.0}
-	state["effective_max_running_requests_per_dp"] = s.args.MaxRunningRequests
 	info := s.flatArgs()
 	// The scheduler's info, which SGLang merges in at launch.
 	info["status"] = "ready"
 	info["max_total_num_tokens"] = s.args.MaxTotalTokens
 	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
 	info["kv_events"] = kvEventsBlock(s.cfg.KVEvents, s.args.PageSize, s.args.DPSize)
-	info["internal_states"] = []map[string]any{state}
+	info["internal_states"] = s.internalStates()
 	info["version"] = SGLangVersion
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)

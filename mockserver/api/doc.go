@@ -172,7 +172,14 @@
 //     memory, speculative, disaggregation and queues sections, aggregate),
 //     honours ?include= and ?dp_rank=, and ?format=prometheus gives the
 //     same as gauges. The request prefilled in chunks is outside the
-//     running batch, as in SGLang.
+//     running batch, as in SGLang. Each has one entry a DP rank;
+//     ?dp_rank= keeps that rank's, none for a rank the server lacks, as
+//     SGLang's filter leaves none.
+//   - DP ranks (dp.go): routed_dp_rank and data_parallel_rank, its
+//     deprecated name, on every route, the OpenAI routes'
+//     X-Data-Parallel-Rank header over them; meta_info.dp_rank, and
+//     /sim/'s dp_rank, on a deployment of several ranks; internal_states
+//     one a rank; each rank's scheduler metrics labelled with its dp_rank.
 //   - /abort_request aborts every active request whose rid starts with
 //     the given one (which must itself be active), as SGLang: a request in
 //     a batch ends with {"type":"abort","message":"Aborted",
@@ -187,7 +194,8 @@
 //     SGLang's scheduler keeps it: /sim/flushes lists it as pending, with
 //     the client's address and when it left, and the log says when it
 //     runs. A timeout past a Duration's range (about 9.2e9 s) waits for
-//     idle.
+//     idle. With several DP ranks the answer is the first rank's, once
+//     every rank answered (engine.Flush); /sim/flushes has each rank's.
 //   - A client that disconnects has its requests aborted as SGLang's
 //     tokenizer manager does it: a stream's 2 s later (simulated), a
 //     waiting client's when its 4 s wait on the request times out or its

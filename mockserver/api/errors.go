@@ -76,6 +76,8 @@ func flushMessage(err error) string {
 	switch {
 	case err == nil:
 		return sim.OutcomeFlushed
+	case errors.Is(err, engine.ErrFlushLockstep):
+		return "Cache not flushed because there are pending requests. (Another DP rank runs, and this one runs idle batches in lockstep with it.)"
 	case errors.Is(err, engine.ErrFlushSettling):
 		return "Cache not flushed because there are pending requests. (The last batch is still settling: flush_busy_after_finish_s.)"
 	case errors.Is(err, engine.ErrFlushBusy):

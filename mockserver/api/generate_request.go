@@ -37,6 +37,10 @@ type generateBody struct {
 	// (extra_key, cache_salt), each a value or a list of one per prompt.
 	ExtraKey  json.RawMessage `json:"extra_key"`
 	CacheSalt json.RawMessage `json:"cache_salt"`
+	// RoutedDPRank pins the request to a DP rank; DataParallelRank is
+	// its deprecated name (routedRank).
+	RoutedDPRank     *integer `json:"routed_dp_rank"`
+	DataParallelRank *integer `json:"data_parallel_rank"`
 }
 
 // perItem decodes a field that is either one value for every item or a
@@ -179,6 +183,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 			return plan{}, err
 		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i], salts[i])
+		it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)
 		for range copies {
 			it.index = len(p.items)
 			p.items = append(p.items, it)
@@ -191,7 +196,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 
 // itemFrom maps sampling params onto an engine request.
 func (s *Server) itemFrom(p samplingParams) item {
-	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval, metrics: s.cfg.EnableMetrics}
+	it := item{noStopTrim: p.NoStopTrim, streamInterval: s.cfg.StreamInterval, metrics: s.cfg.EnableMetrics, dpRank: s.eng.Ranks() > 1}
 	it.req.MaxNewTokens = 128
 	if p.MaxNewTokens != nil {
 		it.req.MaxNewTokens = int(*p.MaxNewTokens)

@@ -72,6 +72,10 @@ type metaInfo struct {
 	// (GPU) tokens, there being no host cache; null when nothing is cached.
 	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
 	*schedulerTiming
+	// DPRank is the DP rank that ran the request, with several ranks
+	// (the scheduler's dp_ranks, which the tokenizer manager copies into
+	// meta_info).
+	DPRank     *int    `json:"dp_rank,omitempty"`
 	E2ELatency float64 `json:"e2e_latency,omitempty"`
 	*finishTiming
 	// Speculative decoding, final event only (fill_spec_decoding_meta):
@@ -130,6 +134,10 @@ func (o *output) meta() metaInfo {
 	}
 	if ev.CachedTokens > 0 {
 		m.CachedTokensDetails = &cachedTokensDetails{Device: ev.CachedTokens}
+	}
+	if o.item.dpRank {
+		r := ev.DPRank
+		m.DPRank = &r
 	}
 	m.metaLogprobs = o.logprobs().meta(o.item.logprobs.top > 0)
 	if ev.Truth != nil {

@@ -14,10 +14,10 @@ import (
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
-// The load endpoints, as SGLang's scheduler fills them for its one DP rank.
-// Used tokens are the engine's KVUsed; the waiting requests' tokens are
-// their seqlen (prompt and output so far), and the request being prefilled
-// in chunks is outside the running batch.
+// The load endpoints, as SGLang's schedulers fill them: one entry a DP
+// rank, in rank order. Used tokens are the rank's KVUsed; the waiting
+// requests' tokens are their seqlen (prompt and output so far), and the
+// request being prefilled in chunks is outside the running batch.
 
 // loadInfo is one rank of /get_load (GetLoadReqOutput).
 type loadInfo struct {
@@ -34,14 +34,18 @@ type loadInfo struct {
 // requests', num_pending_tokens the tokens waiting for prefill
 // (_get_num_pending_tokens: the queue's and the chunked request's rest).
 func (s *Server) getLoad(c *gin.Context) {
-	st := s.eng.Stats()
-	writeJSON(c, http.StatusOK, []loadInfo{{
-		NumReqs:          st.Running - st.Prefilling + st.Queued,
-		NumWaitingReqs:   st.Queued,
-		NumTokens:        st.KVUsed + st.QueuedTokens,
-		NumPendingTokens: st.QueuedTokens + st.ChunkedPending,
-		TSTic:            st.Now.Seconds(),
-	}})
+	var out []loadInfo
+	for r, st := range s.eng.RankStats() {
+		out = append(out, loadInfo{
+			DPRank:           r,
+			NumReqs:          st.Running - st.Prefilling + st.Queued,
+			NumWaitingReqs:   st.Queued,
+			NumTokens:        st.KVUsed + st.QueuedTokens,
+			NumPendingTokens: st.QueuedTokens + st.ChunkedPending,
+			TSTic:            st.Now.Seconds(),
+		})
+	}
+	writeJSON(c, http.StatusOK, out)
 }
 
 // loadSections are /v1/loads' include options (GetLoadsReqInput).
@@ -67,9 +71,9 @@ type rankLoad struct {
 	sections []loadSection
 }
 
-// loadsOf builds rank 0's load from a snapshot, with the sections include
-// asks for (all when empty), as Scheduler.get_loads does.
-func (s *Server) loadsOf(st engine.Stats, now time.Time, include []string) rankLoad {
+// loadsOf builds a rank's load from its snapshot, with the sections
+// include asks for (all when empty), as Scheduler.get_loads does.
+func (s *Server) loadsOf(rank int, st engine.Stats, now time.Time, include []string) rankLoad {
 	all := len(include) == 0 || slices.Contains(include, "all")
 	want := func(section string) bool { return all || slices.Contains(include, section) }
 	capacity := st.KVCapacity
@@ -78,12 +82,12 @@ func (s *Server) loadsOf(st engine.Stats, now time.Time, include []string) rankL
 		usage = float64(st.KVUsed) / float64(capacity)
 	}
 	running := st.Running - st.Prefilling
-	maxRunning := s.cfg.Profile.MaxRunningRequests
+	maxRunning := s.cfg.Profile.RankMaxRunningRequests()
 	// utilization (metrics_reporter.py): the busier of the running batch
 	// against its capacity and the token usage against 90%.
 	utilization := max(float64(running)/float64(maxRunning), usage/0.9)
 	l := rankLoad{core: []metric{
-		{"dp_rank", 0},
+		{"dp_rank", rank},
 		{"timestamp", float64(now.UnixNano()) / 1e9},
 		{"num_running_reqs", running},
 		{"num_waiting_reqs", st.Queued},
@@ -122,10 +126,12 @@ func (s *Server) loadsOf(st engine.Stats, now time.Time, include []string) rankL
 	return l
 }
 
-// round is Python's round(x, digits) for the values loads report.
+// round is Python's round(x, digits): x's exact binary value rounded to
+// digits decimals, half to even, as strconv formats it (round(0.00025, 4)
+// is 0.0003: the float is a little above the half).
 func round(x float64, digits int) float64 {
-	p := math.Pow10(digits)
-	return math.RoundToEven(x*p) / p
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', digits, 64), 64)
+	return v
 }
 
 // loads is /v1/loads: SGLang's object of per-rank loads and their
@@ -147,29 +153,40 @@ func (s *Server) loads(c *gin.Context) {
 			return
 		}
 	}
+	// ?dp_rank= keeps that rank's load: a rank the server does not have
+	// leaves none, as the tokenizer manager's filter does.
+	var only *int
 	if raw := c.Query("dp_rank"); raw != "" {
 		rank, err := strconv.Atoi(raw)
 		if err != nil {
 			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", clip(raw)))
 			return
 		}
-		if rank != 0 {
-			writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf("dp_rank %d is out of range: the server has one DP rank, 0.", rank)})
-			return
-		}
+		only = &rank
 	}
 	now := time.Now()
-	l := s.loadsOf(s.eng.Stats(), now, include)
+	var ls []rankLoad
+	for r, st := range s.eng.RankStats() {
+		if only == nil || *only == r {
+			ls = append(ls, s.loadsOf(r, st, now, include))
+		}
+	}
 	if c.Query("format") == "prometheus" {
-		c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(l.prometheus()))
+		// Every core gauge is named, with a line for each rank kept.
+		names := s.loadsOf(0, engine.Stats{}, now, include).core
+		c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(prometheusLoads(names, ls)))
 		return
+	}
+	loads := make([]orderedJSON, len(ls))
+	for i, l := range ls {
+		loads[i] = l.json()
 	}
 	writeJSON(c, http.StatusOK, orderedJSON{
 		{"timestamp", pyISOTime(now)},
 		{"version", SGLangVersion},
-		{"dp_rank_count", 1},
-		{"loads", []orderedJSON{l.json()}},
-		{"aggregate", l.aggregate()},
+		{"dp_rank_count", len(ls)},
+		{"loads", loads},
+		{"aggregate", aggregateLoads(ls)},
 	})
 }
 
@@ -201,40 +218,90 @@ func (l rankLoad) value(name string) any {
 	panic("api: no load metric " + name)
 }
 
-// aggregate is v1_loads.py's _compute_aggregate over the one rank.
-func (l rankLoad) aggregate() orderedJSON {
-	running, waiting := l.value("num_running_reqs").(int), l.value("num_waiting_reqs").(int)
+// aggregateLoads is v1_loads.py's _compute_aggregate: totals over the
+// loads, and the means of their usage, throughput and utilization; zeros
+// when there is none.
+func aggregateLoads(ls []rankLoad) orderedJSON {
+	var running, waiting, used, total int
+	var usage, throughput, utilization float64
+	for _, l := range ls {
+		running += l.value("num_running_reqs").(int)
+		waiting += l.value("num_waiting_reqs").(int)
+		used += l.value("num_used_tokens").(int)
+		total += l.value("num_total_tokens").(int)
+		usage += l.value("token_usage").(float64)
+		throughput += l.value("gen_throughput").(float64)
+		utilization += l.value("utilization").(float64)
+	}
+	if n := float64(len(ls)); n > 0 {
+		usage, throughput, utilization = usage/n, throughput/n, utilization/n
+	}
 	return orderedJSON{
 		{"total_running_reqs", running},
 		{"total_waiting_reqs", waiting},
 		{"total_reqs", running + waiting},
-		{"total_used_tokens", l.value("num_used_tokens")},
-		{"total_tokens", l.value("num_total_tokens")},
-		{"avg_token_usage", round(l.value("token_usage").(float64), 4)},
-		{"avg_throughput", round(l.value("gen_throughput").(float64), 2)},
-		{"avg_utilization", round(l.value("utilization").(float64), 4)},
+		{"total_used_tokens", used},
+		{"total_tokens", total},
+		{"avg_token_usage", round(usage, 4)},
+		{"avg_throughput", round(throughput, 2)},
+		{"avg_utilization", round(utilization, 4)},
 	}
 }
 
-// prometheus is _format_loads_prometheus: every numeric field of a load,
-// dp_rank aside, as a gauge labelled with the rank; a section's fields
-// prefixed with its short name.
-func (l rankLoad) prometheus() string {
+// prometheusLoads is _format_loads_prometheus: every numeric field of a
+// load (core, the names of the core fields), dp_rank aside, as a gauge
+// with a line for each rank, labelled with it; a section's fields prefixed
+// with its short name, for the ranks that have the section.
+func prometheusLoads(core []metric, ls []rankLoad) string {
 	var b strings.Builder
-	gauge := func(name string, v any) {
-		fmt.Fprintf(&b, "# TYPE sglang_%s gauge\nsglang_%s{dp_rank=\"0\"} %s\n", name, name, pyNumber(v))
-	}
-	for _, m := range l.core {
-		if m.name != "dp_rank" {
-			gauge(m.name, m.value)
+	for i, m := range core {
+		if m.name == "dp_rank" {
+			continue
+		}
+		fmt.Fprintf(&b, "# TYPE sglang_%s gauge\n", m.name)
+		for _, l := range ls {
+			fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%d\"} %s\n", m.name, l.value("dp_rank").(int), pyNumber(l.core[i].value))
 		}
 	}
-	for _, sec := range l.sections {
-		for _, m := range sec.fields {
-			gauge(sec.prefix+"_"+m.name, m.value)
+	for _, sec := range sectionsOf(ls) {
+		for i, m := range sec.fields {
+			name := sec.prefix + "_" + m.name
+			fmt.Fprintf(&b, "# TYPE sglang_%s gauge\n", name)
+			for _, l := range ls {
+				if ls := l.section(sec.key); ls != nil {
+					fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%d\"} %s\n", name, l.value("dp_rank").(int), pyNumber(ls.fields[i].value))
+				}
+			}
 		}
 	}
 	return b.String()
+}
+
+// sectionOrder is _OPTIONAL_METRIC_SECTIONS' order.
+var sectionOrder = []string{"memory", "speculative", "lora", "disaggregation", "queues"}
+
+// sectionsOf lists the sections any load has, in SGLang's order.
+func sectionsOf(ls []rankLoad) []loadSection {
+	var out []loadSection
+	for _, key := range sectionOrder {
+		for _, l := range ls {
+			if sec := l.section(key); sec != nil {
+				out = append(out, *sec)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// section is the load's section with that key, or nil.
+func (l rankLoad) section(key string) *loadSection {
+	for i := range l.sections {
+		if l.sections[i].key == key {
+			return &l.sections[i]
+		}
+	}
+	return nil
 }
 
 // pyNumber prints an int or a float64 as Python's str does: floats always

@@ -68,11 +68,15 @@ func TestLoads(t *testing.T) {
 		mocktest.Golden(t, "loads/loads_queues.json", []byte(body+"\n"))
 		for _, tt := range []struct{ query, want string }{
 			{"?include=core,bogus", `{"detail":"Invalid include sections: {'bogus'}. Valid options: ['all', 'core', 'disagg', 'lora', 'memory', 'queues', 'spec']"}`},
-			{"?dp_rank=1", `{"detail":"dp_rank 1 is out of range: the server has one DP rank, 0."}`},
 		} {
 			if code, body, _ := ts.Do(t, "GET", "/v1/loads"+tt.query, ""); code != 400 || body != tt.want {
 				t.Errorf("/v1/loads%s: got %d %s, want 400 %s", tt.query, code, body, tt.want)
 			}
+		}
+		// A rank the server does not have leaves no load, as SGLang's
+		// filter does.
+		if code, body, _ := ts.Do(t, "GET", "/v1/loads?dp_rank=1", ""); code != 200 || !strings.Contains(body, `"dp_rank_count":0,"loads":[],"aggregate":{"total_running_reqs":0,`) {
+			t.Errorf("/v1/loads?dp_rank=1: got %d %s, want no load", code, body)
 		}
 		// A long list of unknown sections is repeated cut, as every error
 		// repeats a client's value (errors.go's maxEcho).

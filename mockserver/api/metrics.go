@@ -152,10 +152,14 @@ func (m *metrics) observe(t *engine.Truth) {
 // labels of the SGLang collector that keeps each: the tokenizer manager's
 // counters carry model_name; the scheduler's gauges and counters carry
 // its labels too (engine_type "unified": neither prefill nor decode of a
-// disaggregated pair; the ranks of the mock's single GPU).
+// disaggregated pair; tp_rank the scheduler's, 0 on one rank). With
+// several DP ranks it is the tokenizer manager's alone, and each rank's
+// scheduler has a rankCollector (metrics_dp.go).
 type engineCollector struct {
 	eng   *engine.Engine
 	model string
+	// schedulers: report rank 0's scheduler metrics too (one rank).
+	schedulers bool
 }
 
 var (
@@ -181,31 +185,47 @@ var (
 	descSpecAcceptRate   = desc(schedulerLabels, "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
 )
 
+var (
+	tokenizerDescs = []*prometheus.Desc{descPromptTokens, descGenerationTokens, descCachedTokens, descRequests, descAborted}
+	schedulerDescs = []*prometheus.Desc{descRealtimeTokens, descRunning, descQueued, descUsedTokens, descTokenUsage,
+		descGenThroughput, descCacheHitRate, descMaxTotalTokens, descSpecAcceptLength, descSpecAcceptRate}
+)
+
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPromptTokens, descGenerationTokens, descCachedTokens, descRequests,
-		descAborted, descRealtimeTokens, descRunning, descQueued, descUsedTokens, descTokenUsage, descGenThroughput,
-		descCacheHitRate, descMaxTotalTokens, descSpecAcceptLength, descSpecAcceptRate} {
+	for _, d := range tokenizerDescs {
 		ch <- d
+	}
+	if c.schedulers {
+		for _, d := range schedulerDescs {
+			ch <- d
+		}
 	}
 }
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.eng.Stats()
-	scheduler := []string{"unified", c.model, "0", "0", "0"}
+	st := c.eng.Stats() // with one rank, its own; with several, their sums
 	counter := func(d *prometheus.Desc, v int64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{c.model}, extra...)...)
-	}
-	schedulerCounter := func(d *prometheus.Desc, v int64, mode string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(slices.Clone(scheduler), mode)...)
-	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, scheduler...)
 	}
 	counter(descPromptTokens, st.PromptTokens)
 	counter(descGenerationTokens, st.GenerationTokens)
 	counter(descCachedTokens, st.CachedTokens, "device") // the mock's cache is all on the GPU
 	counter(descRequests, st.Requests)
 	counter(descAborted, st.Aborted)
+	if c.schedulers {
+		collectScheduler(ch, st, []string{"unified", c.model, "0", "0", "0"})
+	}
+}
+
+// collectScheduler reports one rank's scheduler metrics with its labels
+// (schedulerLabels' values).
+func collectScheduler(ch chan<- prometheus.Metric, st engine.Stats, scheduler []string) {
+	schedulerCounter := func(d *prometheus.Desc, v int64, mode string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(slices.Clone(scheduler), mode)...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, scheduler...)
+	}
 	schedulerCounter(descRealtimeTokens, st.PromptTokens-st.CachedTokens, "prefill_compute")
 	schedulerCounter(descRealtimeTokens, st.CachedTokens, "prefill_cache")
 	schedulerCounter(descRealtimeTokens, st.GenerationTokens, "decode")

@@ -36,6 +36,12 @@ type openAICommon struct {
 	// to the response (a chunk of its own in a stream), with or without
 	// --enable-cache-report.
 	ReturnCachedTokensDetails bool `json:"return_cached_tokens_details"`
+	// RoutedDPRank pins the request to a DP rank; DataParallelRank is
+	// its deprecated name (routedRank); the X-Data-Parallel-Rank header
+	// wins over both (headerRank, kept in headerDPRank).
+	RoutedDPRank     *integer `json:"routed_dp_rank"`
+	DataParallelRank *integer `json:"data_parallel_rank"`
+	headerDPRank     *int
 }
 
 type completionBody struct {
@@ -104,6 +110,10 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
 			it.req.Namespace = ns
+			it.req.RoutedDPRank = b.headerDPRank
+			if it.req.RoutedDPRank == nil {
+				it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)
+			}
 			// Parallel samples get fresh rids, as SGLang regenerates them.
 			switch {
 			case b.RID == nil || copies > 1:

@@ -19,6 +19,9 @@ type item struct {
 	logprobs       logprobParams
 	// metrics: --enable-metrics, whose time stats meta_info carries.
 	metrics bool
+	// dpRank: meta_info carries the DP rank that ran the request (a
+	// deployment of several ranks).
+	dpRank bool
 }
 
 // cacheNamespace is the radix cache namespace of SGLang's RadixKey: the

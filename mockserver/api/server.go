@@ -78,6 +78,8 @@ type ServerArgs struct {
 	SkipTokenizerInit         bool    `json:"skip_tokenizer_init"`
 	TPSize                    int     `json:"tp_size"`
 	DPSize                    int     `json:"dp_size"`
+	EnableDPAttention         bool    `json:"enable_dp_attention"`
+	LoadBalanceMethod         string  `json:"load_balance_method"`
 	KVEventsConfig            *string `json:"kv_events_config"` // --kv-events-config as given, or null
 }
 
@@ -123,6 +125,9 @@ type Config struct {
 	// shows of its configuration, KVEvents its kv_events descriptor.
 	CacheEvents engine.CacheEvents
 	KVEvents    *KVEventsInfo
+	// RankCacheEvents, if set, has each DP rank's (engine.Config's), in
+	// place of CacheEvents.
+	RankCacheEvents []engine.CacheEvents
 	// KVEventStats, if set, reports the KV event publisher's counts under
 	// /sim/stats and /metrics.
 	KVEventStats func() sim.KVEvents
@@ -203,6 +208,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:            cfg.Logger,
 		OnFinish:          onFinish,
 		CacheEvents:       cfg.CacheEvents,
+		RankCacheEvents:   cfg.RankCacheEvents,
 		Tokenizer:         cfg.Tokenizer,
 	})
 	if err != nil {
@@ -213,7 +219,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = eng
 	if s.metrics != nil {
-		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName}, &mockCollector{s: s})
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName, schedulers: eng.Ranks() == 1}, &mockCollector{s: s})
+		registerRankCollectors(s.metrics.registry, eng, s.args.ServedModelName)
 	}
 	s.router = s.routes()
 	return s, nil
@@ -242,7 +249,7 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	}
 	a.ContextLength = p.ContextLength
 	a.PageSize = p.PageSize
-	a.ChunkedPrefillSize = p.ChunkedPrefillSize
+	a.ChunkedPrefillSize = p.RankChunkedPrefillSize() // SGLang divides it under DP attention
 	a.MaxPrefillTokens = p.MaxPrefillTokens
 	a.MaxRunningRequests = p.MaxRunningRequests
 	a.MaxTotalTokens = p.MaxTotalTokens
@@ -262,7 +269,8 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	a.RandomSeed = p.Seed
 	a.SchedulePolicy, a.RadixEvictionPolicy = "fcfs", "lru"
 	a.DecodeLogInterval = 40
-	a.TPSize, a.DPSize = 1, 1
+	a.TPSize, a.DPSize = p.TensorParallel(), p.Ranks()
+	a.EnableDPAttention, a.LoadBalanceMethod = p.DPAttention(), p.BalanceMethod()
 	return a
 }
 

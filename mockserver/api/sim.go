@@ -134,6 +134,16 @@ func truthJSON(t *engine.Truth) sim.Truth {
 	}
 }
 
+// dpRankOf is a request's DP rank, as /sim/ shows it: on a deployment of
+// several ranks only.
+func (s *Server) dpRankOf(t *engine.Truth) *int {
+	if s.eng.Ranks() == 1 {
+		return nil
+	}
+	r := t.DPRank
+	return &r
+}
+
 func (s *Server) simRequests(c *gin.Context) {
 	truths := s.eng.Truths()
 	out := make([]sim.RequestSummary, len(truths))
@@ -151,6 +161,7 @@ func (s *Server) simRequests(c *gin.Context) {
 			PromptHash:       strconv.FormatUint(t.PromptHash, 16),
 			SampleOf:         t.SampleOf,
 			E2E:              t.E2E().Seconds(),
+			DPRank:           s.dpRankOf(t),
 		}
 		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)
 		if t.Prefilled {
@@ -185,7 +196,9 @@ func (s *Server) simRequest(c *gin.Context) {
 		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", clip(c.Param("rid")))})
 		return
 	}
-	writeJSON(c, http.StatusOK, truthJSON(t))
+	out := truthJSON(t)
+	out.DPRank = s.dpRankOf(t)
+	writeJSON(c, http.StatusOK, out)
 }
 
 func (s *Server) simFlushes(c *gin.Context) {
@@ -202,6 +215,14 @@ func (s *Server) simFlushes(c *gin.Context) {
 		if f.ClientLeft {
 			left := f.ClientLeftAt.Seconds()
 			out[i].ClientLeft = &left
+		}
+		for _, r := range f.Ranks {
+			outcome := ""
+			if !r.Pending {
+				outcome = flushMessage(r.Err)
+			}
+			out[i].Ranks = append(out[i].Ranks, sim.FlushRank{Rank: r.Rank, Answered: r.Answered.Seconds(), Outcome: outcome,
+				OK: !r.Pending && r.Err == nil, Queued: r.Queued, Running: r.Running, Pending: r.Pending})
 		}
 	}
 	writeJSON(c, http.StatusOK, out)

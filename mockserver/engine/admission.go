@@ -35,17 +35,22 @@ const (
 
 // tokenRatio is SGLang's NewTokenRatioTracker: the expected share of a
 // running request's remaining output that admission keeps room for. It
-// decays with every decode batch, jumps after a retraction, and resets when
-// the server is idle.
-type tokenRatio struct{ current float64 }
+// starts at initNewTokenRatio times the schedule_conservativeness (0.3
+// under DP attention), decays with every decode batch to
+// minNewTokenRatioFactor of its start, jumps after a retraction, and resets
+// when the server is idle.
+type tokenRatio struct{ init, min, decay, current float64 }
 
-const (
-	minNewTokenRatio   = initNewTokenRatio * minNewTokenRatioFactor
-	newTokenRatioDecay = (initNewTokenRatio - minNewTokenRatio) / newTokenRatioDecaySteps
-)
+// newTokenRatio is NewTokenRatioTracker.from_server_args, computed as
+// Python computes it, one float operation at a time.
+func newTokenRatio(conservativeness float64) tokenRatio {
+	init := min(initNewTokenRatio*conservativeness, 1)
+	lo := min(init*minNewTokenRatioFactor, 1)
+	return tokenRatio{init: init, min: lo, decay: (init - lo) / newTokenRatioDecaySteps, current: init}
+}
 
-func (t *tokenRatio) reset()      { t.current = initNewTokenRatio }
-func (t *tokenRatio) decayStep()  { t.current = max(t.current-newTokenRatioDecay, minNewTokenRatio) }
+func (t *tokenRatio) reset()      { t.current = t.init }
+func (t *tokenRatio) decayStep()  { t.current = max(t.current-t.decay, t.min) }
 func (r *req) expectedNew() int   { return min(max(r.maxNew-len(r.outputs), 0), clipMaxNewTokens) }
 func (r *req) remainingFill() int { return len(r.fill()) - r.kvLen }
 

@@ -50,22 +50,36 @@ func TestClipMaxNewTokens(t *testing.T) {
 }
 
 func TestTokenRatioDecaysToItsFloor(t *testing.T) {
-	var r tokenRatio
-	r.reset()
-	if r.current != 0.7 {
-		t.Fatalf("initial ratio: got %v, want 0.7", r.current)
-	}
-	for range 300 {
-		r.decayStep()
-	}
-	if want := 0.7 - 300*(0.7-0.098)/600; math.Abs(r.current-want) > 1e-12 {
-		t.Fatalf("after 300 decode batches: got %v, want %v", r.current, want)
-	}
-	for range 1000 {
-		r.decayStep()
-	}
-	if math.Abs(r.current-0.098) > 1e-12 {
-		t.Fatalf("after 1300 decode batches: got %v, want the floor 0.098", r.current)
+	// NewTokenRatioTracker.from_server_args: init 0.7 x conservativeness
+	// (0.3 under DP attention), floor 0.14 x init, 600 steps between.
+	for _, tc := range []struct {
+		name                   string
+		conservativeness       float64
+		init, afterHalf, floor float64
+	}{
+		{"default", 1, 0.7, 0.7 - 300*(0.7-0.098)/600, 0.098},
+		{"dp attention", 0.3, 0.21, 0.21 - 300*(0.21-0.0294)/600, 0.0294},
+	} {
+		r := newTokenRatio(tc.conservativeness)
+		if r.current != tc.init {
+			t.Fatalf("%s: initial ratio: got %v, want %v", tc.name, r.current, tc.init)
+		}
+		for range 300 {
+			r.decayStep()
+		}
+		if math.Abs(r.current-tc.afterHalf) > 1e-12 {
+			t.Fatalf("%s: after 300 decode batches: got %v, want %v", tc.name, r.current, tc.afterHalf)
+		}
+		for range 1000 {
+			r.decayStep()
+		}
+		if math.Abs(r.current-tc.floor) > 1e-12 {
+			t.Fatalf("%s: after 1300 decode batches: got %v, want the floor %v", tc.name, r.current, tc.floor)
+		}
+		r.reset()
+		if r.current != tc.init {
+			t.Fatalf("%s: reset: got %v, want %v", tc.name, r.current, tc.init)
+		}
 	}
 }
 

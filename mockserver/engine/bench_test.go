@@ -32,7 +32,8 @@ func BenchmarkDecodeRound256(b *testing.B) {
 	}
 	p.MaxRunningRequests = 256
 	e := &Engine{prof: p}
-	s := newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40)
+	s := newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40, 0)
+	g := &group{ranks: []*scheduler{s}}
 	var reqs []*req
 	for i := range 256 {
 		r := &req{rid: string(rune(0x4e00 + i)), tokens: prompt(int32(i), 100), maxNew: 500, maxCached: 100, seq: uint64(i)}
@@ -42,9 +43,8 @@ func BenchmarkDecodeRound256(b *testing.B) {
 		reqs = append(reqs, r)
 	}
 	for len(s.running) < 256 {
-		it := s.plan()
-		s.inflight = it
-		s.complete(it)
+		g.plan()
+		g.complete()
 	}
 	outs := make([][]int32, 256)
 	evs := make([][]Event, 256)
@@ -68,9 +68,8 @@ func BenchmarkDecodeRound256(b *testing.B) {
 		}
 		b.StartTimer()
 		start = time.Now()
-		it := s.plan()
-		s.inflight = it
-		s.complete(it)
+		g.plan()
+		g.complete()
 		roundNs += time.Since(start).Nanoseconds()
 	}
 	b.ReportMetric(float64(roundNs)/float64(floorNs), "x-floor")
@@ -164,7 +163,7 @@ func BenchmarkSpinShare(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer e.Close()
-		e.do(func(*scheduler, time.Duration) { e.spinShare = share })
+		e.do(func(time.Duration) { e.spinShare = share })
 		cpu, start := cputime.Of(b), time.Now()
 		st, err := e.Submit(Request{InputIDs: prompt(1, 10), MaxNewTokens: 20000})
 		if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sglmock/sglmock/radixcache"
@@ -46,12 +47,17 @@ func (s *scheduler) publishCacheEvents() {
 	}
 }
 
-// CachePages returns every page of the radix cache with its block hash,
-// each after the page it hangs from, as the KV events announced them; nil
-// without Config.CacheEvents or with the radix cache disabled.
-func (e *Engine) CachePages() ([]radixcache.PageRecord, error) {
+// CachePages returns every page of DP rank rank's radix cache with its
+// block hash, each after the page it hangs from, as the rank's KV events
+// announced them; nil without its CacheEvents or with the radix cache
+// disabled.
+func (e *Engine) CachePages(rank int) ([]radixcache.PageRecord, error) {
+	if rank < 0 || rank >= len(e.ranks) {
+		return nil, fmt.Errorf("engine: no DP rank %d (the deployment has %d)", rank, len(e.ranks))
+	}
 	var pages []radixcache.PageRecord
-	err := e.do(func(s *scheduler, _ time.Duration) {
+	err := e.do(func(time.Duration) {
+		s := e.ranks[rank]
 		if s.events == nil {
 			return
 		}

@@ -7,12 +7,57 @@
 //
 // An unsynchronized core (scheduler) holds the state: the FCFS waiting
 // queue, the request being prefilled in chunks, the running (decoding)
-// batch, the KV pool and the radix cache. A thin shell (Engine) owns one
+// batch, the KV pool and the radix cache; a deployment of several DP
+// ranks has one a rank (see DP ranks). A thin shell (Engine) owns one
 // goroutine that plans an iteration, waits until its modelled end on an
 // absolute deadline, and applies it; calls from other goroutines run on that
 // goroutine between steps, stamped with the time they were made (the core
 // never reads a clock), so a request submitted during an iteration joins
 // the next one, as on a GPU.
+//
+// # DP ranks
+//
+// A profile's dp_size makes the engine a deployment of that many DP
+// ranks, each a scheduler of its own (its queue, running batch, KV pool
+// and radix cache), in the one shell, on the one goroutine and clock. The
+// KV pool is not divided: SGLang sizes each rank's pool from its own GPU,
+// capped by --max-total-tokens, so each rank has max_total_tokens. A
+// dispatcher (dispatch.go) puts each request on a rank as SGLang's
+// DataParallelController does: a routed_dp_rank pins it (without moving
+// the round-robin counter); otherwise round_robin takes turns, and
+// total_requests and total_tokens take the least loaded rank by their
+// budget, which counts each dispatch (one request, its prompt tokens) and
+// takes each rank's own load after every batch it runs. The warmup
+// request goes through it like any other.
+//
+// The ranks run in groups (group.go). Under DP attention all are one
+// group: SGLang gathers every rank's batch before each forward pass
+// (prepare_mlp_sync_batch), a rank with nothing runs an idle batch, and
+// the MoE layers join their passes, so an iteration lasts as long as the
+// slowest rank's batch, and a request reaching an idle rank waits for the
+// iteration's end; under speculative decoding a prefill on any rank keeps
+// the others from decoding (get_next_batch_to_run). Each rank then runs
+// chunked_prefill_size / dp_size tokens a batch, max_running_requests /
+// dp_size requests, and a token ratio scaled by 0.3, as SGLang's server
+// args and model runner set them. Without DP attention each rank is a
+// group of its own, a replica on its own timeline: the loop waits for the
+// earliest iteration to end, and a call that gives an idle rank work
+// starts it at once.
+//
+// Flush asks every rank, each answering as below, and returns the first
+// answer once all have come, as SGLang's tokenizer manager returns the
+// first of its FanOutCommunicator's results; ranks answering at the same
+// moment come in rank order (rank 0 gets the request first and broadcasts
+// it). FlushRecord.Ranks keeps every rank's answer: a 200 can hide a busy
+// rank that refused. Under DP attention with the overlap scheduler on, a
+// rank with nothing of its own is not idle for a flush while another rank
+// runs: its idle batch sits in its result queue (is_fully_idle).
+//
+// The engine's surfaces stand for the whole deployment: Stats adds the
+// ranks up (RankStats has each), a truth and each event carry the rank
+// that ran the request, and each rank reports its cache to its own
+// CacheEvents (Config.RankCacheEvents). With one rank everything is as it
+// is without DP.
 //
 // # Scheduling, as SGLang does it
 //

@@ -73,8 +73,11 @@ type Config struct {
 	OnFinish func(*Truth)
 	// CacheEvents, if set, is told of every change to the radix cache's
 	// pages and asked to publish them where SGLang does (SGLang's
-	// --kv-events-config; see CacheEvents).
-	CacheEvents CacheEvents
+	// --kv-events-config; see CacheEvents). RankCacheEvents, if set, has
+	// one for each DP rank instead, as SGLang runs a publisher per rank;
+	// without it rank 0 reports to CacheEvents and the others to none.
+	CacheEvents     CacheEvents
+	RankCacheEvents []CacheEvents
 	// Tokenizer tokenizes text prompts and picks the output tokens; nil
 	// means the built-in one, with the profile's add_bos_token and
 	// chat_template.
@@ -92,18 +95,25 @@ func (systemClock) Now() time.Time { return time.Now() }
 // time it was asked at.
 type call struct {
 	at  time.Duration
-	run func(s *scheduler, at time.Duration)
+	run func(at time.Duration)
 }
 
-// Engine is the simulated SGLang scheduler: one goroutine owns the
-// scheduler and waits on modelled deadlines; every method is safe for
-// concurrent use.
+// Engine is the simulated SGLang deployment: one goroutine owns a
+// scheduler per DP rank and the dispatcher in front of them, and waits on
+// modelled deadlines; every method is safe for concurrent use.
 type Engine struct {
-	prof      *profile.Profile
-	tok       *tokenizer.Tokenizer
-	speedup   float64
-	spin      time.Duration
-	s         *scheduler
+	prof    *profile.Profile
+	tok     *tokenizer.Tokenizer
+	speedup float64
+	spin    time.Duration
+	// ranks are the DP ranks' schedulers, in rank order; groups the sets
+	// of them whose iterations run together (group); dispatch picks a
+	// rank for each request. The loop goroutine owns all three, and
+	// flushes, the record of flush calls.
+	ranks     []*scheduler
+	groups    []*group
+	dispatch  *dispatcher
+	flushes   flushLog
 	inbox     chan call
 	clock     Clock
 	stop      chan struct{}
@@ -171,13 +181,16 @@ func New(cfg Config) (*Engine, error) {
 		}
 		cfg.Tokenizer = tok
 	}
+	if n := len(cfg.RankCacheEvents); n != 0 && n != prof.Ranks() {
+		return nil, fmt.Errorf("engine: %d KV event sinks for %d DP ranks", n, prof.Ranks())
+	}
 	e := &Engine{
 		prof:      prof,
 		tok:       cfg.Tokenizer,
 		speedup:   cfg.Speedup,
 		spin:      cfg.SpinWindow,
 		spinShare: maxSpinShare,
-		s:         newScheduler(prof, cfg.Tokenizer, cfg.DisableRadixCache, cfg.Logger, cfg.DecodeLogInterval),
+		dispatch:  newDispatcher(prof),
 		inbox:     make(chan call),
 		clock:     cfg.Clock,
 		stop:      make(chan struct{}),
@@ -186,8 +199,7 @@ func New(cfg Config) (*Engine, error) {
 		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
 	}
-	e.s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
-	e.s.onFinish = func(t *Truth) {
+	onFinish := func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
 		e.ridsMu.Unlock()
@@ -196,12 +208,72 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.truths.add(t.compact())
 	}
-	e.spinEarned = e.wallStart
-	if cfg.CacheEvents != nil {
-		e.s.observeCache(cfg.CacheEvents, e.wallAt)
+	for r := range prof.Ranks() {
+		s := newScheduler(prof, cfg.Tokenizer, cfg.DisableRadixCache, rankLogger(cfg.Logger, prof, r), cfg.DecodeLogInterval, r)
+		s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
+		s.onFinish = onFinish
+		sink := cfg.CacheEvents
+		if cfg.RankCacheEvents != nil {
+			sink = cfg.RankCacheEvents[r]
+		} else if r > 0 {
+			sink = nil
+		}
+		if sink != nil {
+			s.observeCache(sink, e.wallAt)
+		}
+		e.ranks = append(e.ranks, s)
 	}
+	e.groups = groupRanks(prof, e.ranks)
+	e.spinEarned = e.wallStart
 	go e.loop()
 	return e, nil
+}
+
+// rankLogger is the logger of rank r's scheduler: with several ranks, its
+// lines carry the rank, as SGLang's scheduler processes prefix theirs
+// ("DP1 TP1"): dp_rank and, with tp_size > 1, tp_rank, the tensor-parallel
+// rank that logs for the rank (its attention group's first; each
+// replica's first without DP attention).
+func rankLogger(l *slog.Logger, p *profile.Profile, r int) *slog.Logger {
+	if p.Ranks() == 1 {
+		return l
+	}
+	l = l.With(slog.Int("dp_rank", r))
+	if p.TensorParallel() > 1 {
+		l = l.With(slog.Int("tp_rank", RankTPRank(p, r)))
+	}
+	return l
+}
+
+// RankTPRank is the tensor-parallel rank of DP rank r's scheduler that
+// logs and reports metrics for it (attn_tp_rank 0): r x tp_size/dp_size
+// under DP attention, where the ranks split one tensor-parallel group, 0
+// in each replica without it.
+func RankTPRank(p *profile.Profile, r int) int {
+	if p.DPAttention() {
+		return r * (p.TensorParallel() / p.Ranks())
+	}
+	return 0
+}
+
+// groupRanks sorts the ranks into groups: all in one under DP attention,
+// where a rank with nothing of its own is also busy for a flush while the
+// others run if the overlap scheduler is on (the profile's flush window);
+// one group a rank otherwise.
+func groupRanks(p *profile.Profile, ranks []*scheduler) []*group {
+	if !p.DPAttention() {
+		groups := make([]*group, len(ranks))
+		for i, s := range ranks {
+			groups[i] = &group{ranks: []*scheduler{s}}
+		}
+		return groups
+	}
+	if p.FlushBusyAfterFinishS > 0 {
+		for _, s := range ranks {
+			s.peers = ranks
+		}
+	}
+	return []*group{{ranks: ranks, noMix: p.Speculative != nil}}
 }
 
 // Close aborts every request and stops the engine. It is safe to call more
@@ -235,12 +307,12 @@ func (e *Engine) wallAt(sim time.Duration) time.Time {
 // send hands op to the loop goroutine, which runs it before its next
 // step, with the simulated time it was asked at; it does not wait for op
 // to run.
-func (e *Engine) send(op func(s *scheduler, at time.Duration)) error {
+func (e *Engine) send(op func(at time.Duration)) error {
 	return e.sendAt(e.Now(), op)
 }
 
 // sendAt is send with the simulated time the call counts from.
-func (e *Engine) sendAt(at time.Duration, op func(s *scheduler, at time.Duration)) error {
+func (e *Engine) sendAt(at time.Duration, op func(at time.Duration)) error {
 	select {
 	case e.inbox <- call{at: at, run: op}:
 		return nil
@@ -250,9 +322,9 @@ func (e *Engine) sendAt(at time.Duration, op func(s *scheduler, at time.Duration
 }
 
 // do runs op on the loop goroutine and waits for it.
-func (e *Engine) do(op func(s *scheduler, at time.Duration)) error {
+func (e *Engine) do(op func(at time.Duration)) error {
 	ran := make(chan struct{})
-	c := call{at: e.Now(), run: func(s *scheduler, at time.Duration) { op(s, at); close(ran) }}
+	c := call{at: e.Now(), run: func(at time.Duration) { op(at); close(ran) }}
 	select {
 	case e.inbox <- c:
 		<-ran
@@ -271,6 +343,9 @@ func (e *Engine) Submit(r Request) (*Stream, error) { return e.SubmitAt(r, e.Now
 // the mock's own decoding and tokenizing never count as the model's time.
 func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	arrival = min(max(arrival, 0), e.Now())
+	if err := checkRoutedRank(r.RoutedDPRank, len(e.ranks)); err != nil {
+		return nil, err
+	}
 	seq := e.arrivals.Add(1)
 	tokens, err := e.prompt(r)
 	if err != nil {
@@ -333,7 +408,13 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	// loop takes it before its next step, and the stream reports the rest.
 	// It counts from its arrival: the time this goroutine spent tokenizing
 	// is the mock's own CPU, which the model does not charge.
-	if err := e.sendAt(arrival, func(s *scheduler, _ time.Duration) { s.enqueue(q) }); err != nil {
+	// The controller picks its rank when the loop takes it, in arrival
+	// order, with the loads the ranks reported until then.
+	if err := e.sendAt(arrival, func(time.Duration) {
+		q.rank = e.dispatch.dispatch(r.RoutedDPRank, len(tokens))
+		q.truth.DPRank = q.rank
+		e.ranks[q.rank].enqueue(q)
+	}); err != nil {
 		e.ridsMu.Lock()
 		delete(e.rids, q.rid)
 		e.ridsMu.Unlock()
@@ -495,28 +576,35 @@ func pythonList(ids []int32) string {
 }
 
 func (e *Engine) abort(r *req) {
-	e.do(func(s *scheduler, at time.Duration) { s.requestAbort(r, at) })
+	e.do(func(at time.Duration) { e.ranks[r.rank].requestAbort(r, at) })
 }
 
 // Abort aborts requests as /abort_request does, and reports whether rid was
 // active. As in SGLang, rid must be an active request's id (the tokenizer
-// manager checks), and the scheduler then aborts every active request
-// whose id starts with rid, in arrival order.
+// manager checks), and every rank's scheduler then aborts every active
+// request whose id starts with rid (the controller sends the abort to all),
+// in arrival order.
 func (e *Engine) Abort(rid string) bool {
 	var found bool
-	e.do(func(s *scheduler, at time.Duration) {
-		if _, found = s.active[rid]; !found {
+	e.do(func(at time.Duration) {
+		for _, s := range e.ranks {
+			_, ok := s.active[rid]
+			found = found || ok
+		}
+		if !found {
 			return
 		}
 		var matched []*req
-		for id, r := range s.active {
-			if strings.HasPrefix(id, rid) {
-				matched = append(matched, r)
+		for _, s := range e.ranks {
+			for id, r := range s.active {
+				if strings.HasPrefix(id, rid) {
+					matched = append(matched, r)
+				}
 			}
 		}
 		slices.SortFunc(matched, func(a, b *req) int { return cmp.Compare(a.seq, b.seq) })
 		for _, r := range matched {
-			s.requestAbort(r, at)
+			e.ranks[r.rank].requestAbort(r, at)
 		}
 	})
 	return found
@@ -524,45 +612,78 @@ func (e *Engine) Abort(rid string) bool {
 
 // AbortAll aborts every active request.
 func (e *Engine) AbortAll() {
-	e.do(func(s *scheduler, _ time.Duration) { s.abortActive() })
+	e.do(func(time.Duration) {
+		for _, s := range e.ranks {
+			s.abortActive()
+		}
+	})
 }
 
-// Flush empties the prefix cache when the engine is idle. With timeout > 0
-// a busy engine parks the flush until it is idle or timeout (simulated
-// time) has passed. origin says who asks, for FlushHistory and the log. It
-// returns nil, ErrFlushBusy, ErrFlushTimeout or ErrFlushInProgress. ctx
-// only stops the caller's wait: a parked flush whose caller gave up still
-// runs, as in SGLang, and FlushHistory shows it pending meanwhile.
+// Flush empties the prefix cache of every DP rank that is idle. With
+// timeout > 0 a busy rank parks the flush until it is idle or timeout
+// (simulated time) has passed. The answer comes when every rank has
+// answered, and is the first answer, as SGLang's tokenizer manager gives
+// it (FlushRecord.Ranks). origin says who asks, for FlushHistory and the
+// log. It returns nil, ErrFlushBusy, ErrFlushTimeout or
+// ErrFlushInProgress. ctx only stops the caller's wait: a parked flush
+// whose caller gave up still runs, as in SGLang, and FlushHistory shows it
+// pending meanwhile.
 func (e *Engine) Flush(ctx context.Context, timeout time.Duration, origin string) error {
-	reply := make(chan error, 1)
-	if err := e.do(func(s *scheduler, at time.Duration) { s.requestFlush(at, timeout, origin, reply) }); err != nil {
+	var c *flushCall
+	if err := e.do(func(at time.Duration) {
+		c = e.flushes.start(at, timeout, origin, len(e.ranks))
+		for _, s := range e.ranks {
+			s.requestFlush(at, timeout, origin, c)
+		}
+	}); err != nil {
 		return err
 	}
 	select {
-	case err := <-reply:
+	case err := <-c.reply:
 		return err
 	case <-ctx.Done():
-		e.send(func(s *scheduler, at time.Duration) { s.flushClientLeft(reply, at) })
+		e.send(func(at time.Duration) {
+			if slices.Contains(e.flushes.pending, c) {
+				c.clientLeft(max(e.ranks[0].now, at))
+			}
+			for _, s := range e.ranks {
+				s.flushClientLeft(c, at)
+			}
+		})
 		return ctx.Err()
 	case <-e.done:
 		return ErrClosed
 	}
 }
 
-// Stats returns a snapshot of counters, queue, KV pool and cache.
-func (e *Engine) Stats() Stats {
-	var st Stats
-	if e.do(func(s *scheduler, _ time.Duration) { st = s.stats() }) != nil {
-		st.Idle = true
+// Stats returns a snapshot of counters, queue, KV pool and cache, every
+// rank's together (see RankStats).
+func (e *Engine) Stats() Stats { return sumStats(e.RankStats()) }
+
+// RankStats returns each DP rank's snapshot, in rank order.
+func (e *Engine) RankStats() []Stats {
+	var out []Stats
+	if e.do(func(time.Duration) {
+		for _, s := range e.ranks {
+			out = append(out, s.stats())
+		}
+	}) != nil {
+		out = make([]Stats, len(e.ranks))
+		for i := range out {
+			out[i].Idle = true
+		}
 	}
-	return st
+	return out
 }
 
-// FlushHistory returns the answered flush calls, oldest first, then the
-// parked one, if any, marked Pending.
+// Ranks is the number of DP ranks.
+func (e *Engine) Ranks() int { return len(e.ranks) }
+
+// FlushHistory returns the answered flush calls, oldest first, then those
+// still parked on some rank, marked Pending.
 func (e *Engine) FlushHistory() []FlushRecord {
 	var out []FlushRecord
-	e.do(func(s *scheduler, _ time.Duration) { out = s.flushHistory() })
+	e.do(func(time.Duration) { out = e.flushes.history() })
 	return out
 }
 
@@ -581,30 +702,43 @@ func (e *Engine) Truths() []*Truth {
 // hold (Truth.Bytes), within Config.TruthCapacity and Config.TruthBytes.
 func (e *Engine) TruthUsage() (truths int, bytes int64) { return e.truths.usage() }
 
-// loop owns the scheduler: it plans an iteration, waits for its modelled
-// end, and applies it; between and during iterations it serves calls. The
-// modelled clock only moves to an iteration's modelled end, to a call or
-// an arrival while idle, or to a wake-up the scheduler asked for: a host
-// stall or a late timer delays delivery but never moves the timeline.
+// loop owns the schedulers: it plans each group's next iteration, waits
+// for the earliest modelled end, and applies that iteration; between and
+// during iterations it serves calls. The modelled clock only moves to an
+// iteration's modelled end, to a call or an arrival while idle, or to a
+// wake-up a scheduler asked for: a host stall or a late timer delays
+// delivery but never moves the timeline.
 func (e *Engine) loop() {
 	defer close(e.done)
-	s := e.s
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		it := s.plan()
-		s.inflight = it
-		if it == nil {
-			s.publishCacheEvents()
+		for _, g := range e.groups {
+			if !g.busy {
+				g.plan()
+			}
+		}
+		g, at, wake := e.nextEvent()
+		if g == nil {
+			for _, s := range e.ranks {
+				s.publishCacheEvents()
+			}
 			if !e.idle(timer) {
 				e.shutdown()
 				return
 			}
 			continue
 		}
-		ok := e.waitUntil(it.end(), timer)
-		s.abortDeparted(it.end()) // aborts due while it ran
-		s.complete(it)
+		reached, ok := e.waitUntil(at, timer)
+		switch {
+		case wake:
+			if reached {
+				g.advance(at)
+			}
+		case reached || !ok:
+			g.complete()
+			e.reportLoads(g)
+		}
 		if !ok {
 			e.shutdown()
 			return
@@ -612,23 +746,84 @@ func (e *Engine) loop() {
 	}
 }
 
-// serveIdle runs a call that came while nothing runs: the idle engine's
-// clock moves to when it was asked.
-func (e *Engine) serveIdle(c call) {
-	e.s.advance(c.at)
-	c.run(e.s, c.at)
+// nextEvent is what the loop waits for next, when a group is busy: the
+// earliest end of an iteration in flight (ties to the first group), or,
+// earlier, the wake-up of a group that idles meanwhile (wake). Nil when
+// every group idles.
+func (e *Engine) nextEvent() (next *group, at time.Duration, wake bool) {
+	for _, g := range e.groups {
+		if g.busy && (next == nil || g.end < at) {
+			next, at = g, g.end
+		}
+	}
+	if next == nil || len(e.groups) == 1 {
+		return next, at, false
+	}
+	for _, g := range e.groups {
+		if w, due := g.wake(); !g.busy && due && w < at {
+			next, at, wake = g, w, true
+		}
+	}
+	return next, at, wake
 }
 
-// idle waits, with nothing to run, for the next call or for the scheduler's
-// next wake-up time, whichever comes first. A wake-up moves the modelled
-// clock to exactly that time. It returns false if the engine is closing.
+// reportLoads sends the controller the load of every rank of g that ran a
+// batch, as each rank's batch output carries it to the tokenizer manager,
+// which forwards it (WatchLoadUpdateReq): its running and waiting
+// requests, and its used and waiting tokens (num_total_tokens).
+func (e *Engine) reportLoads(g *group) {
+	for _, s := range g.ranks {
+		if !s.ranBatch {
+			continue
+		}
+		s.ranBatch = false
+		st := s.stats()
+		e.dispatch.report(s.rank, st.Running-st.Prefilling+st.Queued, st.KVUsed+st.QueuedTokens)
+	}
+}
+
+// serve runs a call: the groups that idle move their clocks to when it
+// was asked.
+func (e *Engine) serve(c call) {
+	for _, g := range e.groups {
+		if !g.busy {
+			g.advance(c.at)
+		}
+	}
+	c.run(c.at)
+}
+
+// interrupted reports whether a call served during a wait may have given
+// work to a group that idles, whose iteration could end before the one
+// waited for: only with several groups.
+func (e *Engine) interrupted() bool {
+	if len(e.groups) == 1 {
+		return false
+	}
+	for _, g := range e.groups {
+		if !g.busy {
+			return true
+		}
+	}
+	return false
+}
+
+// idle waits, with nothing to run, for the next call or for the earliest
+// wake-up a scheduler asked for, whichever comes first. A wake-up moves
+// the modelled clock to exactly that time. It returns false if the engine
+// is closing.
 func (e *Engine) idle(timer *time.Timer) bool {
-	s := e.s
-	at, due := s.wake()
+	var at time.Duration
+	due := false
+	for _, g := range e.groups {
+		if w, ok := g.wake(); ok && (!due || w < at) {
+			at, due = w, true
+		}
+	}
 	if !due {
 		select {
 		case c := <-e.inbox:
-			e.serveIdle(c)
+			e.serve(c)
 			return true
 		case <-e.stop:
 			return false
@@ -636,21 +831,28 @@ func (e *Engine) idle(timer *time.Timer) bool {
 	}
 	wait := e.wallAt(at).Sub(e.clock.Now())
 	if wait <= 0 {
-		s.advance(at)
+		e.advanceIdle(at)
 		return true
 	}
 	timer.Reset(wait)
 	select {
 	case c := <-e.inbox:
 		timer.Stop()
-		e.serveIdle(c)
+		e.serve(c)
 	case <-timer.C:
-		s.advance(at)
+		e.advanceIdle(at)
 	case <-e.stop:
 		timer.Stop()
 		return false
 	}
 	return true
+}
+
+// advanceIdle moves every group's clock to at: they all idle.
+func (e *Engine) advanceIdle(at time.Duration) {
+	for _, g := range e.groups {
+		g.advance(at)
+	}
 }
 
 // servePending serves the calls already waiting without blocking. It
@@ -661,7 +863,7 @@ func (e *Engine) servePending() bool {
 		// lock, which an engine that never waits does every iteration.
 		select {
 		case c := <-e.inbox:
-			c.run(e.s, c.at)
+			e.serve(c)
 		default:
 			return !e.closing.Load()
 		}
@@ -669,23 +871,28 @@ func (e *Engine) servePending() bool {
 }
 
 func (e *Engine) shutdown() {
-	e.s.abortActive()
-	if f := e.s.flush; f != nil {
-		e.s.flush = nil
-		e.s.answerFlush(f.record, ErrClosed, f.reply, max(e.s.now, e.Now()))
+	for _, s := range e.ranks {
+		s.abortActive()
+	}
+	for _, s := range e.ranks {
+		if f := s.flush; f != nil {
+			s.flush = nil
+			f.call.answer(s.rank, ErrClosed, max(s.now, e.Now()))
+		}
 	}
 }
 
-// waitUntil serves calls until the wall clock reaches simulated time sim.
-// It sleeps on a timer to SpinWindow before the deadline, then polls, as
-// long as its polling stays within maxSpinShare of the wall time; past
-// that it sleeps to the deadline. An engine that runs behind the wall
-// clock (a host too slow for the speedup) does not wait, but still serves
-// the calls already waiting, once per iteration. It returns false if the
-// engine is closing.
-func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
+// waitUntil serves calls until the wall clock reaches simulated time sim
+// (reached). It sleeps on a timer to SpinWindow before the deadline, then
+// polls, as long as its polling stays within maxSpinShare of the wall
+// time; past that it sleeps to the deadline. An engine that runs behind
+// the wall clock (a host too slow for the speedup) does not wait, but
+// still serves the calls already waiting, once per iteration. With several
+// groups it returns early after a call that may have given an idle group
+// work. ok is false if the engine is closing.
+func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) (reached, ok bool) {
 	if sim <= e.reached {
-		return e.servePending() // the wall clock is past it already
+		return true, e.servePending() // the wall clock is past it already
 	}
 	deadline := e.wallAt(sim)
 	polling := false
@@ -694,7 +901,7 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 		remaining := deadline.Sub(now)
 		if remaining <= 0 {
 			e.reached = sim
-			return e.servePending()
+			return true, e.servePending()
 		}
 		sleep := remaining - e.spin
 		if sleep <= 0 && !polling {
@@ -707,16 +914,19 @@ func (e *Engine) waitUntil(sim time.Duration, timer *time.Timer) bool {
 			select {
 			case c := <-e.inbox:
 				timer.Stop()
-				c.run(e.s, c.at)
+				e.serve(c)
+				if e.interrupted() {
+					return false, true
+				}
 			case <-timer.C:
 			case <-e.stop:
 				timer.Stop()
-				return false
+				return false, false
 			}
 			continue
 		}
 		if !e.servePending() {
-			return false
+			return false, false
 		}
 		runtime.Gosched()
 	}

@@ -54,6 +54,10 @@ type Request struct {
 	// of the server's own request that prefilled their prompt first; the
 	// engine only keeps it in the truth.
 	SampleOf string
+	// RoutedDPRank, if set, pins the request to that DP rank (SGLang's
+	// routed_dp_rank, or the deprecated data_parallel_rank): it must name
+	// one, except that 0 is ignored on a deployment of one rank.
+	RoutedDPRank *int
 }
 
 // Finish reasons, as SGLang spells them.
@@ -122,6 +126,7 @@ type Event struct {
 	Retractions int
 	Spec        *SpecStats // on the last event, with speculative decoding
 	Truth       *Truth     // on the last event
+	DPRank      int        // the DP rank that runs the request
 }
 
 // ChunkRecord is one prefill chunk of a request.
@@ -184,6 +189,9 @@ type Truth struct {
 	Route      string
 	PromptHash uint64
 	SampleOf   string // the Request's
+	// DPRank is the DP rank that ran the request (SGLang's meta_info
+	// dp_rank): its cache is the only one the request could reuse.
+	DPRank int
 }
 
 // TTFT is the time from arrival to the first token; it means nothing
@@ -298,7 +306,7 @@ func (s *Stream) Abort() { s.engine.abort(s.req) }
 // goes out), and until then it runs. streaming says which kind of client
 // it was. It is a no-op once the request has finished.
 func (s *Stream) Disconnect(streaming bool) {
-	s.engine.do(func(sc *scheduler, at time.Duration) { sc.disconnect(s.req, at, streaming) })
+	s.engine.do(func(at time.Duration) { s.engine.ranks[s.req.rank].disconnect(s.req, at, streaming) })
 }
 
 // Collect waits for the request's end and returns its last event and its
@@ -376,6 +384,10 @@ var (
 	// but the last iteration that finished a request has not settled
 	// (flush_busy_after_finish_s).
 	ErrFlushSettling = fmt.Errorf("%w: the last batch is settling", ErrFlushBusy)
+	// ErrFlushLockstep is ErrFlushBusy on a DP-attention rank with nothing
+	// of its own while another rank runs: it runs idle batches with the
+	// others, and SGLang's overlap scheduler holds the last one.
+	ErrFlushLockstep = fmt.Errorf("%w: another DP rank runs, and this one runs idle batches in lockstep with it", ErrFlushBusy)
 	// ErrFlushTimeout: a flush that waited for idle reached its deadline.
 	ErrFlushTimeout = errors.New("engine: flush timed out waiting for idle")
 	// ErrFlushInProgress: another flush is waiting for idle.

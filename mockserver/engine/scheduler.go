@@ -29,6 +29,7 @@ type req struct {
 	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
 	seq      uint64                   // arrival order
+	rank     int                      // the DP rank it runs on
 	node     *radixcache.Node[string] // the cache node it holds locked
 	cached   int
 	kvLen    int     // tokens of fill() in KV (cached or computed)
@@ -92,6 +93,7 @@ type scheduler struct {
 	log         *slog.Logger
 	logInterval int
 	now         time.Duration
+	rank        int        // the DP rank
 	rng         *rand.Rand // cost jitter
 	waiting     []*req
 	chunked     *req // the request whose prefill is split over iterations
@@ -117,22 +119,32 @@ type scheduler struct {
 	decodeLines                   int
 	lastDecodeLine, decodeLineGap time.Duration
 	events                        *cacheEvents // nil without Config.CacheEvents
+	// peers are the ranks of a DP-attention group with the overlap
+	// scheduler on, this one included: each is idle for a flush only
+	// when all are (see flushIdle). Nil otherwise.
+	peers []*scheduler
+	// ranBatch says a batch completed since the rank last reported its
+	// load to the dispatcher.
+	ranBatch bool
 }
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
 // profile's seed: one draw per iteration, in order.
 const jitterStream = 0x6a09e667f3bcc909
 
-func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache bool, log *slog.Logger, logInterval int) *scheduler {
+// newScheduler makes DP rank rank's scheduler; each rank draws its cost
+// jitter from a stream of its own.
+func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache bool, log *slog.Logger, logInterval, rank int) *scheduler {
 	s := &scheduler{
 		prof:        p,
 		tok:         tok,
 		log:         log,
 		logInterval: logInterval,
-		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream)),
+		rank:        rank,
+		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream+uint64(rank))),
 		active:      make(map[string]*req),
+		ratio:       newTokenRatio(p.ScheduleConservativeness()),
 	}
-	s.ratio.reset()
 	if !disableCache {
 		newTree := radixcache.New[string]
 		if p.BigramKeys() {
@@ -205,32 +217,14 @@ func (s *scheduler) enqueue(r *req) {
 	s.waiting = append(s.waiting, r)
 }
 
-// plan picks the next iteration, SGLang's way: handle aborts and a parked
-// flush, then a prefill batch if any prompt can be admitted, else a decode
-// round over the running batch. It returns nil when there is nothing to do.
-func (s *scheduler) plan() *iteration {
-	for {
-		s.abortDeparted(s.now)
-		s.reapAborted()
-		s.serviceFlush()
-		if it := s.planPrefill(); it != nil {
-			return it
-		}
-		if it := s.planDecode(); it != nil {
-			return it
-		}
-		// Nothing runs. A request that reached the queue before the
-		// modelled clock reached its arrival (the host ran late) starts
-		// the idle engine at its arrival.
-		if next, ok := s.nextArrival(); ok {
-			s.now = next
-			continue
-		}
-		if s.idle() {
-			s.ratio.reset() // SGLang's on_idle
-		}
-		return nil
-	}
+// prepare does what SGLang's scheduler does before it picks a batch:
+// the aborts due, and a parked flush. The group then plans the batch
+// (group.plan): a prefill batch if any prompt can be admitted, else a
+// decode round over the running batch.
+func (s *scheduler) prepare() {
+	s.abortDeparted(s.now)
+	s.reapAborted()
+	s.serviceFlush()
 }
 
 // nextArrival is the earliest arrival still ahead of the modelled clock
@@ -284,7 +278,7 @@ func (s *scheduler) planPrefill() *iteration {
 			budget = 0 // still chunking: nothing else joins
 		}
 	}
-	slots := s.prof.MaxRunningRequests - len(s.running)
+	slots := s.prof.RankMaxRunningRequests() - len(s.running)
 	if s.chunked != nil {
 		slots--
 	}
@@ -490,6 +484,7 @@ func (s *scheduler) jitter(seconds float64) float64 {
 func (s *scheduler) complete(it *iteration) {
 	s.now = it.end()
 	s.inflight = nil
+	s.ranBatch = true
 	if it.prefill != nil {
 		s.completePrefill(it)
 	} else {
@@ -635,6 +630,7 @@ func (s *scheduler) emit(r *req, n int) {
 		Arrival:          r.truth.Arrival,
 		Admitted:         r.truth.Admitted,
 		FirstToken:       r.truth.FirstToken,
+		DPRank:           r.rank,
 	})
 }
 
@@ -730,6 +726,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		FirstToken:       r.truth.FirstToken,
 		Finish:           &fin,
 		Truth:            truth,
+		DPRank:           r.rank,
 	}
 	if s.prof.Speculative != nil && r.spec.VerifyCt > 0 {
 		spec := r.spec
@@ -750,8 +747,8 @@ func (s *scheduler) wake() (time.Duration, bool) {
 	at, due := s.nextAbortDue()
 	if f := s.flush; f != nil {
 		flushAt := f.deadline
-		if s.idle() && s.settledAt < flushAt {
-			flushAt = s.settledAt
+		if settled := s.flushSettledAt(); s.flushReady() && settled < flushAt {
+			flushAt = settled
 		}
 		if !due || flushAt < at {
 			at, due = flushAt, true

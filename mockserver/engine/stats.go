@@ -84,3 +84,46 @@ func (s *scheduler) stats() Stats {
 		Idle:                s.idle(),
 	}
 }
+
+// sumStats is the deployment's snapshot from its ranks': counts, tokens
+// and throughputs add up; the speculative averages are over every rank's
+// rounds, the cache hit rate the ranks' mean, and the clock the latest.
+// One rank's is its own.
+func sumStats(ranks []Stats) Stats {
+	if len(ranks) == 1 {
+		return ranks[0]
+	}
+	var t Stats
+	t.Idle = true
+	var specTokens float64
+	for _, st := range ranks {
+		t.Requests += st.Requests
+		t.Aborted += st.Aborted
+		t.PromptTokens += st.PromptTokens
+		t.CachedTokens += st.CachedTokens
+		t.GenerationTokens += st.GenerationTokens
+		t.Now = max(t.Now, st.Now)
+		t.Running += st.Running
+		t.Queued += st.Queued
+		t.Prefilling += st.Prefilling
+		t.ChunkedPending += st.ChunkedPending
+		t.QueuedTokens += st.QueuedTokens
+		t.KVUsed += st.KVUsed
+		t.KVFree += st.KVFree
+		t.KVCapacity += st.KVCapacity
+		t.CacheTokens += st.CacheTokens
+		t.CacheEvictable += st.CacheEvictable
+		t.CacheProtected += st.CacheProtected
+		t.LastGenThroughput += st.LastGenThroughput
+		t.LastCacheHitRate += st.LastCacheHitRate / float64(len(ranks))
+		t.SpecRounds += st.SpecRounds
+		specTokens += st.AvgSpecAcceptLength * float64(st.SpecRounds)
+		t.SpecAcceptLength += st.SpecAcceptLength / float64(len(ranks))
+		t.SpecAcceptRate += st.SpecAcceptRate / float64(len(ranks))
+		t.Idle = t.Idle && st.Idle
+	}
+	if t.SpecRounds > 0 {
+		t.AvgSpecAcceptLength = specTokens / float64(t.SpecRounds)
+	}
+	return t
+}

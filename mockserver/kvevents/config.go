@@ -40,6 +40,8 @@ type Config struct {
 	// is SGLang's default, the empty topic (sglmock fleet gives each
 	// replica RouterTopic instead).
 	Topic *string `json:"topic"`
+	// dpRank is the attention-DP rank ForRank made the config for.
+	dpRank int
 }
 
 // Defaults are SGLang's KVEventsConfig defaults.
@@ -167,4 +169,48 @@ func (c Config) TopicOr(def string) string {
 		return *c.Topic
 	}
 	return def
+}
+
+// ForRank is the config of the publisher of attention-DP rank rank, as
+// SGLang's ZmqEventPublisher makes it (offset_endpoint_port, applied to
+// the endpoint and the replay endpoint): rank 0's is the config itself; a
+// tcp:// port is offset by the rank; an inproc:// name gets "_dp" and the
+// rank; any other endpoint is refused with SGLang's error. Its batches
+// carry the rank.
+func (c Config) ForRank(rank int) (Config, error) {
+	c.dpRank = rank
+	ep, err := offsetEndpoint(c.Endpoint, rank)
+	if err != nil {
+		return Config{}, err
+	}
+	c.Endpoint = ep
+	if c.ReplayEndpoint != nil {
+		replay, err := offsetEndpoint(*c.ReplayEndpoint, rank)
+		if err != nil {
+			return Config{}, err
+		}
+		c.ReplayEndpoint = &replay
+	}
+	return c, nil
+}
+
+// offsetEndpoint is SGLang's offset_endpoint_port.
+func offsetEndpoint(ep string, rank int) (string, error) {
+	switch {
+	case ep == "" || rank == 0:
+		return ep, nil
+	case strings.Contains(ep, "inproc"):
+		return fmt.Sprintf("%s_dp%d", ep, rank), nil
+	case strings.Contains(ep, "tcp"):
+		i := strings.LastIndexByte(ep, ':')
+		if i < 0 {
+			return ep, nil
+		}
+		port, err := strconv.Atoi(ep[i+1:])
+		if err != nil {
+			return "", fmt.Errorf("--kv-events-config: endpoint %q: the port is no integer, so DP rank %d's cannot be offset", ep, rank)
+		}
+		return fmt.Sprintf("%s:%d", ep[:i], port+rank), nil
+	}
+	return "", fmt.Errorf("--kv-events-config: endpoint %q for DP rank %d: Invalid endpoint: must contain 'inproc' or 'tcp' (SGLang offsets each rank's port)", ep, rank)
 }

@@ -65,7 +65,10 @@
 // on loopback only, which SGLang cannot express. A socket bound on every
 // interface is logged as a warning, since BlockStored carries the prompts'
 // token ids. An ipc:// socket file left by a killed process is removed
-// before binding, as libzmq's bind does. The topic defaults to
+// before binding, as libzmq's bind does. A deployment of several DP
+// ranks runs a publisher a rank, each on the endpoint offset as SGLang's
+// offset_endpoint_port offsets it (Config.ForRank: a TCP port plus the
+// attention-DP rank), its batches carrying that rank. The topic defaults to
 // SGLang's, the empty topic, so a router tells replicas apart only by a
 // topic the operator sets; sglmock fleet sets kv@<host>:<port>@<served
 // model name>, the llm-d router's convention, on every replica

@@ -128,7 +128,7 @@ func TestReplayedEventsMatchTheCache(t *testing.T) {
 					t.Helper()
 					synctest.Wait()
 					rep.apply(t, capture.take(), topic)
-					pages, err := m.Engine().CachePages()
+					pages, err := m.Engine().CachePages(0)
 					if err != nil {
 						t.Fatal(err)
 					}

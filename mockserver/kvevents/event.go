@@ -93,7 +93,8 @@ type Batch struct {
 	TS     float64
 	Events []Event
 	// DPRank is the data-parallel rank of the publishing scheduler
-	// (attn_dp_rank), always 0 in the mock.
+	// (attn_dp_rank: its DP rank under DP attention, else 0; see
+	// Config.ForRank).
 	DPRank int
 }
 

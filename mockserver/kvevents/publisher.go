@@ -65,9 +65,10 @@ const (
 // gap as it sees a high-water-mark drop (the replay socket cannot resend
 // it). The queue grows as batches come: an idle publisher holds nothing.
 type Publisher struct {
-	topic []byte
-	out   Transport
-	log   *slog.Logger
+	topic  []byte
+	out    Transport
+	log    *slog.Logger
+	dpRank int // every batch's DPRank (Config.ForRank)
 
 	// Engine goroutine only.
 	pending      []Event
@@ -111,6 +112,7 @@ func NewPublisher(cfg Config, topic string, out Transport, log *slog.Logger) *Pu
 		topic:    []byte(topic),
 		out:      out,
 		log:      log,
+		dpRank:   cfg.dpRank,
 		maxQueue: cfg.MaxQueueSize,
 		maxBytes: MaxQueueBytes,
 		wake:     make(chan struct{}, 1),
@@ -198,7 +200,7 @@ func (p *Publisher) Publish(at time.Time) {
 	if len(p.pending) == 0 {
 		return
 	}
-	q := queued{seq: p.nextSeq, batch: Batch{TS: float64(at.Unix()) + float64(at.Nanosecond())/1e9, Events: p.pending}, bytes: p.pendingBytes}
+	q := queued{seq: p.nextSeq, batch: Batch{TS: float64(at.Unix()) + float64(at.Nanosecond())/1e9, Events: p.pending, DPRank: p.dpRank}, bytes: p.pendingBytes}
 	p.nextSeq++
 	p.pending, p.pendingBytes = nil, 0
 	p.batches.Add(1)

@@ -38,7 +38,7 @@ func (p *Profile) worstPrefillSeconds() float64 {
 	if !chunked {
 		tokens = max(tokens, p.ContextLength)
 	}
-	chunks := float64(min(max(p.MaxRunningRequests, 1), max(tokens, 1)))
+	chunks := float64(min(max(p.RankMaxRunningRequests(), 1), max(tokens, 1)))
 	c := p.Prefill
 	ctx, t := float64(p.ContextLength), float64(tokens)
 	if len(c.Table) > 0 {
@@ -50,7 +50,7 @@ func (p *Profile) worstPrefillSeconds() float64 {
 // worstDecodeSeconds bounds the cost of the largest decode round: every
 // request slot running, their contexts filling the KV pool.
 func (p *Profile) worstDecodeSeconds() float64 {
-	return p.DecodeRoundSeconds(max(p.MaxRunningRequests, 1), p.MaxTotalTokens)
+	return p.DecodeRoundSeconds(max(p.RankMaxRunningRequests(), 1), p.MaxTotalTokens)
 }
 
 // PrefillChunkSeconds is the cost of one prefill chunk of m new tokens for a
@@ -86,14 +86,15 @@ func (p *Profile) DecodeRoundSeconds(batch, ctx int) float64 {
 	return s
 }
 
-// ChunkBudget is the most prompt tokens one prefill batch takes, and whether
-// a longer prompt is split into chunks (SGLang's chunked prefill) rather than
-// run whole.
+// ChunkBudget is the most prompt tokens one prefill batch of one rank
+// takes, and whether a longer prompt is split into chunks (SGLang's chunked
+// prefill) rather than run whole.
 func (p *Profile) ChunkBudget() (tokens int, chunked bool) {
-	if p.ChunkedPrefillSize == -1 {
+	chunk := p.RankChunkedPrefillSize()
+	if chunk == -1 {
 		return p.MaxPrefillTokens, false
 	}
-	return min(p.ChunkedPrefillSize, p.MaxPrefillTokens), true
+	return min(chunk, p.MaxPrefillTokens), true
 }
 
 // Chunks splits a lone request's prefill of extend tokens after prefix

@@ -30,6 +30,9 @@ type Flags struct {
 	specAlgorithm                                            string
 	seed                                                     uint64
 	disableOverlap                                           bool
+	tpSize, dpSize                                           int
+	dpAttention                                              bool
+	loadBalance                                              string
 }
 
 // RegisterFlags defines the profile flags on fs.
@@ -49,6 +52,12 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.specDraft, "speculative-num-draft-tokens", 0, "override the tokens verified per round")
 	fs.BoolVar(&f.disableOverlap, "disable-overlap-schedule", false, "disable SGLang's overlap scheduler, which keeps the last batch "+
 		"busy for /flush_cache about one decode step after a response: sets flush_busy_after_finish_s to 0")
+	fs.IntVar(&f.tpSize, "tp-size", 0, "override the GPUs of one tensor-parallel group; with --enable-dp-attention a multiple of --dp-size")
+	fs.IntVar(&f.dpSize, "dp-size", 0, "override the DP ranks: schedulers with a KV pool and radix cache each, behind SGLang's data-parallel controller")
+	fs.BoolVar(&f.dpAttention, "enable-dp-attention", false, "DP attention: the DP ranks run every iteration together, each with chunked prefill and "+
+		"running requests divided by --dp-size (SGLang's rule; needs --tp-size a multiple of --dp-size)")
+	fs.StringVar(&f.loadBalance, "load-balance-method", "", "how the controller picks a DP rank: auto (round_robin), round_robin, "+
+		"total_requests or total_tokens (default: the profile's, else auto; SGLang's follow_bootstrap_room needs PD disaggregation, which is not modelled)")
 	seedUsage := "override the profile's seed (acceptance draws, jitter)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
@@ -71,6 +80,8 @@ func (f *Flags) Apply(p *Profile) error {
 		{"max-prefill-tokens", &p.MaxPrefillTokens, f.maxPrefill},
 		{"max-running-requests", &p.MaxRunningRequests, f.maxRunning},
 		{"max-total-tokens", &p.MaxTotalTokens, f.maxTotal},
+		{"tp-size", &p.TPSize, f.tpSize},
+		{"dp-size", &p.DPSize, f.dpSize},
 	}
 	for _, x := range ints {
 		if set[x.flag] {
@@ -79,6 +90,12 @@ func (f *Flags) Apply(p *Profile) error {
 	}
 	if set["seed"] || set["random-seed"] {
 		p.Seed = f.seed
+	}
+	if f.dpAttention {
+		p.EnableDPAttention = true
+	}
+	if set["load-balance-method"] {
+		p.LoadBalanceMethod = f.loadBalance
 	}
 	if f.disableOverlap {
 		p.FlushBusyAfterFinishS = 0

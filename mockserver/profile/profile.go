@@ -38,6 +38,16 @@ type Profile struct {
 	// model stops. 0 (absent) means DefaultMaxOutputTokens; see OutputCap.
 	MaxOutputTokens int `yaml:"max_output_tokens,omitempty" json:"max_output_tokens,omitempty"`
 
+	// Parallelism (dp.go): dp_size DP ranks, each a scheduler with its own
+	// KV pool of max_total_tokens and radix cache; with
+	// enable_dp_attention they share one tensor-parallel group of tp_size
+	// GPUs and run every iteration together. load_balance_method is how
+	// the controller picks a rank. Unset: one rank.
+	TPSize            int    `yaml:"tp_size,omitempty" json:"tp_size,omitempty"`
+	DPSize            int    `yaml:"dp_size,omitempty" json:"dp_size,omitempty"`
+	EnableDPAttention bool   `yaml:"enable_dp_attention,omitempty" json:"enable_dp_attention,omitempty"`
+	LoadBalanceMethod string `yaml:"load_balance_method,omitempty" json:"load_balance_method,omitempty"`
+
 	// AddBOSToken makes the tokenizer begin every text prompt (/generate
 	// text, completion prompt strings, chat) with a BOS token, as Llama's
 	// does; prompts sent as input_ids are taken as they are.
@@ -338,6 +348,7 @@ func (p *Profile) Validate() error {
 	v.check(p.MaxPrefillTokens >= max(p.PageSize, 1), "max_prefill_tokens", p.MaxPrefillTokens,
 		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
 	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
+	v.validateDP(p)
 	v.check(p.MaxOutputTokens >= 0, "max_output_tokens", p.MaxOutputTokens, "must be >= 0 (0: the default)")
 	v.check(p.ChatTemplate == "" || slices.Contains(tokenizer.ChatTemplates(), p.ChatTemplate), "chat_template", p.ChatTemplate,
 		"must be one of "+strings.Join(tokenizer.ChatTemplates(), ", ")+" (a loaded tokenizer brings its own)")

@@ -1,0 +1,304 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/sim"
+)
+
+// dpProfile is the default profile on two DP-attention ranks (tp 2).
+func dpProfile(t *testing.T) *profile.Profile {
+	p := mocktest.Profile(t, "default")
+	p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+	return p
+}
+
+// generateMeta posts body to /generate and returns the answer's meta_info.
+func generateMeta(t *testing.T, ts *mocktest.Mock, body string, header ...string) (int, map[string]any, string) {
+	t.Helper()
+	code, out, _ := ts.Do(t, "POST", "/generate", body, header...)
+	if code != 200 {
+		return code, nil, out
+	}
+	var resp struct {
+		MetaInfo map[string]any `json:"meta_info"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatal(err)
+	}
+	return code, resp.MetaInfo, out
+}
+
+// TestGenerateNamesAndPinsTheRank: meta_info carries the rank that ran the
+// request; routed_dp_rank pins it, data_parallel_rank is its deprecated
+// name, which routed_dp_rank wins over; a rank the deployment lacks is
+// refused with the tokenizer manager's message. The warmup request takes
+// rank 0 through the controller like any other.
+func TestGenerateNamesAndPinsTheRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
+		if err := ts.Warmup(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i, tc := range []struct {
+			fields string
+			want   float64
+		}{
+			{``, 1}, // the warmup took rank 0
+			{``, 0},
+			{`, "routed_dp_rank": 1`, 1},
+			{`, "data_parallel_rank": 1`, 1},
+			{`, "routed_dp_rank": 0, "data_parallel_rank": 1`, 0},
+			{``, 1}, // pinned requests do not move the round robin
+		} {
+			body := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 2}%s}`, jsonOf(ids(i, 20)), tc.fields)
+			code, meta, out := generateMeta(t, ts, body)
+			if code != 200 || meta["dp_rank"] != tc.want {
+				t.Fatalf("request %d%s: got %d, dp_rank %v (%s), want rank %v", i+1, tc.fields, code, meta["dp_rank"], out, tc.want)
+			}
+		}
+		code, body, _ := ts.Do(t, "POST", "/generate", `{"text": "hi", "routed_dp_rank": 2}`)
+		if want := `{"error":{"message":"routed_dp_rank=2 out of range [0, 2)"}}`; code != 400 || body != want {
+			t.Fatalf("rank 2 of 2: got %d %s, want 400 %s", code, body, want)
+		}
+	})
+}
+
+// TestOneRankHasNoDPRank: a deployment of one rank adds no dp_rank to
+// meta_info, and takes routed_dp_rank 0 (SGLang ignores it) but not 1.
+func TestOneRankHasNoDPRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{})
+		code, meta, out := generateMeta(t, ts, `{"text": "hi", "routed_dp_rank": 0, "sampling_params": {"max_new_tokens": 1}}`)
+		if _, has := meta["dp_rank"]; code != 200 || has {
+			t.Fatalf("one rank: got %d %s, want no dp_rank", code, out)
+		}
+		code, body, _ := ts.Do(t, "POST", "/generate", `{"text": "hi", "routed_dp_rank": 1}`)
+		if want := `{"error":{"message":"routed_dp_rank=1 out of range [0, 1)"}}`; code != 400 || body != want {
+			t.Fatalf("rank 1 of 1: got %d %s, want 400 %s", code, body, want)
+		}
+	})
+}
+
+// TestOpenAIRankHeader: on the OpenAI routes X-Data-Parallel-Rank wins over
+// the body's routed_dp_rank, and a header that is no integer is refused
+// with SGLang's detail.
+func TestOpenAIRankHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
+		for i, tc := range []struct {
+			path, body string
+			header     []string
+			want       int
+		}{
+			{"/v1/completions", `{"prompt": "one", "max_tokens": 1, "routed_dp_rank": 1}`, nil, 1},
+			{"/v1/completions", `{"prompt": "two", "max_tokens": 1, "routed_dp_rank": 1}`, []string{"X-Data-Parallel-Rank", "0"}, 0},
+			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "three"}], "max_tokens": 1, "data_parallel_rank": 1}`, nil, 1},
+			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "four"}], "max_tokens": 1}`, []string{"x-data-parallel-rank", " 1 "}, 1},
+		} {
+			if code, body, _ := ts.Do(t, "POST", tc.path, tc.body, tc.header...); code != 200 {
+				t.Fatalf("request %d: got %d %s", i+1, code, body)
+			}
+			truths := ts.Engine().Truths()
+			if got := truths[len(truths)-1].DPRank; got != tc.want {
+				t.Fatalf("request %d: ran on rank %d, want %d", i+1, got, tc.want)
+			}
+		}
+		code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "X-Data-Parallel-Rank", "one")
+		if want := `{"detail":"Invalid X-Data-Parallel-Rank header: must be an integer, got 'one'"}`; code != 400 || body != want {
+			t.Fatalf("bad header: got %d %s, want 400 %s", code, body, want)
+		}
+	})
+}
+
+// TestLoadsPerRank: /v1/loads and /get_load give one entry a rank, in
+// rank order; ?dp_rank= keeps one (none for a rank the server lacks), the
+// aggregate sums and averages over the entries kept, and the Prometheus
+// form has a line a rank under each gauge. Each rank runs
+// max_running_requests / dp_size requests.
+func TestLoadsPerRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
+		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 10000}}`, jsonOf(ids(1, 100))))
+		time.Sleep(100 * time.Millisecond) // virtual: it decodes on rank 1
+		_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
+		mocktest.Golden(t, "loads/dp.json", []byte(body+"\n"))
+		var loads struct {
+			Count int `json:"dp_rank_count"`
+			Loads []struct {
+				Rank       int `json:"dp_rank"`
+				Running    int `json:"num_running_reqs"`
+				MaxRunning int `json:"max_running_requests"`
+			} `json:"loads"`
+			Aggregate struct {
+				Running int `json:"total_running_reqs"`
+			} `json:"aggregate"`
+		}
+		json.Unmarshal([]byte(body), &loads)
+		if loads.Count != 2 || loads.Loads[0].Rank != 0 || loads.Loads[1].Rank != 1 || loads.Loads[0].Running != 0 ||
+			loads.Loads[1].Running != 1 || loads.Loads[1].MaxRunning != 128 || loads.Aggregate.Running != 1 {
+			t.Fatalf("/v1/loads: %s", body)
+		}
+		for _, tc := range []struct {
+			query string
+			want  []int
+		}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}} {
+			_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
+			loads.Loads = nil
+			json.Unmarshal([]byte(body), &loads)
+			var got []int
+			for _, l := range loads.Loads {
+				got = append(got, l.Rank)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) || loads.Count != len(tc.want) {
+				t.Fatalf("/v1/loads%s: got ranks %v (count %d), want %v", tc.query, got, loads.Count, tc.want)
+			}
+		}
+		_, body, _ = ts.Do(t, "GET", "/v1/loads?format=prometheus&include=core", "")
+		mocktest.Golden(t, "loads/dp.prom", []byte(body))
+		_, body, _ = ts.Do(t, "GET", "/get_load", "")
+		var gl []struct {
+			Rank int `json:"dp_rank"`
+			Reqs int `json:"num_reqs"`
+		}
+		json.Unmarshal([]byte(body), &gl)
+		if len(gl) != 2 || gl[0].Rank != 0 || gl[0].Reqs != 0 || gl[1].Rank != 1 || gl[1].Reqs != 1 {
+			t.Fatalf("/get_load: %s", body)
+		}
+		ts.Engine().AbortAll()
+	})
+}
+
+// TestServerInfoPerRank: internal_states has one state a rank, each with
+// the requests a rank may run; the args say the parallelism, the chunked
+// prefill size as SGLang divides it, and kv_events the ranks a router
+// subscribes to.
+func TestServerInfoPerRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t),
+			KVEvents: &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://*:5557"}})
+		_, body, _ := ts.Do(t, "GET", "/server_info", "")
+		var info struct {
+			TP         int    `json:"tp_size"`
+			DP         int    `json:"dp_size"`
+			Attention  bool   `json:"enable_dp_attention"`
+			Method     string `json:"load_balance_method"`
+			Chunked    int    `json:"chunked_prefill_size"`
+			MaxRunning int    `json:"max_running_requests"`
+			MaxTotal   int    `json:"max_total_num_tokens"`
+			KVEvents   struct {
+				DPSize int `json:"dp_size"`
+			} `json:"kv_events"`
+			Internal []struct {
+				PerDP    int `json:"effective_max_running_requests_per_dp"`
+				Capacity struct {
+					Tokens int `json:"token_capacity"`
+				} `json:"memory_usage"`
+			} `json:"internal_states"`
+		}
+		if err := json.Unmarshal([]byte(body), &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.TP != 2 || info.DP != 2 || !info.Attention || info.Method != "round_robin" || info.Chunked != 4096 ||
+			info.MaxRunning != 256 || info.MaxTotal != 262144 || info.KVEvents.DPSize != 2 || len(info.Internal) != 2 ||
+			info.Internal[1].PerDP != 128 || info.Internal[1].Capacity.Tokens != 262144 {
+			t.Fatalf("/server_info: %+v", info)
+		}
+	})
+}
+
+// TestMetricsPerRank: each rank's scheduler gauges carry its dp_rank and
+// tp_rank; the tokenizer's counters are the deployment's.
+func TestMetricsPerRank(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t), EnableMetrics: true})
+		ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 3}}`, jsonOf(ids(1, 40))))
+		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		for _, want := range []string{
+			`sglang:max_total_num_tokens{dp_rank="0",engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 262144`,
+			`sglang:realtime_tokens_total{dp_rank="1",engine_type="unified",mode="prefill_compute",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="1"} 40`,
+			`sglang:realtime_tokens_total{dp_rank="0",engine_type="unified",mode="prefill_compute",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 0`,
+			`sglang:prompt_tokens_total{model_name="sglmock/small-1b"} 40`,
+		} {
+			if !strings.Contains(body, want+"\n") {
+				t.Fatalf("/metrics lacks %s:\n%s", want, body)
+			}
+		}
+	})
+}
+
+// TestSimShowsRanks: /sim/requests and /sim/requests/{rid} name the rank
+// of each request, and /sim/flushes each rank's answer: the flush answered
+// 200 while rank 1, busy, refused it.
+func TestSimShowsRanks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := dpProfile(t)
+		p.FlushBusyAfterFinishS = 0 // an idle rank flushes while the other runs
+		ts := mocktest.Start(t, api.Config{Profile: p})
+		ts.Do(t, "POST", "/generate", `{"text": "a", "rid": "r0", "sampling_params": {"max_new_tokens": 1}}`)
+		go ts.Send("POST", "/generate", `{"text": "b", "rid": "r1", "sampling_params": {"max_new_tokens": 200}}`)
+		time.Sleep(50 * time.Millisecond)
+		if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != 200 {
+			t.Fatalf("flush: got %d %s, want rank 0's 200", code, body)
+		}
+		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+		var flushes []sim.Flush
+		json.Unmarshal([]byte(body), &flushes)
+		if len(flushes) != 1 || !flushes[0].OK || len(flushes[0].Ranks) != 2 || !flushes[0].Ranks[0].OK || flushes[0].Ranks[1].OK ||
+			flushes[0].Ranks[1].Outcome != "Cache not flushed because there are pending requests." || flushes[0].Ranks[1].Running != 1 {
+			t.Fatalf("/sim/flushes: %s", body)
+		}
+		ts.Engine().AbortAll()
+		_, body, _ = ts.Do(t, "GET", "/sim/requests/r0", "")
+		if !strings.HasSuffix(body, `,"dp_rank":0}`) {
+			t.Fatalf("/sim/requests/r0: %s", body)
+		}
+		time.Sleep(time.Second)
+		_, body, _ = ts.Do(t, "GET", "/sim/requests", "")
+		var reqs []sim.RequestSummary
+		json.Unmarshal([]byte(body), &reqs)
+		if len(reqs) != 2 || *reqs[0].DPRank != 0 || *reqs[1].DPRank != 1 {
+			t.Fatalf("/sim/requests: %s", body)
+		}
+	})
+}
+
+// TestBuiltinDPProfile: the built-in DP-attention profile serves eight
+// ranks, each with its own pool, a share of the running requests and of
+// the chunked prefill.
+func TestBuiltinDPProfile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "deepseek-v3-h200x8-dp8")})
+		_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
+		var loads struct {
+			Count int `json:"dp_rank_count"`
+			Loads []struct {
+				Rank       int `json:"dp_rank"`
+				Pool       int `json:"max_total_num_tokens"`
+				MaxRunning int `json:"max_running_requests"`
+			} `json:"loads"`
+		}
+		json.Unmarshal([]byte(body), &loads)
+		if loads.Count != 8 || len(loads.Loads) != 8 {
+			t.Fatalf("/v1/loads: %s", body)
+		}
+		for r, l := range loads.Loads {
+			if l.Rank != r || l.Pool != 500000 || l.MaxRunning != 128 {
+				t.Fatalf("/v1/loads rank %d: %+v", r, l)
+			}
+		}
+		_, body, _ = ts.Do(t, "GET", "/server_info", "")
+		if !strings.Contains(body, `"chunked_prefill_size":1024,`) {
+			t.Fatalf("/server_info: want chunked_prefill_size 1024 (8192 / 8): %s", body)
+		}
+	})
+}
