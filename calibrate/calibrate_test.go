@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
@@ -126,21 +127,7 @@ func TestRecoversAKnownProfile(t *testing.T) {
 		if !res.Accuracy.Known() || res.Accuracy.Sizes != 5 || res.Accuracy.Max > 1e-6 {
 			t.Errorf("cached %v: accuracy %+v, want every size predicted exactly by the others", cached, res.Accuracy)
 		}
-		got, want := res.Profile, truth
-		for _, c := range []struct {
-			name      string
-			got, want float64
-		}{
-			{"prefill.overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
-			{"prefill.per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
-			{"prefill.attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
-			{"decode.step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
-			{"decode.per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
-		} {
-			if math.Abs(c.got-c.want) > 1e-6*c.want {
-				t.Errorf("cached %v: %s: got %.9g, want %.9g", cached, c.name, c.got, c.want)
-			}
-		}
+		mocktest.CheckCosts(t, res.Profile, truth, 1e-6)
 	}
 }
 

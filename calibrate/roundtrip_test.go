@@ -96,21 +96,7 @@ func TestRoundTripBenchCalibrateBench(t *testing.T) {
 			t.Fatalf("got %s/%s with largest residual %g, leave-one-out %g; want formulas that reproduce and predict the rows exactly",
 				fit.PrefillForm, fit.DecodeForm, maxErr(fit), fit.Accuracy.Max)
 		}
-		got, want := fit.Profile, deployment
-		for _, c := range []struct {
-			name      string
-			got, want float64
-		}{
-			{"overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
-			{"per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
-			{"attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
-			{"step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
-			{"per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
-		} {
-			if math.Abs(c.got-c.want) > 1e-6*c.want {
-				t.Errorf("%s: got %.9g, want %.9g", c.name, c.got, c.want)
-			}
-		}
+		mocktest.CheckCosts(t, fit.Profile, deployment, 1e-6)
 
 		second := bench(t, fit.Profile, points)
 		again, err := calibrate.ReadCSV(bytes.NewReader(second), "again.csv")
