@@ -190,7 +190,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 		}
 	})
 	if o.calibrateAfter != "" {
-		if err := o.checkCalibrateAfter(fs, *profileName, profileFlags, fit); err != nil {
+		if err := o.checkCalibrateAfter(*profileName, profileFlags, fit); err != nil {
 			return nil, err
 		}
 	} else if err := noFitFlags(fs); err != nil {
@@ -217,7 +217,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 
 // checkCalibrateAfter checks --calibrate-after's flags and loads the
 // fit's base profile.
-func (o *benchOptions) checkCalibrateAfter(fs *flag.FlagSet, profileName string, flags *profile.Flags, fit fitOptions) error {
+func (o *benchOptions) checkCalibrateAfter(profileName string, flags *profile.Flags, fit fitOptions) error {
 	if o.dryRun {
 		return errors.New("--calibrate-after fits what a sweep measured, and --dry-run sends nothing")
 	}
