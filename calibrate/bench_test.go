@@ -9,10 +9,10 @@ import (
 	"github.com/sglmock/sglmock/internal/cputime"
 )
 
-// noisyRows are n rows at distinct prompt sizes whose times are the
+// bentRows are n rows at distinct prompt sizes whose times are the
 // base's, bent by up to 20 % in a pattern no formula follows: every form,
 // both tables included, is tried on them.
-func noisyRows(b *testing.B, n int) []byte {
+func bentRows(b *testing.B, n int) []byte {
 	base := load(b, "kimi-k2.6-rtx6000")
 	var csv bytes.Buffer
 	csv.WriteString("ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n")
@@ -26,21 +26,22 @@ func noisyRows(b *testing.B, n int) []byte {
 
 // BenchmarkCalibrate100k reads and fits 100,000 rows, and, as its baseline
 // in the same run, 1,000: the time of the whole (wall and CPU) and the
-// ratio of their costs per row, which stays at or below 1 (the tables are
-// fitted through at most maxObservations pooled legs, the least squares
-// reduced once; before, the same 100,000 rows took over ten minutes, a
-// table of a point per row being scanned for every decode round). Run it
-// with -benchtime 1x.
+// ratio of their costs per row, which stays at or below 1: the tables are
+// fitted through at most maxSpans pooled legs, the least squares are
+// normal equations summed once, and leaving a prompt size out subtracts
+// its own legs' (a table is refitted for leave-one-out at 64 sizes at
+// most). A table of a point per row, scanned for every decode round, took
+// over ten minutes for these rows. Run it with -benchtime 1x.
 func BenchmarkCalibrate100k(b *testing.B) {
 	base := load(b, "kimi-k2.6-rtx6000")
-	small, large := noisyRows(b, 1000), noisyRows(b, 100000)
+	small, large := bentRows(b, 1000), bentRows(b, 100000)
 	fit := func(csv []byte) time.Duration {
 		start := time.Now()
 		rows, err := ReadCSV(bytes.NewReader(csv), "rows.csv")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Fit(rows, base, "x"); err != nil {
+		if _, err := Fit(rows, base, Options{Name: "x"}); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)

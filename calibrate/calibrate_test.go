@@ -3,10 +3,12 @@ package calibrate
 import (
 	"errors"
 	"math"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/sglmock/sglmock/mockserver/mocktest"
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
@@ -19,6 +21,22 @@ func load(t testing.TB, name string) *profile.Profile {
 	return p
 }
 
+// report is a fit's report, for messages.
+func report(r *Result) string {
+	var b strings.Builder
+	r.WriteReport(&b)
+	return b.String()
+}
+
+// maxErr is the largest relative residual over the legs.
+func maxErr(r *Result) float64 {
+	m := 0.0
+	for _, l := range r.Legs {
+		m = max(m, math.Abs(l.Err()))
+	}
+	return m
+}
+
 // The original benchmark's naive run: leg b reused the prompt.
 const originalCSV = `ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
 1024,1407,0.46,0.20,1,17,true
@@ -26,36 +44,51 @@ const originalCSV = `ctx_req,prompt_tok,t_a,t_b,a,b,b_cached
 32768,45507,23.72,4.26,1,17,true
 `
 
-func TestOriginalRowsReproduceWithinTolerance(t *testing.T) {
+// Three rows (six legs) leave the formulas one degree of freedom, and
+// no table: a decode table of three points would have as many parameters
+// as legs. The formulas leave a misfit their noise does not explain, and
+// the report says so; --table passes through every row, and says that it
+// checks nothing.
+func TestOriginalRows(t *testing.T) {
 	rows, err := ReadCSV(strings.NewReader(originalCSV), "original.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), "original-fit")
+	res, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), Options{Name: "original-fit"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.MaxError > Tolerance {
-		var b strings.Builder
-		res.WriteReport(&b)
-		t.Fatalf("largest residual %.2f %%, want <= 5 %%:\n%s", 100*res.MaxError, b.String())
+	if res.PrefillForm != Formula || res.DecodeForm != Formula || res.Within() || res.DoF != 1 || res.Parameters != 5 || res.Distinct != 6 {
+		t.Fatalf("got %s/%s, within %v, %d degrees of freedom, %d parameters for %d legs; want formulas, 1 degree of freedom, "+
+			"outside the noise:\n%s", res.PrefillForm, res.DecodeForm, res.Within(), res.DoF, res.Parameters, res.Distinct, report(res))
 	}
-	// Three prefill coefficients and a decode table of three points for
-	// six legs: the residual is 0 by construction, and the report says
-	// that it checks nothing rather than that the rows are within 5 %.
-	var report strings.Builder
-	res.WriteReport(&report)
-	if !res.Exact() || res.Parameters != 6 || res.Legs != 6 ||
-		!strings.Contains(report.String(), "which checks nothing: 6 parameters for 6 measured legs") || strings.Contains(report.String(), "within the") {
-		t.Errorf("exact %v, %d parameters, %d legs, report:\n%s\nwant an exact fit of 6 for 6, said to check nothing", res.Exact(), res.Parameters, res.Legs, report.String())
+	if res.Accuracy.Known() || res.Accuracy.Need != 1 {
+		t.Errorf("got accuracy %+v, want unknown, one prompt size short", res.Accuracy)
 	}
-	// The fitted profile is a valid profile file.
-	again, err := profile.Parse(strings.NewReader(string(res.Profile.YAML())), "x")
+	for _, tt := range res.AlsoTried {
+		if tt.Allowed {
+			t.Errorf("tried %+v as allowed; want every table refused with 6 legs", tt)
+		}
+	}
+
+	exact, err := Fit(rows, load(t, "kimi-k2.6-rtx6000"), Options{Name: "original-fit", Table: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := report(exact)
+	if !exact.Exact() || exact.PrefillForm != Table || exact.DecodeForm != Table || maxErr(exact) > 1e-6 ||
+		!strings.Contains(text, "7 parameters for 6 distinct legs pass through every row by construction") {
+		t.Errorf("--table: exact %v, forms %s/%s, largest residual %g; want tables through every row, said to check nothing:\n%s",
+			exact.Exact(), exact.PrefillForm, exact.DecodeForm, maxErr(exact), text)
+	}
+	// The fitted profile is a valid profile file, with its calibration.
+	again, err := profile.Parse(strings.NewReader(string(exact.Profile.YAML())), "x")
 	if err != nil {
 		t.Fatalf("the fitted profile does not parse back: %v", err)
 	}
-	if again.Name != "original-fit" || again.Speculative == nil || again.Speculative.Algorithm != "DDTREE" {
-		t.Fatalf("got %+v, want the base's speculative decoding under the new name", again)
+	if again.Name != "original-fit" || again.Speculative == nil || again.Speculative.Algorithm != "DDTREE" ||
+		*again.Calibration != (profile.Calibration{MinPromptTokens: 1407, MaxPromptTokens: 45507}) {
+		t.Fatalf("got %+v (calibration %+v), want the base's speculative decoding under the new name, calibrated on 1407..45507", again, again.Calibration)
 	}
 }
 
@@ -79,46 +112,41 @@ func TestRecoversAKnownProfile(t *testing.T) {
 	truth.Decode = profile.DecodeCost{StepOverheadS: 0.006, PerSeqS: 2e-5, PerCtxTokenS: 3.3e-9}
 	for _, cached := range []bool{false, true} {
 		rows := rowsFrom(truth, []int{500, 3000, 9000, 17000, 30000}, cached)
-		res, err := Fit(rows, load(t, "default"), "x")
+		res, err := Fit(rows, load(t, "default"), Options{Name: "x"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.PrefillForm != Formula || res.DecodeForm != Formula {
-			t.Fatalf("cached %v: got forms %s/%s, want formulas for rows the formulas generated", cached, res.PrefillForm, res.DecodeForm)
+		if res.PrefillForm != Formula || res.DecodeForm != Formula || !res.Within() {
+			t.Fatalf("cached %v: got forms %s/%s, within %v; want formulas for rows the formulas generated", cached, res.PrefillForm, res.DecodeForm, res.Within())
 		}
-		if res.Exact() || res.Parameters != 5 || res.Legs != 10 {
-			t.Errorf("cached %v: exact %v with %d parameters for %d legs, want a check: 5 for 10", cached, res.Exact(), res.Parameters, res.Legs)
+		if res.Exact() || res.Parameters != 5 || res.Distinct != 10 || res.DoF != 5 {
+			t.Errorf("cached %v: exact %v with %d parameters for %d legs, %d degrees of freedom; want a check: 5 for 10, 5 left", cached, res.Exact(), res.Parameters, res.Distinct, res.DoF)
 		}
-		got, want := res.Profile, truth
-		for _, c := range []struct {
-			name      string
-			got, want float64
-		}{
-			{"prefill.overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
-			{"prefill.per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
-			{"prefill.attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
-			{"decode.step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
-			{"decode.per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
-		} {
-			if math.Abs(c.got-c.want) > 0.01*c.want {
-				t.Errorf("cached %v: %s: got %.6g, want %.6g within 1 %%", cached, c.name, c.got, c.want)
-			}
+		// Rows the formulas generated are predicted exactly without any
+		// of their prompt sizes.
+		if !res.Accuracy.Known() || res.Accuracy.Sizes != 5 || res.Accuracy.Max > 1e-6 {
+			t.Errorf("cached %v: accuracy %+v, want every size predicted exactly by the others", cached, res.Accuracy)
 		}
+		mocktest.CheckCosts(t, res.Profile, truth, 1e-6)
 	}
 }
 
-// Rows a formula cannot fit within 5 % switch that part to a table, which
-// goes through every row.
+// Rows a formula cannot fit within their noise switch that part to a
+// table, when the rows have more legs than the table has points.
 func TestTablesWhenTheFormulaDoesNotFit(t *testing.T) {
 	truth := load(t, "default")
 	truth.Decode = profile.DecodeCost{StepOverheadS: 0.004, CtxTable: profile.Table{{1000, 0.001}, {8000, 0.002}, {20000, 0.03}, {31000, 0.031}}}
 	rows := rowsFrom(truth, []int{900, 7900, 19900, 30900}, false)
-	res, err := Fit(rows, load(t, "default"), "x")
+	res, err := Fit(rows, load(t, "default"), Options{Name: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.DecodeForm != Table || res.MaxError > Tolerance {
-		t.Fatalf("got decode %s with largest residual %.2f %%, want a table within 5 %%", res.DecodeForm, 100*res.MaxError)
+	if res.PrefillForm != Formula || res.DecodeForm != Table || !res.Within() || res.Parameters != 7 || res.Distinct != 8 {
+		t.Fatalf("got %s/%s, within %v, %d parameters for %d legs; want a decode table of 4 points within the noise:\n%s",
+			res.PrefillForm, res.DecodeForm, res.Within(), res.Parameters, res.Distinct, report(res))
+	}
+	if len(res.AlsoTried) != 3 || res.AlsoTried[2].Allowed {
+		t.Errorf("tried %+v; want the three other forms, tables on both sides refused (9 parameters for 8 legs)", res.AlsoTried)
 	}
 }
 
@@ -128,7 +156,7 @@ func TestRefusesImpossibleRows(t *testing.T) {
 		sentinel        error
 	}{
 		{"too few sizes", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.6,1,17,false\n1024,1407,0.47,0.61,1,17,false\n",
-			"1 prompt size(s)", ErrTooFewRows},
+			"4 usable leg(s) at 1 prompt size(s)", ErrTooFewRows},
 		{"zero time", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0,0.6,1,17,false\n", "line 2: t_a = 0: times must be positive", nil},
 		{"negative time", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.4,-1,1,17,false\n", "line 2: t_b = -1", nil},
 		{"cold leg b faster", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.2,1,17,false\n", "line 2: t_b = 0.2 <= t_a = 0.46", nil},
@@ -147,7 +175,7 @@ func TestRefusesImpossibleRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Fit(rows, load(t, "default"), "x")
+			_, err = Fit(rows, load(t, "default"), Options{Name: "x"})
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrBadInput) {
 				t.Fatalf("got %v, want an error containing %q, of ErrBadInput", err, tt.want)
 			}
@@ -155,6 +183,14 @@ func TestRefusesImpossibleRows(t *testing.T) {
 				t.Fatalf("got %v, want errors.Is %v", err, tt.sentinel)
 			}
 		})
+	}
+	// A size to predict the base does not take.
+	rows := rowsFrom(load(t, "default"), []int{1000, 4000, 9000}, false)
+	for _, n := range []int{1, 32768 - 32} {
+		_, err := Fit(rows, load(t, "default"), Options{Predict: []int{n}})
+		if want := "the base profile default takes prompts of 2..32735 tokens with b = 33"; err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrBadInput) {
+			t.Errorf("predict %d: got %v, want %q", n, err, want)
+		}
 	}
 }
 
@@ -169,16 +205,28 @@ func TestReadCSVErrors(t *testing.T) {
 		{"count past int64", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached\n1024,1407,0.46,0.5,1,9223372036854775808,false\n", `rows.csv:2: b = "9223372036854775808": want a whole number`},
 		{"bad cached_a", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,cached_a\n1024,1407,0.46,0.5,1,17,false,-1\n", `rows.csv:2: cached_a = "-1"`},
 		{"bad a_cached", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,a_cached\n1024,1407,0.46,0.5,1,17,false,yes\n", `rows.csv:2: a_cached = "yes"`},
+		{"no runs", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,runs\n1024,1407,0.46,0.5,1,17,false,0\n", `rows.csv:2: runs = "0": want a whole number of runs, at least 1`},
+		{"negative spread", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,spread\n1024,1407,0.46,0.5,1,17,false,-0.1\n", `rows.csv:2: spread = "-0.1": want a relative spread >= 0`},
+		{"infinite spread", "ctx_req,prompt_tok,t_a,t_b,a,b,b_cached,spread\n1024,1407,0.46,0.5,1,17,false,+Inf\n", `rows.csv:2: spread = "+Inf"`},
 	}
 	for _, tt := range tests {
 		if _, err := ReadCSV(strings.NewReader(tt.csv), "rows.csv"); err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrBadInput) {
 			t.Errorf("%s: got %v, want an error containing %q, of ErrBadInput", tt.name, err, tt.want)
 		}
 	}
-	// Extra columns, in any order, are fine: bench's CSV has many.
-	rows, err := ReadCSV(strings.NewReader("verdict,b_cached,b,a,t_b,t_a,prompt_tok,ctx_req\nok,false,17,1,0.6,0.46,1407,1024\n"), "x")
-	if err != nil || len(rows) != 1 || rows[0] != (Row{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 2, Verdict: "ok"}) {
+	// Extra columns, in any order, are fine: bench's CSV has many. The
+	// spread is decode's when the row has a decode rate, t_a's when not.
+	rows, err := ReadCSV(strings.NewReader("verdict,b_cached,b,a,t_b,t_a,prompt_tok,ctx_req,runs,spread,decode_tok_s,method\n"+
+		"ok,false,17,1,0.6,0.46,1407,1024,3,0.1,120,flush+nonce\nok,false,17,1,0.6,0.46,1407,1024,2,0.2,,naive\n"), "x")
+	want := []Row{{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 2, Verdict: "ok", Method: "flush+nonce", Runs: 3, Spread: 0.1, SpreadOf: SpreadOfDecode},
+		{CtxReq: 1024, PromptTokens: 1407, TA: 0.46, TB: 0.6, A: 1, B: 17, Line: 3, Verdict: "ok", Method: "naive", Runs: 2, Spread: 0.2, SpreadOf: SpreadOfTA}}
+	if err != nil || len(rows) != 2 {
 		t.Fatalf("got %+v, %v", rows, err)
+	}
+	for i := range want {
+		if !reflect.DeepEqual(rows[i], want[i]) {
+			t.Errorf("row %d: got %+v, want %+v", i, rows[i], want[i])
+		}
 	}
 }
 
@@ -192,47 +240,14 @@ func TestCachedLegUnderBigramKeys(t *testing.T) {
 		rows = append(rows, Row{CtxReq: n, PromptTokens: n, A: 1, B: 33, BCached: true,
 			TA: legSeconds(truth, n, 0, 1), TB: legSeconds(truth, n, n-2, 33)})
 	}
-	res, err := Fit(rows, load(t, "llama-8b-eagle3-h100"), "x")
+	res, err := Fit(rows, load(t, "llama-8b-eagle3-h100"), Options{Name: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, want := res.Profile.Decode, truth.Decode
-	if res.MaxError > 1e-6 || math.Abs(got.PerCtxTokenS-want.PerCtxTokenS) > 1e-6*want.PerCtxTokenS {
-		var b strings.Builder
-		res.WriteReport(&b)
+	if maxErr(res) > 1e-6 || math.Abs(got.PerCtxTokenS-want.PerCtxTokenS) > 1e-6*want.PerCtxTokenS {
 		t.Fatalf("got decode %+v with largest residual %g, want per_ctx_token_s %g reproducing the rows exactly:\n%s",
-			got, res.MaxError, want.PerCtxTokenS, b.String())
-	}
-}
-
-// Usable keeps the rows whose legs were cold as the row says, and drops
-// the others with the reason.
-func TestUsable(t *testing.T) {
-	yes, no, n := true, false, 11381
-	tests := []struct {
-		name string
-		row  Row
-		want string // "" when kept
-	}{
-		{"hand-written naive row", Row{BCached: true}, ""},
-		{"naive row as bench writes it", Row{BCached: true, ACached: &no, Verdict: "POISONED", Cause: "leg b reused 1406 of 1407"}, ""},
-		{"cold row", Row{ACached: &no, Verdict: "ok"}, ""},
-		{"suspect row", Row{ACached: &no, Verdict: "SUSPECT", Cause: "b-a = 16: only 4 speculative rounds"}, ""},
-		{"leg a cached", Row{PromptTokens: 11382, ACached: &yes, CachedA: &n, Verdict: "POISONED"},
-			"leg a was served from the cache (a_cached, cached_a 11381 of 11382), and the fit takes leg a cold"},
-		{"poisoned, leg b said cold", Row{ACached: &no, Verdict: "POISONED", Cause: "t_b < t_a, so decode is undefined"},
-			"bench's verdict is POISONED: t_b < t_a, so decode is undefined"},
-		{"poisoned naive row of an older bench", Row{BCached: true, Verdict: "POISONED", Cause: "leg b reused"},
-			"bench's verdict is POISONED: leg b reused"},
-	}
-	for _, tt := range tests {
-		kept, dropped := Usable([]Row{tt.row})
-		switch {
-		case tt.want == "" && len(kept) != 1:
-			t.Errorf("%s: dropped (%s), want kept", tt.name, dropped[0].Reason)
-		case tt.want != "" && (len(dropped) != 1 || dropped[0].Reason != tt.want):
-			t.Errorf("%s: got kept %d, dropped %+v; want dropped: %q", tt.name, len(kept), dropped, tt.want)
-		}
+			got, maxErr(res), want.PerCtxTokenS, report(res))
 	}
 }
 

@@ -1,17 +1,25 @@
 package calibrate
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
 
+	"gonum.org/v1/gonum/stat/distuv"
+
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
-// Tolerance is the largest relative residual the formulas may leave on any
-// leg before the fit switches that part of the model to a table.
+// Tolerance is the resolution calibrate aims at, bench's own: a kind of
+// leg whose noise no row measured is taken as known to ±Tolerance (95 %),
+// and a prediction less certain than that names what to measure next.
 const Tolerance = 0.05
+
+// Confidence is the level at which the formulas are judged against the
+// rows' noise: they are kept unless their residuals' χ² passes this
+// quantile of the χ² distribution for their degrees of freedom, a misfit
+// noise alone would leave once in a hundred sweeps.
+const Confidence = 0.99
 
 // Form says how a part of the cost model is expressed.
 type Form string
@@ -22,110 +30,313 @@ const (
 	Table   Form = "table"
 )
 
-// Result is a fitted profile and how well it reproduces each row.
+// Options are what a fit is asked besides the rows.
+type Options struct {
+	// Name is the fitted profile's name.
+	Name string
+	// Table fits both costs as tables through the rows' points even where
+	// the formulas are within the rows' noise, and even with as many
+	// parameters as legs, when the profile passes through every row and
+	// only its leave-one-out errors say how it predicts.
+	Table bool
+	// Predict lists prompt sizes the profile is to predict: the report
+	// gives each one's predicted times, how sure they are, and how far
+	// past the measured prompts it lies. Nil: the longest prompt the base
+	// profile takes.
+	Predict []int
+}
+
+// Result is a fitted profile and what the rows say of it.
 type Result struct {
 	Profile     *profile.Profile
 	PrefillForm Form
 	DecodeForm  Form
-	Rows        []Residual
-	// MaxError is the largest relative residual over both legs of every
-	// row; above Tolerance no form fitted.
-	MaxError float64
+	// Rows are every row read, with what the fit took of each.
+	Rows []RowUse
+	// Legs are the legs the fit used, row by row.
+	Legs []LegFit
+	// Noise is what the legs' spreads say of their noise, by kind.
+	Noise [2]NoiseKind
+	// ChiSquare is Σ (residual / standard error)² over the legs, DoF the
+	// legs less the parameters, and Limit the Confidence quantile of a χ²
+	// of DoF degrees of freedom: the forms are within the rows' noise when
+	// ChiSquare <= Limit (Within). With DoF 0 nothing is left to judge.
+	ChiSquare, Limit float64
+	DoF              int
 	// Parameters is the numbers the fitted forms set (three for the
 	// prefill formula, two for the decode formula, a table's points) and
-	// Legs the distinct legs they were fitted to: with no more legs than
-	// parameters the fit passes through every row by construction, and
-	// MaxError checks nothing (Exact).
-	Parameters, Legs int
+	// Distinct the legs that measure different things: with no more legs
+	// than parameters the fit passes through every row by construction
+	// (Exact).
+	Parameters, Distinct int
+	// Coefficients are the formulas' coefficients with their 95 %
+	// half-widths; nil for a part fitted as a table.
+	Coefficients []Coefficient
+	// Accuracy is what leaving each prompt size out says of predicting
+	// one the fit has not seen.
+	Accuracy Accuracy
+	// MinPrompt and MaxPrompt bound the prompt sizes measured.
+	MinPrompt, MaxPrompt int
+	// Predictions are the times predicted at Options.Predict.
+	Predictions []Prediction
+	// Next says what to measure next: the rows that would determine what
+	// the rows leave uncertain.
+	Next []string
+	// AlsoTried is the forms the rows' misfit made the fit try, with their
+	// χ², when the formulas were not within the noise.
+	AlsoTried []Tried
+
+	cov    [][]float64 // the formulas' covariance on active, scaled
+	active []int
 }
 
-// Exact tells whether the fit has as many parameters as legs or more: its
-// residual is then 0 by construction, not a check of the model.
-func (r *Result) Exact() bool { return r.Legs <= r.Parameters }
-
-// Residual is a row with the fitted profile's predictions of its legs.
-type Residual struct {
-	Row
-	TAFit, TBFit float64
+// Tried is a form the fit tried besides the formulas.
+type Tried struct {
+	Prefill, Decode  Form
+	Parameters, DoF  int
+	ChiSquare, Limit float64
+	// Allowed says it has fewer parameters than the rows distinct legs.
+	Allowed bool
+	// Gain is how much less its χ² is than the formulas', GainLimit what
+	// its extra parameters would take from noise alone (the Confidence
+	// quantile of a χ² of as many degrees of freedom).
+	Gain, GainLimit float64
 }
 
-// ErrA and ErrB are the relative residuals of the legs.
-func (r Residual) ErrA() float64 { return r.TAFit/r.TA - 1 }
-func (r Residual) ErrB() float64 { return r.TBFit/r.TB - 1 }
+// Within tells whether the forms' residuals are within what the rows'
+// noise explains (or nothing is left to judge them by).
+func (r *Result) Within() bool { return r.DoF <= 0 || r.ChiSquare <= r.Limit }
 
-// Fit fits the base profile's prefill and decode costs to rows and returns
-// the fitted profile, named name. The rows must hold at least three prompt
-// sizes: prefill has three coefficients.
-func Fit(rows []Row, base *profile.Profile, name string) (*Result, error) {
+// Exact tells whether the fit has as many parameters as distinct legs or
+// more: its residual is then 0 by construction, not a check of the model.
+func (r *Result) Exact() bool { return r.Distinct <= r.Parameters }
+
+// LegFit is one leg the fit used.
+type LegFit struct {
+	Row                        int    // its row's index in Result.Rows
+	Leg                        string // "a" or "b"
+	Prompt, Cached, Completion int
+	// Seconds is the measured time (the median of Runs runs), Fit the
+	// fitted profile's prediction.
+	Seconds, Fit float64
+	Runs         int
+	// Noise is the relative 95 % half-width of Seconds the leg is judged
+	// by; NoiseAssumed says no leg of its kind measured it.
+	Noise        float64
+	NoiseAssumed bool
+	// LOO is the relative error of its prediction by a fit without every
+	// row at its prompt size; nil when the other rows cannot determine one.
+	LOO *float64
+}
+
+// Err is the leg's relative residual.
+func (l LegFit) Err() float64 { return l.Fit/l.Seconds - 1 }
+
+// Coefficient is a fitted coefficient of a formula.
+type Coefficient struct {
+	Name  string
+	Value float64
+	// Half is its relative 95 % half-width; Held says the non-negative fit
+	// held it at 0, where the rows put no uncertainty on it.
+	Half float64
+	Held bool
+}
+
+// Fit fits the base profile's prefill and decode costs to rows. Every leg
+// is weighed by its own noise, and the formulas are kept unless their
+// residuals are more than that noise explains; then the part that misfits
+// becomes a table, when the rows have more legs than the table would have
+// parameters. The rows must hold at least three prompt sizes: the prefill
+// has three coefficients.
+func Fit(rows []Row, base *profile.Profile, opt Options) (*Result, error) {
 	if err := base.Validate(); err != nil {
 		return nil, err
 	}
-	if err := check(rows, base.ContextLength); err != nil {
+	f := newFitter(base)
+	obs, uses, err := f.observe(rows)
+	if err != nil {
 		return nil, err
 	}
-	sizes := map[int]bool{}
-	for _, r := range rows {
-		sizes[r.PromptTokens] = true
-	}
+	sizes := promptSizes(obs)
 	if len(sizes) < 3 {
-		return nil, fmt.Errorf("%w: %d row(s) at %d prompt size(s); the prefill cost has three coefficients "+
-			"(per-chunk overhead, per token, attention), so rows at 3 or more prompt sizes are needed", ErrTooFewRows, len(rows), len(sizes))
+		return nil, fmt.Errorf("%w: %d usable leg(s) at %d prompt size(s); the prefill cost has three coefficients "+
+			"(per-chunk overhead, per token, attention), so rows at 3 or more prompt sizes are needed", ErrTooFewRows, len(obs), len(sizes))
 	}
-	f := newFitter(rows, base)
-	formula := f.formula()
-	if formula == nil {
-		return nil, fmt.Errorf("%w: the rows do not determine the coefficients (are the prompt sizes too alike?)", ErrTooFewRows)
-	}
-	var best *Result
-	for _, forms := range [][2]Form{{Formula, Formula}, {Formula, Table}, {Table, Formula}, {Table, Table}} {
-		p := formula.Clone()
-		if forms[0] == Table {
-			f.prefillTable(p)
+	res := &Result{Rows: uses, Distinct: distinctLegs(obs), MinPrompt: sizes[0], MaxPrompt: sizes[len(sizes)-1]}
+	if _, b := res.legsAt(); opt.Predict != nil {
+		if err := f.checkPredict(opt.Predict, b); err != nil {
+			return nil, err
 		}
-		// The joint fit bent the prefill coefficients towards the decode
-		// formula's misfit: with a decode table, fit prefill again against
-		// it, and the table against that, until they agree.
-		ok := true
-		for i := 0; forms[1] == Table && i < 4 && ok; i++ {
-			f.decodeTable(p)
-			if forms[0] == Table {
-				f.prefillTable(p)
-			} else {
-				ok = f.prefillFormula(p)
+	}
+	res.Noise = assignNoise(obs)
+	formula := f.fitForms(obs, [2]Form{Formula, Formula})
+	if formula == nil {
+		cold := map[int]bool{}
+		for _, o := range obs {
+			if o.cached == 0 {
+				cold[o.prompt] = true
 			}
 		}
-		if !ok {
-			continue
+		if len(cold) < 3 {
+			return nil, fmt.Errorf("%w: cold prefills at %d prompt size(s); the prefill's three coefficients need 3 or more "+
+				"(a leg served from the cache measures the prefill of what it did not reuse, not of a whole prompt)", ErrTooFewRows, len(cold))
 		}
-		if p.Validate() != nil {
-			continue
+		return nil, fmt.Errorf("%w: the legs do not tell the five coefficients apart (are the prompt sizes too alike?)", ErrTooFewRows)
+	}
+	chosen := formula
+	if opt.Table {
+		if c := f.fitForms(obs, [2]Form{Table, Table}); c != nil {
+			chosen = c
 		}
-		res := f.evaluate(p, forms)
-		if best == nil || res.MaxError < best.MaxError {
-			best = res
-		}
-		if res.MaxError <= Tolerance {
-			best = res
-			break
+	} else if !formula.within() {
+		chosen = f.choose(obs, formula, res)
+	}
+	p := chosen.profile
+	res.Profile, res.PrefillForm, res.DecodeForm = p, chosen.forms[0], chosen.forms[1]
+	res.ChiSquare, res.Limit, res.DoF, res.Parameters = chosen.chi2, chosen.limit, chosen.dof, chosen.params
+	for _, o := range obs {
+		res.Legs = append(res.Legs, LegFit{Row: o.row, Leg: o.leg, Prompt: o.prompt, Cached: o.cached, Completion: o.completion,
+			Seconds: o.seconds, Fit: legSeconds(p, o.prompt, o.cached, o.completion), Runs: o.runs,
+			Noise: z95 * o.sigma / o.seconds, NoiseAssumed: o.assumed})
+	}
+	if chosen.forms == [2]Form{Formula, Formula} {
+		f.coefficients(res, obs, chosen)
+	}
+	f.leaveOneOut(res, obs, chosen)
+	f.predict(res, opt.Predict)
+	f.next(res, obs)
+	name := opt.Name
+	if name == "" {
+		name = "calibrated"
+	}
+	p.Name = name
+	p.Description = fmt.Sprintf("fitted by sglmock calibrate to %d rows (base %s): prefill %s, decode %s",
+		len(rows)-res.dropped(), base.Name, res.PrefillForm, res.DecodeForm)
+	p.Calibration = &profile.Calibration{MinPromptTokens: res.MinPrompt, MaxPromptTokens: res.MaxPrompt}
+	if res.Accuracy.Known() {
+		// Rounded up: the stated accuracy never claims more than was seen.
+		p.Calibration.Accuracy = math.Ceil(res.Accuracy.Max*1e4) / 1e4
+	}
+	return res, nil
+}
+
+// dropped counts the rows left out whole.
+func (r *Result) dropped() int {
+	n := 0
+	for _, u := range r.Rows {
+		if u.Dropped != "" {
+			n++
 		}
 	}
-	if best == nil {
-		return nil, fmt.Errorf("no valid profile fits these rows")
+	return n
+}
+
+// candidate is a fitted profile in given forms and how it fits the legs.
+type candidate struct {
+	profile     *profile.Profile
+	forms       [2]Form
+	params, dof int
+	chi2, limit float64
+	theta       []float64 // the formulas' five coefficients, for Formula/Formula
+}
+
+// within tells whether the candidate's residuals are within the noise.
+func (c *candidate) within() bool { return c.dof <= 0 || c.chi2 <= c.limit }
+
+// choose picks the forms when the formulas are outside the rows' noise.
+// A table is a candidate when the rows have more distinct legs than it has
+// parameters, and when it takes more from the formulas' χ² than its extra
+// parameters would take from noise alone (a likelihood-ratio test at
+// Confidence: a table bends to anything, so it must earn its points).
+// Among the candidates, the one with the fewest parameters that is within
+// the noise wins; when none is, the closest to it; when no table is a
+// candidate, the formulas stay.
+func (f *fitter) choose(obs []observation, formula *candidate, res *Result) *candidate {
+	best := formula
+	ratio := func(c *candidate) float64 { return c.chi2 / c.limit }
+	var better []*candidate
+	for _, forms := range [][2]Form{{Formula, Table}, {Table, Formula}, {Table, Table}} {
+		c := f.fitForms(obs, forms)
+		if c == nil {
+			continue
+		}
+		t := Tried{Prefill: forms[0], Decode: forms[1], Parameters: c.params, DoF: c.dof, ChiSquare: c.chi2, Limit: c.limit,
+			Allowed: c.params < res.Distinct, Gain: formula.chi2 - c.chi2}
+		if extra := c.params - formula.params; extra > 0 {
+			t.GainLimit = distuv.ChiSquared{K: float64(extra)}.Quantile(Confidence)
+		}
+		res.AlsoTried = append(res.AlsoTried, t)
+		if t.Allowed && t.Gain > t.GainLimit {
+			better = append(better, c)
+		}
 	}
-	best.Profile.Name = name
-	best.Profile.Description = fmt.Sprintf("fitted by sglmock calibrate to %d rows (base %s): prefill %s, decode %s",
-		len(rows), base.Name, best.PrefillForm, best.DecodeForm)
-	return best, nil
+	slices.SortStableFunc(better, func(a, b *candidate) int { return a.params - b.params })
+	for _, c := range better {
+		if c.within() {
+			return c
+		}
+		if ratio(c) < ratio(best) {
+			best = c
+		}
+	}
+	return best
+}
+
+// fitForms fits the legs in the given forms; nil when the legs do not
+// determine them.
+func (f *fitter) fitForms(obs []observation, forms [2]Form) *candidate {
+	theta := f.formula(obs)
+	if theta == nil {
+		return nil
+	}
+	p := f.profileOf(theta)
+	if forms[0] == Table {
+		f.prefillTable(p, obs)
+	}
+	// The joint fit bent the prefill coefficients towards the decode
+	// formula's misfit: with a decode table, fit prefill again against
+	// it, and the table against that, until they agree.
+	for i := 0; forms[1] == Table && i < 4; i++ {
+		f.decodeTable(p, obs)
+		if forms[0] == Table {
+			f.prefillTable(p, obs)
+		} else if !f.prefillFormula(p, obs) {
+			return nil
+		}
+	}
+	if p.Validate() != nil {
+		return nil
+	}
+	c := &candidate{profile: p, forms: forms, params: 5}
+	if forms == [2]Form{Formula, Formula} {
+		c.theta = theta
+	}
+	if forms[0] == Table {
+		c.params += len(p.Prefill.Table) + 1 - 3 // the points and the per-chunk overhead
+	}
+	if forms[1] == Table {
+		c.params += len(p.Decode.CtxTable) - 2
+	}
+	for _, o := range obs {
+		r := (legSeconds(p, o.prompt, o.cached, o.completion) - o.seconds) / o.sigma
+		c.chi2 += r * r
+	}
+	c.dof = len(obs) - c.params
+	if c.dof > 0 {
+		c.limit = distuv.ChiSquared{K: float64(c.dof)}.Quantile(Confidence)
+	}
+	return c
 }
 
 type fitter struct {
-	rows []Row
 	base *profile.Profile
 	// unitStep and unitCtx are the base with every cost 0 but one decode
 	// coefficient 1 (unit); decode memoizes their decode times by
 	// completion tokens.
 	unitStep, unitCtx *profile.Profile
 	decode            map[int]unitDecode
+	// d2 memoizes expectedRange by runs.
+	d2 map[int]float64
 }
 
 // unitDecode is a completion's expected decode time under the unit
@@ -134,8 +345,8 @@ type fitter struct {
 // prompt, one for one).
 type unitDecode struct{ rounds, slope, intercept float64 }
 
-func newFitter(rows []Row, base *profile.Profile) *fitter {
-	f := &fitter{rows: rows, base: base, decode: map[int]unitDecode{}}
+func newFitter(base *profile.Profile) *fitter {
+	f := &fitter{base: base, decode: map[int]unitDecode{}, d2: map[int]float64{}}
 	f.unitStep = f.unit(profile.DecodeCost{StepOverheadS: 1})
 	f.unitCtx = f.unit(profile.DecodeCost{PerCtxTokenS: 1})
 	return f
@@ -198,26 +409,44 @@ func (f *fitter) decodeFeatures(prompt, completion int) [2]float64 {
 	return [2]float64{u.rounds, u.slope*float64(prompt) + u.intercept}
 }
 
+// coefficientNames name the formulas' five coefficients in the order of
+// features: the per-round one is step_overhead_s and per_seq_s together.
+var coefficientNames = [5]string{"overhead_s", "per_token_s", "attention_s", "step_overhead_s+per_seq_s", "per_ctx_token_s"}
+
+// features are a leg's multipliers of the five coefficients.
+func (f *fitter) features(o observation) []float64 {
+	p := f.prefillFeatures(o.prompt, o.cached)
+	d := f.decodeFeatures(o.prompt, o.completion)
+	return []float64{p[0], p[1], p[2], d[0], d[1]}
+}
+
+// gramOf is the normal equations of the legs' formula fit, each leg
+// weighed by its standard error.
+func (f *fitter) gramOf(obs []observation) *gram {
+	g := newGram(5)
+	x := make([]float64, 5)
+	for _, o := range obs {
+		for j, v := range f.features(o) {
+			x[j] = v / o.sigma
+		}
+		g.add(x, o.seconds/o.sigma)
+	}
+	return g
+}
+
 // formula fits the five coefficients by weighted non-negative least
-// squares over both legs of every row.
-func (f *fitter) formula() *profile.Profile {
-	var a [][]float64
-	var y []float64
-	leg := func(prompt, cached, completion int, t float64) {
-		p := f.prefillFeatures(prompt, cached)
-		d := f.decodeFeatures(prompt, completion)
-		w := 1 / t
-		a = append(a, []float64{p[0] * w, p[1] * w, p[2] * w, d[0] * w, d[1] * w})
-		y = append(y, 1)
-	}
-	for _, r := range f.rows {
-		leg(r.PromptTokens, 0, r.A, r.TA)
-		leg(r.PromptTokens, f.cachedLen(r), r.B, r.TB)
-	}
-	x := nnls(a, y)
-	if x == nil {
+// squares over every leg; nil when the legs do not determine them (tell
+// the five apart: a fit on fewer columns would pass for one).
+func (f *fitter) formula(obs []observation) []float64 {
+	g := f.gramOf(obs)
+	if g.solve([]int{0, 1, 2, 3, 4}) == nil {
 		return nil
 	}
+	return g.nonNegative()
+}
+
+// profileOf is the base with the formulas' five coefficients.
+func (f *fitter) profileOf(x []float64) *profile.Profile {
 	p := f.base.Clone()
 	p.Prefill = profile.PrefillCost{OverheadS: x[0], PerTokenS: x[1], AttentionS: x[2]}
 	// One sequence per round cannot tell step overhead from per-sequence
@@ -229,20 +458,17 @@ func (f *fitter) formula() *profile.Profile {
 
 // prefillFormula fits p's three prefill coefficients to the a legs' times
 // less p's decode prediction (nothing when a is 1), leaving the b legs to
-// the decode table; it reports false when the rows do not determine them.
-func (f *fitter) prefillFormula(p *profile.Profile) bool {
-	var a [][]float64
-	var y []float64
-	leg := func(prompt, cached, completion int, t float64) {
-		x := f.prefillFeatures(prompt, cached)
-		w := 1 / t
-		a = append(a, []float64{x[0] * w, x[1] * w, x[2] * w})
-		y = append(y, (t-decodeSeconds(p, prompt, completion))*w)
+// the decode table; it reports false when the legs do not determine them.
+func (f *fitter) prefillFormula(p *profile.Profile, obs []observation) bool {
+	g := newGram(3)
+	for _, o := range obs {
+		if o.leg != "a" {
+			continue
+		}
+		x := f.prefillFeatures(o.prompt, o.cached)
+		g.add([]float64{x[0] / o.sigma, x[1] / o.sigma, x[2] / o.sigma}, (o.seconds-decodeSeconds(p, o.prompt, o.completion))/o.sigma)
 	}
-	for _, r := range f.rows {
-		leg(r.PromptTokens, 0, r.A, r.TA)
-	}
-	x := nnls(a, y)
+	x := g.nonNegative()
 	if x == nil {
 		return false
 	}
@@ -263,207 +489,76 @@ func decodeSeconds(p *profile.Profile, prompt, completion int) float64 {
 	return p.Expect(prompt, 0, completion).DecodeSeconds
 }
 
-func (f *fitter) evaluate(p *profile.Profile, forms [2]Form) *Result {
-	res := &Result{Profile: p, PrefillForm: forms[0], DecodeForm: forms[1], Parameters: 3 + 2}
-	if forms[0] == Table {
-		res.Parameters += len(p.Prefill.Table) + 1 - 3 // the points and the per-chunk overhead
+// coefficients fills the formulas' coefficients and their covariance: the
+// inverse of the normal equations on the coefficients the fit did not
+// hold at 0, scaled up by χ²/DoF when the residuals are larger than the
+// noise says (they then measure the noise better than the spreads).
+func (f *fitter) coefficients(res *Result, obs []observation, c *candidate) {
+	g := f.gramOf(obs)
+	for j, v := range c.theta {
+		if v > 0 {
+			res.active = append(res.active, j)
+		}
 	}
-	if forms[1] == Table {
-		res.Parameters += len(p.Decode.CtxTable) - 2
+	res.cov = scaleCovariance(g.covariance(res.active), c)
+	f.contributions(res, obs, g, c)
+	for j, name := range coefficientNames {
+		co := Coefficient{Name: name, Value: c.theta[j], Held: c.theta[j] == 0}
+		if n := slices.Index(res.active, j); n >= 0 && res.cov != nil {
+			co.Half = z95 * math.Sqrt(res.cov[n][n]) / c.theta[j]
+		}
+		res.Coefficients = append(res.Coefficients, co)
 	}
-	legs := map[[3]int]bool{}
-	for _, r := range f.rows {
-		legs[[3]int{r.PromptTokens, 0, r.A}] = true
-		legs[[3]int{r.PromptTokens, f.cachedLen(r), r.B}] = true
-	}
-	res.Legs = len(legs)
-	for _, r := range f.rows {
-		fit := Residual{Row: r,
-			TAFit: legSeconds(p, r.PromptTokens, 0, r.A),
-			TBFit: legSeconds(p, r.PromptTokens, f.cachedLen(r), r.B)}
-		res.Rows = append(res.Rows, fit)
-		res.MaxError = max(res.MaxError, math.Abs(fit.ErrA()), math.Abs(fit.ErrB()))
-	}
-	return res
 }
 
-// point is one observation for a table: y at x, with weight.
-type point struct{ x, y, w float64 }
-
-// maxTablePoints bounds a fitted table: a sweep measures tens of sizes, and
-// a table of a point per row of a large file would make every lookup (a
-// scan of the table) and the profile's YAML as large as the file.
-const maxTablePoints = 64
-
-// table turns observations into a valid monotone table: equal x are
-// averaged, beyond maxTablePoints neighbours are pooled into as many
-// groups of equal weight, and y is made non-decreasing and >= 0.
-func table(pts []point) profile.Table {
-	slices.SortFunc(pts, func(a, b point) int {
-		switch {
-		case a.x < b.x:
-			return -1
-		case a.x > b.x:
-			return 1
+// scaleCovariance scales a covariance by χ²/DoF when the residuals are
+// larger than the noise says: they then measure the noise better than
+// the spreads do.
+func scaleCovariance(cov [][]float64, c *candidate) [][]float64 {
+	if cov != nil && c.dof > 0 && c.chi2 > float64(c.dof) {
+		for _, row := range cov {
+			for q := range row {
+				row[q] *= c.chi2 / float64(c.dof)
+			}
 		}
-		return 0
-	})
-	var xs, ys, ws []float64
-	for _, p := range pts {
-		if n := len(xs); n > 0 && xs[n-1] == p.x {
-			ys[n-1] = (ys[n-1]*ws[n-1] + p.y*p.w) / (ws[n-1] + p.w)
-			ws[n-1] += p.w
+	}
+	return cov
+}
+
+// minContribution is the growth of a coefficient's uncertainty without a
+// row below which the report does not name the row's contribution.
+const minContribution = 1.1
+
+// contributions finds, for each row, the coefficient whose uncertainty
+// grows most without it: the covariance of the normal equations less the
+// row's legs.
+func (f *fitter) contributions(res *Result, obs []observation, g *gram, c *candidate) {
+	if res.cov == nil {
+		return
+	}
+	byRow := map[int][]observation{}
+	for _, o := range obs {
+		byRow[o.row] = append(byRow[o.row], o)
+	}
+	for i := range res.Rows {
+		legs := byRow[i]
+		if len(legs) == 0 {
 			continue
 		}
-		xs, ys, ws = append(xs, p.x), append(ys, p.y), append(ws, p.w)
-	}
-	xs, ys, ws = pool(xs, ys, ws, maxTablePoints)
-	ys = isotonic(ys, ws)
-	t := make(profile.Table, len(xs))
-	for i := range xs {
-		t[i] = [2]float64{xs[i], max(ys[i], 0)}
-	}
-	return t
-}
-
-// pool merges sorted points into at most n groups of consecutive points of
-// about equal weight, each at its weighted mean x and y.
-func pool(xs, ys, ws []float64, n int) ([]float64, []float64, []float64) {
-	if len(xs) <= n {
-		return xs, ys, ws
-	}
-	total := 0.0
-	for _, w := range ws {
-		total += w
-	}
-	var px, py, pw []float64
-	sx, sy, sw, before := 0.0, 0.0, 0.0, 0.0
-	for i := range xs {
-		sx, sy, sw = sx+xs[i]*ws[i], sy+ys[i]*ws[i], sw+ws[i]
-		// A group closes once the weight so far reaches its share.
-		if i == len(xs)-1 || before+sw >= total*float64(len(pw)+1)/float64(n) {
-			px, py, pw = append(px, sx/sw), append(py, sy/sw), append(pw, sw)
-			before += sw
-			sx, sy, sw = 0, 0, 0
-		}
-	}
-	return px, py, pw
-}
-
-// prefillTable replaces p's per-token and attention terms with a table of
-// cold-prefill compute time through every cold leg's prompt size, keeping
-// the per-chunk overhead and p's decode model.
-func (f *fitter) prefillTable(p *profile.Profile) {
-	overhead := p.Prefill.OverheadS
-	var legs []observation
-	for _, r := range f.rows {
-		legs = append(legs, observation{prompt: r.PromptTokens, to: r.A, seconds: r.TA, weight: 1})
-		if !r.BCached {
-			legs = append(legs, observation{prompt: r.PromptTokens, to: r.B, seconds: r.TB, weight: 1})
-		}
-	}
-	var pts []point
-	for _, o := range aggregate(legs) {
-		chunks := f.prefillFeatures(o.prompt, 0)[0]
-		pts = append(pts, point{float64(o.prompt), o.seconds - decodeSeconds(p, o.prompt, o.to) - chunks*overhead, o.weight})
-	}
-	p.Prefill = profile.PrefillCost{OverheadS: overhead, Table: table(pts)}
-}
-
-// observation is a measured time of legs alike: decode from output token
-// from to to after a prompt (the whole leg, for prefill), the mean seconds
-// of weight legs.
-type observation struct {
-	prompt, from, to int
-	seconds, weight  float64
-}
-
-// maxObservations bounds what the tables are fitted through: the legs of
-// a large file are pooled into as many groups of neighbours (a table keeps
-// at most maxTablePoints points), so the fit's cost does not grow with the
-// legs' number beyond reading them.
-const maxObservations = 1024
-
-// aggregate merges legs of the same prompt and outputs into one of their
-// mean time, and pools neighbours (by outputs, then prompt) beyond
-// maxObservations, each group at its weighted mean prompt and time.
-func aggregate(legs []observation) []observation {
-	slices.SortFunc(legs, func(a, b observation) int {
-		return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to), cmp.Compare(a.prompt, b.prompt))
-	})
-	var out []observation
-	for _, o := range legs {
-		if n := len(out); n > 0 && out[n-1].prompt == o.prompt && out[n-1].from == o.from && out[n-1].to == o.to {
-			last := &out[n-1]
-			last.seconds = (last.seconds*last.weight + o.seconds*o.weight) / (last.weight + o.weight)
-			last.weight += o.weight
+		without := scaleCovariance(g.minus(f.gramOf(legs)).covariance(res.active), c)
+		if without == nil {
+			res.Rows[i].Informs = &Contribution{Without: math.Inf(1)}
 			continue
 		}
-		out = append(out, o)
-	}
-	if len(out) <= maxObservations {
-		return out
-	}
-	group := (len(out) + maxObservations - 1) / maxObservations
-	var pooled []observation
-	var prompt, secs, weight float64
-	for i, o := range out {
-		prompt, secs, weight = prompt+float64(o.prompt)*o.weight, secs+o.seconds*o.weight, weight+o.weight
-		last := i == len(out)-1 || out[i+1].from != o.from || out[i+1].to != o.to
-		if last || (i+1)%group == 0 {
-			pooled = append(pooled, observation{prompt: int(math.Round(prompt / weight)), from: o.from, to: o.to, seconds: secs / weight, weight: weight})
-			prompt, secs, weight = 0, 0, 0
+		var best *Contribution
+		growth := 0.0
+		for n, j := range res.active {
+			if r := math.Sqrt(without[n][n] / res.cov[n][n]); r >= minContribution && r > growth {
+				growth = r
+				best = &Contribution{Coefficient: coefficientNames[j],
+					With: z95 * math.Sqrt(res.cov[n][n]) / c.theta[j], Without: z95 * math.Sqrt(without[n][n]) / c.theta[j]}
+			}
 		}
-	}
-	return pooled
-}
-
-// decodeTable replaces p's decode cost with a table of per-round cost
-// against context through every row's decode time, on top of the base
-// profile's step and per-sequence overheads (lowered as far as the
-// cheapest round requires), and keeps p's prefill model.
-func (f *fitter) decodeTable(p *profile.Profile) {
-	var legs []observation
-	for _, r := range f.rows {
-		if r.BCached {
-			legs = append(legs, observation{r.PromptTokens, 0, r.B,
-				r.TB - prefillSeconds(p, r.PromptTokens, f.cachedLen(r)), 1})
-		} else {
-			legs = append(legs, observation{r.PromptTokens, r.A, r.B, r.TB - r.TA, 1})
-		}
-	}
-	obs := aggregate(legs)
-	factor := 1.0
-	if p.Speculative != nil {
-		factor = p.Speculative.RoundCostFactor
-	}
-	rounds := func(o observation) float64 {
-		return (f.unitDecodeOf(o.to).rounds - f.unitDecodeOf(o.from).rounds) / factor
-	}
-	measured := func(q *profile.Profile, o observation) float64 {
-		return decodeSeconds(q, o.prompt, o.to) - decodeSeconds(q, o.prompt, o.from)
-	}
-	perSeq := f.base.Decode.PerSeqS
-	overhead := f.base.Decode.StepOverheadS
-	perRound := make([]float64, len(obs))
-	for i, o := range obs {
-		perRound[i] = o.seconds / rounds(o) / factor
-		overhead = min(overhead, perRound[i]-perSeq)
-	}
-	if overhead < 0 {
-		perSeq, overhead = max(perSeq+overhead, 0), 0
-	}
-	pts := make([]point, len(obs))
-	for i, o := range obs {
-		pts[i] = point{float64(o.prompt) + float64(o.from+o.to)/2, perRound[i] - overhead - perSeq, o.weight}
-	}
-	p.Decode = profile.DecodeCost{StepOverheadS: overhead, PerSeqS: perSeq, CtxTable: table(slices.Clone(pts))}
-	// The table's points stand for a leg's mean context; the context grows
-	// during the leg, so correct each point by what its leg still misses.
-	for range 4 {
-		for i, o := range obs {
-			pts[i].y += (o.seconds - measured(p, o)) / (factor * rounds(o))
-		}
-		p.Decode.CtxTable = table(slices.Clone(pts))
+		res.Rows[i].Informs = best
 	}
 }

@@ -3,6 +3,7 @@ package calibrate_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -27,17 +28,25 @@ func bench(t *testing.T, p *profile.Profile, points []harness.Point) []byte {
 // and b tokens, and returns bench's CSV.
 func benchCSV(t *testing.T, p *profile.Profile, points []harness.Point, method harness.Method, b int) []byte {
 	t.Helper()
+	var csv bytes.Buffer
+	if err := benchReport(t, p, points, method, b, 1).WriteCSV(&csv); err != nil {
+		t.Fatal(err)
+	}
+	return csv.Bytes()
+}
+
+// benchReport measures points on a fresh mock of p, repeat runs each.
+func benchReport(t *testing.T, p *profile.Profile, points []harness.Point, method harness.Method, b, repeat int) *harness.Report {
+	t.Helper()
 	m := mocktest.Start(t, api.Config{Profile: p})
-	rep, err := twoPointOn(m, points, method, b).Run(context.Background())
+	tp := twoPointOn(m, points, method, b)
+	tp.Repeat = repeat
+	rep, err := tp.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var csv bytes.Buffer
-	if err := rep.WriteCSV(&csv); err != nil {
-		t.Fatal(err)
-	}
 	m.Close()
-	return csv.Bytes()
+	return rep
 }
 
 // twoPointOn is bench's two-point method on m: one method, legs of 1 and b
@@ -52,6 +61,15 @@ func twoPointOn(m *mocktest.Mock, points []harness.Point, method harness.Method,
 			NewID: func() string { n++; return fmt.Sprintf("id-%d", n) },
 		},
 	}
+}
+
+// maxErr is the largest relative residual over a fit's legs.
+func maxErr(r *calibrate.Result) float64 {
+	m := 0.0
+	for _, l := range r.Legs {
+		m = max(m, math.Abs(l.Err()))
+	}
+	return m
 }
 
 // The round trip: bench a deployment, fit a profile to what bench wrote,
@@ -70,28 +88,15 @@ func TestRoundTripBenchCalibrateBench(t *testing.T) {
 		if err != nil {
 			t.Fatalf("bench's CSV does not read back: %v\n%s", err, first)
 		}
-		fit, err := calibrate.Fit(rows, mocktest.Profile(t, "default"), "fitted")
+		fit, err := calibrate.Fit(rows, mocktest.Profile(t, "default"), calibrate.Options{Name: "fitted"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fit.PrefillForm != calibrate.Formula || fit.DecodeForm != calibrate.Formula || fit.MaxError > 1e-6 {
-			t.Fatalf("got %s/%s with largest residual %g, want formulas that reproduce the rows exactly", fit.PrefillForm, fit.DecodeForm, fit.MaxError)
+		if fit.PrefillForm != calibrate.Formula || fit.DecodeForm != calibrate.Formula || maxErr(fit) > 1e-6 || fit.Accuracy.Max > 1e-6 {
+			t.Fatalf("got %s/%s with largest residual %g, leave-one-out %g; want formulas that reproduce and predict the rows exactly",
+				fit.PrefillForm, fit.DecodeForm, maxErr(fit), fit.Accuracy.Max)
 		}
-		got, want := fit.Profile, deployment
-		for _, c := range []struct {
-			name      string
-			got, want float64
-		}{
-			{"overhead_s", got.Prefill.OverheadS, want.Prefill.OverheadS},
-			{"per_token_s", got.Prefill.PerTokenS, want.Prefill.PerTokenS},
-			{"attention_s", got.Prefill.AttentionS, want.Prefill.AttentionS},
-			{"step_overhead_s + per_seq_s", got.Decode.StepOverheadS + got.Decode.PerSeqS, want.Decode.StepOverheadS + want.Decode.PerSeqS},
-			{"per_ctx_token_s", got.Decode.PerCtxTokenS, want.Decode.PerCtxTokenS},
-		} {
-			if math.Abs(c.got-c.want) > 1e-6*c.want {
-				t.Errorf("%s: got %.9g, want %.9g", c.name, c.got, c.want)
-			}
-		}
+		mocktest.CheckCosts(t, fit.Profile, deployment, 1e-6)
 
 		second := bench(t, fit.Profile, points)
 		again, err := calibrate.ReadCSV(bytes.NewReader(second), "again.csv")
@@ -133,28 +138,29 @@ func TestBenchCSVOfEveryMethodReadsBack(t *testing.T) {
 						t.Fatalf("ctx %d: got b_cached %v (cached_b %v), want %v", r.CtxReq, r.BCached, *r.CachedB, tt.bCached)
 					}
 				}
-				fit, err := calibrate.Fit(rows, p, "fitted")
+				fit, err := calibrate.Fit(rows, p, calibrate.Options{Name: "fitted"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				// The rows are the mock's own timings of this very profile;
 				// under speculative decoding each leg b took its own draws,
 				// which no expectation reproduces row by row.
-				if p.Speculative == nil && fit.MaxError > 0.05 {
+				if p.Speculative == nil && maxErr(fit) > 1e-6 {
 					var b bytes.Buffer
 					fit.WriteReport(&b)
-					t.Fatalf("largest residual %.2f %%, want within 5 %%:\n%s", 100*fit.MaxError, b.String())
+					t.Fatalf("largest residual %.2g, want the rows reproduced:\n%s", maxErr(fit), b.String())
 				}
 			})
 		})
 	}
 }
 
-// bench's CSV of a naive sweep run twice on one server: the first run's
-// rows are like the original benchmark's (leg b cached, as b_cached says) and fit; the
-// second run's leg a found the first's prompt, and calibrate drops those
-// rows, saying so, rather than fit a cached leg a as a cold prefill.
-func TestCalibrateDropsRowsServedFromTheCache(t *testing.T) {
+// bench's CSV of a naive sweep run twice on one server: the second run's
+// leg a found the first's prompt and prefilled one token after the rest.
+// Its row says so (a_cached, cached_a), and being one run, its t_a is that
+// leg's own: the fit uses it as the cached prefill it measured, and the
+// rows are reproduced exactly.
+func TestCachedLegsMeasureWhatTheyReused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
 		points := []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}}
@@ -179,19 +185,58 @@ func TestCalibrateDropsRowsServedFromTheCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kept, dropped := calibrate.Usable(rows)
-		if len(kept) != 3 || len(dropped) != 3 {
-			t.Fatalf("kept %d, dropped %d; want the first run's 3 and the second's 3", len(kept), len(dropped))
+		fit, err := calibrate.Fit(rows, p, calibrate.Options{Name: "fitted"})
+		if err != nil || maxErr(fit) > 1e-6 || len(fit.Legs) != 12 {
+			t.Fatalf("%v: %d legs, largest residual %v; want all 12 legs reproduced exactly", err, len(fit.Legs), maxErr(fit))
 		}
-		for i, d := range dropped {
-			want := fmt.Sprintf("leg a was served from the cache (a_cached, cached_a %d of %d), and the fit takes leg a cold", points[i].Tokens-1, points[i].Tokens)
-			if d.Line != 5+i || d.Reason != want {
-				t.Errorf("dropped line %d: %q, want line %d: %q", d.Line, d.Reason, 5+i, want)
+		for i, u := range fit.Rows[3:] {
+			n := points[i].Tokens
+			want := fmt.Sprintf("1 token after %d cached", n-1)
+			if u.Dropped != "" || u.A.What != want || u.B.What != want+", 32 decoded" {
+				t.Errorf("line %d: leg a %q, leg b %q (dropped %q); want %q and the same with its decode", u.Line, u.A.What, u.B.What, u.Dropped, want)
 			}
 		}
-		fit, err := calibrate.Fit(kept, p, "fitted")
-		if err != nil || fit.MaxError > 1e-6 {
-			t.Fatalf("the first run's rows: %v, largest residual %v; want them reproduced exactly", err, fit.MaxError)
+	})
+}
+
+// A naive sweep of two runs: its CSV's leg a is the median of a cold leg
+// and a cached one, which the fit cannot use, and its legs b alone do not
+// determine the costs. Its JSON has every run's legs: the first run's leg
+// a measures a cold prefill, the second's a prefill of one token after
+// the cached rest, and the fit reproduces every leg exactly.
+func TestJSONTellsEachRunsLeg(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		points := []harness.Point{{CtxReq: 1000, Tokens: 1000}, {CtxReq: 4000, Tokens: 4000}, {CtxReq: 9000, Tokens: 9000}, {CtxReq: 20000, Tokens: 20000}}
+		rep := benchReport(t, p, points, harness.Naive, 33, 2)
+		var csv, js bytes.Buffer
+		if err := rep.WriteCSV(&csv); err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := calibrate.ReadCSV(&csv, "bench.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := calibrate.Fit(rows, p, calibrate.Options{}); !errors.Is(err, calibrate.ErrTooFewRows) {
+			t.Errorf("the CSV: got %v, want too few rows (its legs b alone do not determine the costs)", err)
+		}
+		rows, err = calibrate.ReadJSON(&js, "bench.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fit, err := calibrate.Fit(rows, p, calibrate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fit.Legs) != 12 || maxErr(fit) > 1e-6 || !fit.Accuracy.Known() || fit.Accuracy.Max > 1e-6 {
+			t.Fatalf("%d legs, largest residual %g, leave-one-out %+v; want 12 legs reproduced and predicted exactly", len(fit.Legs), maxErr(fit), fit.Accuracy)
+		}
+		want := "1 of 2 runs cold prefill of 1000; 1 of 2 runs 1 token after 999 cached"
+		if got := fit.Rows[0].A.What; got != want {
+			t.Errorf("leg a of ctx 1000: got %q, want %q", got, want)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -56,6 +57,46 @@ type Row struct {
 	CachedA *int
 	Verdict string
 	Cause   string
+	// Method is bench's method column (naive, flush+nonce, ...); "" when
+	// the CSV has none.
+	Method string
+	// Runs is how many runs the times are the medians of (bench's runs
+	// column); 0 when the CSV does not say, which counts as one.
+	Runs int
+	// Spread is bench's spread column, (max-min)/median over the runs of
+	// what SpreadOf names: the decode rate, or t_a when the row has no
+	// decode rate (bench's decode_tok_s is empty); SpreadOf is "" when the
+	// CSV does not say which.
+	Spread   float64
+	SpreadOf SpreadOf
+	// RunsA and RunsB are each run's leg a and leg b when the rows come
+	// from bench's JSON report: every leg's own time and reuse, where the
+	// CSV has only their medians.
+	RunsA, RunsB []LegRun
+}
+
+// SpreadOf names the figure a row's spread is of.
+type SpreadOf string
+
+// The figures bench's spread column is of.
+const (
+	SpreadOfDecode SpreadOf = "decode"
+	SpreadOfTA     SpreadOf = "t_a"
+)
+
+// LegRun is one run of a leg: its time and the prompt tokens it reused
+// beyond what every prompt shares (0 for a cold leg).
+type LegRun struct {
+	Seconds float64
+	Cached  int
+}
+
+// runs is how many runs the row's times are the medians of: at least one.
+func (r Row) runs() int {
+	if len(r.RunsA) > 0 {
+		return len(r.RunsA)
+	}
+	return max(r.Runs, 1)
 }
 
 // ErrTooFewRows is returned when the rows cannot determine the
@@ -141,6 +182,27 @@ func ReadCSV(r io.Reader, name string) ([]Row, error) {
 			row.ACached = &b
 		}
 		row.Verdict, row.Cause = optional("verdict"), strings.Clone(optional("cause"))
+		row.Method = strings.Clone(optional("method"))
+		if v := optional("runs"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, badInput("%s:%d: runs = %q: want a whole number of runs, at least 1", name, line, clip(v))
+			}
+			row.Runs = n
+		}
+		if v := optional("spread"); v != "" {
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(s >= 0) || math.IsInf(s, 0) {
+				return nil, badInput("%s:%d: spread = %q: want a relative spread >= 0", name, line, clip(v))
+			}
+			row.Spread = s
+		}
+		if _, ok := col["decode_tok_s"]; ok && row.Runs > 1 {
+			row.SpreadOf = SpreadOfTA
+			if optional("decode_tok_s") != "" {
+				row.SpreadOf = SpreadOfDecode
+			}
+		}
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -215,78 +277,37 @@ func (r Row) where(i int) string {
 	return fmt.Sprintf("row %d", i+1)
 }
 
-// check refuses rows no deployment can have produced. Sizes are compared
-// without sums, so that no count (b = 2^63-1) overflows.
-func check(rows []Row, contextLength int) error {
-	for i, r := range rows {
-		at := r.where(i)
-		var err error
-		switch {
-		case r.PromptTokens < 2 || r.PromptTokens >= contextLength:
-			err = fmt.Errorf("%s: prompt_tok = %d: must be in 2..%d (the base profile's context length - 1)", at, r.PromptTokens, contextLength-1)
-		case r.A < 1 || r.B < 1:
-			err = fmt.Errorf("%s: a = %d, b = %d: both legs must generate at least one token", at, r.A, r.B)
-		case r.B <= r.A:
-			err = fmt.Errorf("%s: b = %d <= a = %d: leg b must generate more tokens than leg a", at, r.B, r.A)
-		case r.B > contextLength-r.PromptTokens:
-			err = fmt.Errorf("%s: prompt_tok + b = %d + %d: longer than the base profile's context length %d", at, r.PromptTokens, r.B, contextLength)
-		case !(r.TA > 0) || math.IsInf(r.TA, 0):
-			err = fmt.Errorf("%s: t_a = %v: times must be positive seconds", at, r.TA)
-		case !(r.TB > 0) || math.IsInf(r.TB, 0):
-			err = fmt.Errorf("%s: t_b = %v: times must be positive seconds", at, r.TB)
-		case r.BCached && r.CachedB != nil && *r.CachedB >= r.PromptTokens:
-			err = fmt.Errorf("%s: cached_b = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedB, r.PromptTokens-1)
-		case !r.BCached && r.TB <= r.TA:
-			err = fmt.Errorf("%s: t_b = %v <= t_a = %v on a row whose leg b is cold (b_cached false): "+
-				"leg b generates more tokens, so it cannot be faster unless its prompt came from the cache; "+
-				"measure with --method flush+nonce, or mark the row b_cached=true", at, r.TB, r.TA)
-		}
-		if err != nil {
-			return inputError{err}
-		}
+// checkRow refuses a row no deployment can have produced. Sizes are
+// compared without sums, so that no count (b = 2^63-1) overflows.
+func checkRow(r Row, i, contextLength int) error {
+	at := r.where(i)
+	var err error
+	switch {
+	case r.PromptTokens < 2 || r.PromptTokens >= contextLength:
+		err = fmt.Errorf("%s: prompt_tok = %d: must be in 2..%d (the base profile's context length - 1)", at, r.PromptTokens, contextLength-1)
+	case r.A < 1 || r.B < 1:
+		err = fmt.Errorf("%s: a = %d, b = %d: both legs must generate at least one token", at, r.A, r.B)
+	case r.B <= r.A:
+		err = fmt.Errorf("%s: b = %d <= a = %d: leg b must generate more tokens than leg a", at, r.B, r.A)
+	case r.B > contextLength-r.PromptTokens:
+		err = fmt.Errorf("%s: prompt_tok + b = %d + %d: longer than the base profile's context length %d", at, r.PromptTokens, r.B, contextLength)
+	case !(r.TA > 0) || math.IsInf(r.TA, 0):
+		err = fmt.Errorf("%s: t_a = %v: times must be positive seconds", at, r.TA)
+	case !(r.TB > 0) || math.IsInf(r.TB, 0):
+		err = fmt.Errorf("%s: t_b = %v: times must be positive seconds", at, r.TB)
+	case r.ACached != nil && *r.ACached && r.CachedA != nil && *r.CachedA >= r.PromptTokens:
+		err = fmt.Errorf("%s: cached_a = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedA, r.PromptTokens-1)
+	case slices.ContainsFunc(append(slices.Clone(r.RunsA), r.RunsB...), func(l LegRun) bool { return l.Cached >= r.PromptTokens }):
+		err = fmt.Errorf("%s: a run's leg reused all %d prompt tokens or more: a leg reuses at most prompt_tok - 1", at, r.PromptTokens)
+	case r.BCached && r.CachedB != nil && *r.CachedB >= r.PromptTokens:
+		err = fmt.Errorf("%s: cached_b = %d: a leg reuses at most prompt_tok - 1 = %d tokens", at, *r.CachedB, r.PromptTokens-1)
+	case !r.BCached && !(r.ACached != nil && *r.ACached) && r.TB <= r.TA:
+		err = fmt.Errorf("%s: t_b = %v <= t_a = %v on a row whose leg b is cold (b_cached false): "+
+			"leg b generates more tokens, so it cannot be faster unless its prompt came from the cache; "+
+			"measure with --method flush+nonce, or mark the row b_cached=true", at, r.TB, r.TA)
+	}
+	if err != nil {
+		return inputError{err}
 	}
 	return nil
-}
-
-// Dropped is a row Usable left out, and why.
-type Dropped struct {
-	Row
-	Reason string
-}
-
-// Usable keeps the rows whose legs the fit models as measured, and drops,
-// saying why, those bench's own columns show were served from the cache
-// other than as the row says: the fit models leg a cold, and leg b cold
-// unless b_cached (the original benchmark's naive rows, the one
-// legitimate case). A row is dropped when
-//
-//   - a_cached is true: leg a reused more than every prompt shares;
-//   - its verdict is POISONED for any other reason than the leg b its
-//     b_cached declares (a cold-claimed leg that reused, t_b <= t_a on a
-//     server that does not say what it reused).
-//
-// Rows without those columns (hand-written ones) are taken as they say.
-func Usable(rows []Row) (kept []Row, dropped []Dropped) {
-	for _, r := range rows {
-		reason := ""
-		switch {
-		case r.ACached != nil && *r.ACached:
-			reason = "leg a was served from the cache (a_cached"
-			if r.CachedA != nil {
-				reason += fmt.Sprintf(", cached_a %d of %d", *r.CachedA, r.PromptTokens)
-			}
-			reason += "), and the fit takes leg a cold"
-		case r.Verdict == "POISONED" && !(r.BCached && r.ACached != nil):
-			reason = "bench's verdict is POISONED"
-			if r.Cause != "" {
-				reason += ": " + r.Cause
-			}
-		}
-		if reason != "" {
-			dropped = append(dropped, Dropped{r, reason})
-			continue
-		}
-		kept = append(kept, r)
-	}
-	return kept, dropped
 }

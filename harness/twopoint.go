@@ -778,6 +778,10 @@ func maxPtr(a, b *int) *int {
 	return a
 }
 
+// Median is the median a row's figures are of its runs, for programs
+// that take runs apart as bench does (calibrate).
+func Median(xs []float64) float64 { return median(xs) }
+
 // median of xs (the mean of the middle two for an even count).
 func median(xs []float64) float64 {
 	if len(xs) == 0 {

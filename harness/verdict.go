@@ -511,6 +511,10 @@ func growthCheck(v *Verdict, flag string, prompt, a, b int, first, last, expecte
 // pctSigned is a fraction as a signed percentage with one decimal.
 func pctSigned(x float64) string { return fmt.Sprintf("%+.1f %%", 100*x) }
 
+// StdDev is the sample standard deviation bench's spread check takes of
+// a row's runs, for programs that take runs apart as bench does.
+func StdDev(xs []float64) float64 { return stddev(xs) }
+
 // stddev is the sample standard deviation.
 func stddev(xs []float64) float64 {
 	if len(xs) < 2 {

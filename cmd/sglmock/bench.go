@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sglmock/sglmock/calibrate"
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/sim"
@@ -48,6 +49,11 @@ type benchOptions struct {
 	dryRun       bool
 	profile      *profile.Profile
 	httpTimeout  time.Duration
+	// calibrateAfter is where --calibrate-after writes the profile fitted
+	// to the sweep ("" for none); profile is then the fit's base, and fit
+	// its --table and --predict.
+	calibrateAfter string
+	fit            calibrate.Options
 }
 
 const benchUsage = `Usage: sglmock bench twopoint [flags]
@@ -69,15 +75,22 @@ figure's error against the modelled truth.
             also the per-event ITL a script counting one token per event
             reports, and how far off it is.
 
+With --calibrate-after FILE, twopoint then fits a profile to the sweep (as
+'sglmock calibrate --json' does), prints its report (every leg measured
+against fitted, the leave-one-out accuracy, what to measure next) and writes
+the profile to FILE; --profile and the profile flags describe the deployment
+measured.
+
 Each row is printed as its context finishes, and ends with a verdict: ok,
 SUSPECT or POISONED, with the numbers of the notes under the table that say
 why. --wide prints every column. On a terminal a status line shows the leg
 in flight and the time left (from the server's cost model against sglmock,
 else fitted to the legs done so far).
 
-Exit status: 1 when any row is POISONED; 2 for a usage error, a server that
-cannot be reached or a request it refused (the rows measured before it are
-printed and written); 130 when interrupted (Ctrl-C: likewise); 0 otherwise.
+Exit status: 1 when any row is POISONED, or --calibrate-after's fit is not
+within the rows' noise; 2 for a usage error, a server that cannot be reached
+or a request it refused (the rows measured before it are printed and
+written); 130 when interrupted (Ctrl-C: likewise); 0 otherwise.
 
 Flags:
 `
@@ -126,8 +139,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	profileName := new(string)
 	own := map[string]bool{}
 	var profileFlags *profile.Flags
+	var fit fitOptions
 	if o.method == "twopoint" {
-		fs.StringVar(profileName, "profile", "", "with --dry-run: the profile whose cost model predicts the times")
+		fs.StringVar(profileName, "profile", "", "with --dry-run: the profile whose cost model predicts the times; "+
+			"with --calibrate-after: the profile whose limits, chunking and speculative decoding describe the deployment measured (default: default)")
+		fs.StringVar(&o.calibrateAfter, "calibrate-after", "", "after the sweep, fit a profile to its rows and write it to this YAML `file` "+
+			"('-' for standard output), printing the fit's report: measured against fitted for every leg, its leave-one-out accuracy, what to measure next")
+		fit = calibrateFlags(fs)
 	}
 	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
 	if o.method == "twopoint" {
@@ -171,12 +189,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 			modelFlag = f.Name
 		}
 	})
-	if modelFlag != "" && !o.dryRun {
-		return nil, fmt.Errorf("--%s describes a profile: it only goes with --dry-run --profile (the server under test has its own)", modelFlag)
+	if o.calibrateAfter != "" {
+		if err := o.checkCalibrateAfter(*profileName, profileFlags, fit); err != nil {
+			return nil, err
+		}
+	} else if err := noFitFlags(fs); err != nil {
+		return nil, err
+	} else if modelFlag != "" && !o.dryRun {
+		return nil, fmt.Errorf("--%s describes a profile: it only goes with --dry-run --profile, or --calibrate-after (the server under test has its own)", modelFlag)
 	}
-	if *profileName != "" || o.dryRun {
+	if o.calibrateAfter == "" && (*profileName != "" || o.dryRun) {
 		if !o.dryRun {
-			return nil, errors.New("--profile only goes with --dry-run (the server under test has its own)")
+			return nil, errors.New("--profile only goes with --dry-run or --calibrate-after (the server under test has its own)")
 		}
 		if *profileName == "" {
 			return nil, errors.New("--dry-run needs --profile: the cost model that predicts the times")
@@ -191,12 +215,47 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	return o, nil
 }
 
+// checkCalibrateAfter checks --calibrate-after's flags and loads the
+// fit's base profile.
+func (o *benchOptions) checkCalibrateAfter(profileName string, flags *profile.Flags, fit fitOptions) error {
+	if o.dryRun {
+		return errors.New("--calibrate-after fits what a sweep measured, and --dry-run sends nothing")
+	}
+	sizes := map[int]bool{}
+	for _, p := range o.points {
+		sizes[p.Tokens] = true
+	}
+	if len(sizes) < 3 {
+		return fmt.Errorf("--calibrate-after needs --ctx at 3 prompt sizes or more (the prefill has three coefficients); 4 or more also say how well the profile predicts: got %d", len(sizes))
+	}
+	var err error
+	if o.fit, err = fit.options(); err != nil {
+		return err
+	}
+	if profileName == "" {
+		profileName = "default"
+	}
+	o.profile, err = loadProfile(profileName, flags)
+	return err
+}
+
+// noFitFlags refuses the fit's flags without --calibrate-after.
+func noFitFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "table" || f.Name == "predict") && err == nil {
+			err = fmt.Errorf("--%s is a flag of the fit: it only goes with --calibrate-after", f.Name)
+		}
+	})
+	return err
+}
+
 // checkOutputs refuses, before anything is sent, outputs that could not be
 // written at the end of a sweep that may take an hour: a plot format
 // nobody can draw, a directory that is not there or not writable, two
 // outputs on one file or both on standard output.
 func (o *benchOptions) checkOutputs() error {
-	outputs := []struct{ flag, path string }{{"csv", o.csvPath}, {"json", o.jsonPath}, {"plot", o.plotPath}}
+	outputs := []struct{ flag, path string }{{"csv", o.csvPath}, {"json", o.jsonPath}, {"plot", o.plotPath}, {"calibrate-after", o.calibrateAfter}}
 	if o.dryRun {
 		for _, out := range outputs {
 			if out.path != "" {
@@ -205,8 +264,18 @@ func (o *benchOptions) checkOutputs() error {
 		}
 		return nil
 	}
-	if o.csvPath == "-" && o.jsonPath == "-" {
-		return errors.New("--csv - and --json - would both write to standard output: give one of them a file")
+	var toStdout []string
+	for _, out := range outputs {
+		if out.path == "-" && out.flag != "plot" {
+			toStdout = append(toStdout, "--"+out.flag+" -")
+		}
+	}
+	switch len(toStdout) {
+	case 0, 1:
+	case 2:
+		return fmt.Errorf("%s and %s would both write to standard output: give one of them a file", toStdout[0], toStdout[1])
+	default:
+		return fmt.Errorf("%s would all write to standard output: give all but one of them a file", strings.Join(toStdout, ", "))
 	}
 	if o.plotPath == "-" {
 		return errors.New("--plot needs a file name: its extension picks the format")
@@ -315,7 +384,7 @@ const exitInterrupted = 130
 // written, and the exit status is 130.
 func bench(ctx context.Context, c *harness.Client, o *benchOptions, newID func() string, stdout, stderr io.Writer) int {
 	out := stdout
-	if o.csvPath == "-" || o.jsonPath == "-" {
+	if o.csvPath == "-" || o.jsonPath == "-" || o.calibrateAfter == "-" {
 		out = stderr
 	}
 	con := newConsole(out, stderr, o.wide)
@@ -350,6 +419,10 @@ func bench(ctx context.Context, c *harness.Client, o *benchOptions, newID func()
 			return 2
 		}
 	}
+	fitted := 0
+	if err == nil && o.calibrateAfter != "" {
+		fitted = calibrateAfter(rep, o, out, stdout, stderr)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintf(stderr, "sglmock bench %s: interrupted: %s\n", o.method, completed(done, rows, written))
@@ -362,9 +435,26 @@ func bench(ctx context.Context, c *harness.Client, o *benchOptions, newID func()
 		return 2
 	case rep.Poisoned():
 		fmt.Fprintln(stderr, "sglmock bench: POISONED rows: their figures do not measure what they claim (see the verdicts).")
-		return 1
+		return max(1, fitted)
 	}
-	return 0
+	return fitted
+}
+
+// calibrateAfter fits a profile to the sweep's rows, prints the fit's
+// report to out and writes the profile; its exit status is calibrate's.
+func calibrateAfter(rep *harness.Report, o *benchOptions, out, stdout, stderr io.Writer) int {
+	rows, err := calibrate.FromReport(rep)
+	if err != nil {
+		fmt.Fprintln(stderr, "sglmock bench: --calibrate-after:", err)
+		return 2
+	}
+	opt := o.fit
+	opt.Name = "calibrated"
+	if o.calibrateAfter != "-" {
+		opt.Name = strings.TrimSuffix(filepath.Base(o.calibrateAfter), filepath.Ext(o.calibrateAfter))
+	}
+	fmt.Fprintf(out, "\ncalibrated on this sweep (base profile %s):\n", o.profile.Name)
+	return fitAndWrite(rows, o.profile, opt, "a sweep of "+o.url, o.calibrateAfter, out, stdout, stderr, "sglmock bench: --calibrate-after")
 }
 
 // completed says what an unfinished run left: its rows and its files.
@@ -460,7 +550,36 @@ func dryRun(o *benchOptions, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock bench:", err)
 		return 2
 	}
+	writeExtrapolation(stdout, o.profile, o.points)
 	return 0
+}
+
+// writeExtrapolation says which contexts of a dry run lie past the
+// prompts a calibrated profile was measured on.
+func writeExtrapolation(w io.Writer, p *profile.Profile, points []harness.Point) {
+	c := p.Calibration
+	if c == nil {
+		return
+	}
+	var past []string
+	for _, pt := range points {
+		if x := p.Beyond(pt.Tokens); x > 0 {
+			past = append(past, fmt.Sprintf("ctx %d (%.1fx the longest)", pt.CtxReq, x))
+		}
+	}
+	if len(past) == 0 {
+		return
+	}
+	accuracy := ""
+	if c.Accuracy > 0 {
+		accuracy = fmt.Sprintf(", where it predicts within ±%.1f %%", 100*c.Accuracy)
+	}
+	verb := "lies"
+	if len(past) > 1 {
+		verb = "lie"
+	}
+	fmt.Fprintf(w, "\nProfile %s was calibrated on prompts of %d..%d tokens%s: %s %s past them, an extrapolation.\n",
+		p.Name, c.MinPromptTokens, c.MaxPromptTokens, accuracy, strings.Join(past, ", "), verb)
 }
 
 // fitsContext refuses, as the server would, a context whose leg b does not

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/sglmock/sglmock/calibrate"
@@ -18,32 +19,50 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sglmock calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	csvPath := fs.String("csv", "", "measured rows: a CSV with the columns "+strings.Join(calibrate.Columns, ",")+" (what 'sglmock bench --csv' writes)")
+	jsonPath := fs.String("json", "", "measured rows: the report 'sglmock bench twopoint --json' writes, whose runs give every leg's own time, reuse and spread")
 	out := fs.String("o", "", "write the fitted profile to this YAML file ('-' for standard output)")
 	base := fs.String("base", "default", "the profile whose limits, chunking, page size and speculative decoding describe the measured deployment")
 	name := fs.String("name", "", "the fitted profile's name (default: the output file's base name)")
+	fit := calibrateFlags(fs)
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sglmock calibrate --csv rows.csv -o profile.yaml [--base PROFILE] [profile flags]")
+		fmt.Fprintln(stderr, "       sglmock calibrate --json report.json -o profile.yaml [--base PROFILE] [profile flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Fits the prefill cost (per-chunk overhead, per token, attention) and the decode cost (per-round")
-		fmt.Fprintln(stderr, "overhead, per context token) to measured rows, by least squares on both legs of every row.")
-		fmt.Fprintf(stderr, "Where a formula leaves a residual above %g %%, that part becomes a table through the rows.\n", calibrate.Tolerance*100)
+		fmt.Fprintln(stderr, "overhead, per context token) to measured rows, every leg weighed by its own noise (its runs' spread,")
+		fmt.Fprintln(stderr, "pooled with the sweep's). The formulas are kept unless their residuals are more than that noise")
+		fmt.Fprintf(stderr, "explains (χ² past its %g %% quantile); then the part that misfits becomes a table through the rows, if\n", 100*calibrate.Confidence)
+		fmt.Fprintln(stderr, "the rows have more legs than the table would have points. Each leg is used for what it measured: a")
+		fmt.Fprintln(stderr, "leg served from the cache measures the prefill of what it did not reuse. The report gives every")
+		fmt.Fprintln(stderr, "leg's residual and its leave-one-out error (predicted by a fit without its prompt size), whose")
+		fmt.Fprintln(stderr, "largest is the profile's stated accuracy, the predictions at --predict, and what to measure next.")
 		fmt.Fprintln(stderr, "Everything else comes from --base and the profile flags: describe the deployment you measured.")
-		fmt.Fprintln(stderr, "Rows of bench's CSV whose legs were served from the cache (a_cached, or a POISONED verdict other")
-		fmt.Fprintln(stderr, "than the leg b its b_cached declares) are dropped, each named. Exit status: 2 for a usage or")
-		fmt.Fprintln(stderr, "input error, 1 when no form reproduces every row within the tolerance, 0 otherwise.")
+		fmt.Fprintln(stderr, "Exit status: 2 for a usage or input error, 1 when no form is within the rows' noise (the profile")
+		fmt.Fprintln(stderr, "is written anyway), 0 otherwise.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
 	if exit, done := flagExit("calibrate", parseFlags(fs, args, false), stderr); done {
 		return exit
 	}
+	source := *csvPath
 	switch {
-	case *csvPath == "":
-		fmt.Fprintln(stderr, "sglmock calibrate: --csv is required")
+	case *csvPath == "" && *jsonPath == "":
+		fmt.Fprintln(stderr, "sglmock calibrate: --csv or --json is required")
+		return 2
+	case *csvPath != "" && *jsonPath != "":
+		fmt.Fprintln(stderr, "sglmock calibrate: --csv and --json: give one of them")
 		return 2
 	case *out == "":
 		fmt.Fprintln(stderr, "sglmock calibrate: -o is required (a YAML file, or - for standard output)")
+		return 2
+	case *jsonPath != "":
+		source = *jsonPath
+	}
+	opt, err := fit.options()
+	if err != nil {
+		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 2
 	}
 	p, err := profile.Load(*base)
@@ -54,71 +73,97 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock calibrate: --base:", err)
 		return 2
 	}
-	f, err := os.Open(*csvPath)
+	f, err := os.Open(source)
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 2
 	}
-	all, err := calibrate.ReadCSV(f, *csvPath)
+	read := calibrate.ReadCSV
+	if *jsonPath != "" {
+		read = calibrate.ReadJSON
+	}
+	rows, err := read(f, source)
 	f.Close()
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 2
 	}
-	if *name == "" {
-		*name = "calibrated"
+	opt.Name = *name
+	if opt.Name == "" {
+		opt.Name = "calibrated"
 		if *out != "-" {
-			*name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
+			opt.Name = strings.TrimSuffix(filepath.Base(*out), filepath.Ext(*out))
 		}
 	}
 	report := stdout
 	if *out == "-" {
 		report = stderr
 	}
-	rows, dropped := calibrate.Usable(all)
-	writeScreening(report, rows, dropped)
-	res, err := calibrate.Fit(rows, p, *name)
+	return fitAndWrite(rows, p, opt, filepath.Base(source), *out, report, stdout, stderr, "sglmock calibrate")
+}
+
+// fitOptions are the flags of a fit that calibrate and bench's
+// --calibrate-after share.
+type fitOptions struct {
+	table   *bool
+	predict *string
+}
+
+func calibrateFlags(fs *flag.FlagSet) fitOptions {
+	return fitOptions{
+		table: fs.Bool("table", false, "fit both costs as tables through the rows even where the formulas are within the noise, "+
+			"and even with as many parameters as legs (a profile that passes through every row: only its leave-one-out errors say how it predicts)"),
+		predict: fs.String("predict", "", "prompt sizes the profile is to predict, comma-separated: the report gives each one's times, "+
+			"how sure they are and whether they extrapolate (default: the longest prompt the base profile takes)"),
+	}
+}
+
+// options reads the fit's flags.
+func (f fitOptions) options() (calibrate.Options, error) {
+	opt := calibrate.Options{Table: *f.table}
+	if *f.predict == "" {
+		return opt, nil
+	}
+	for _, s := range strings.Split(*f.predict, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			return opt, fmt.Errorf("--predict %q: %q is not a prompt size (a whole number of tokens, at least 2)", *f.predict, s)
+		}
+		opt.Predict = append(opt.Predict, n)
+	}
+	return opt, nil
+}
+
+// fitAndWrite fits rows, prints the report to report and writes the
+// profile to out ("-": stdout), its comment naming source. The exit status
+// is 2 for rows that do not fit at all, 1 when no form is within their
+// noise (the profile is written anyway), 0 otherwise.
+func fitAndWrite(rows []calibrate.Row, base *profile.Profile, opt calibrate.Options, source, out string, report, stdout, stderr io.Writer, cmd string) int {
+	res, err := calibrate.Fit(rows, base, opt)
 	if err != nil {
-		fmt.Fprintf(stderr, "sglmock calibrate: %s: %v\n", *csvPath, err)
+		fmt.Fprintf(stderr, "%s: %s: %v\n", cmd, source, err)
 		if errors.Is(err, calibrate.ErrBadInput) {
 			return 2
 		}
 		return 1
 	}
-	res.WriteReport(report)
-	header := fmt.Sprintf("# Fitted by sglmock calibrate from %s (%d rows", filepath.Base(*csvPath), len(rows))
-	if len(dropped) > 0 {
-		header += fmt.Sprintf("; %d dropped, served from the cache", len(dropped))
+	if err := res.WriteReport(report); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return 1
 	}
-	header += fmt.Sprintf("), base profile %s.\n# Largest residual over both legs of every row: %.2f %%.\n", p.Name, 100*res.MaxError)
-	if res.Exact() {
-		header += "# That checks nothing: " + res.ExactNote()
-	}
-	yaml := append([]byte(header), res.Profile.YAML()...)
-	if *out == "-" {
+	yaml := append([]byte(res.Comment(source, base.Name)), res.Profile.YAML()...)
+	if out == "-" {
 		stdout.Write(yaml)
-	} else if err := os.WriteFile(*out, yaml, 0o644); err != nil {
-		fmt.Fprintln(stderr, "sglmock calibrate:", err)
+	} else if err := writeOutput(out, func(w io.Writer) error { _, err := w.Write(yaml); return err }, stdout); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return 1
 	} else {
-		fmt.Fprintf(report, "wrote %s; use it with --profile %s\n", *out, *out)
+		fmt.Fprintf(report, "wrote %s; use it with --profile %s\n", out, out)
 	}
-	if res.MaxError > calibrate.Tolerance {
-		fmt.Fprintf(stderr, "sglmock calibrate: no form reproduces every row within %g %%; the profile was written anyway\n", calibrate.Tolerance*100)
+	if !res.Within() {
+		fmt.Fprintf(stderr, "%s: no form the rows allow is within their noise (χ² %.1f, its %g %% quantile %.1f); the profile was written anyway\n",
+			cmd, res.ChiSquare, 100*calibrate.Confidence, res.Limit)
 		return 1
 	}
 	return 0
-}
-
-// writeScreening says which rows the fit leaves out, and which it fits
-// although bench found them SUSPECT.
-func writeScreening(w io.Writer, kept []calibrate.Row, dropped []calibrate.Dropped) {
-	for _, d := range dropped {
-		fmt.Fprintf(w, "dropped line %d (ctx %d, %d tokens): %s\n", d.Line, d.CtxReq, d.PromptTokens, d.Reason)
-	}
-	for _, r := range kept {
-		if r.Verdict == "SUSPECT" {
-			fmt.Fprintf(w, "fitted anyway: line %d (ctx %d) is SUSPECT: %s\n", r.Line, r.CtxReq, r.Cause)
-		}
-	}
 }

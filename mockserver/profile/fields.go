@@ -57,6 +57,11 @@ var fieldDocs = map[string]string{
 	"flush_busy_after_finish_s": "simulated seconds the server stays busy for /flush_cache after an iteration that finished a request, as SGLang's overlap scheduler does; 0: idle at once",
 	"seed":                      "seeds the speculative acceptance draws (with each request's rid) and the cost jitter: the same seed gives the same timings",
 	"jitter":                    "relative standard deviation of seeded noise on each iteration's cost, in [0, 1); 0: exact",
+
+	"calibration":                   "what 'sglmock calibrate' measured the costs on (it writes this; the engine does not read it): a prompt past max_prompt_tokens is an extrapolation, and 'bench --dry-run' says so",
+	"calibration.min_prompt_tokens": "the shortest prompt measured",
+	"calibration.max_prompt_tokens": "the longest prompt measured",
+	"calibration.accuracy":          "the largest relative error of a measured time predicted by a fit without its prompt size (leave-one-out); absent when the rows were too few to tell",
 }
 
 // FieldDoc is one field of a profile file.

@@ -78,6 +78,32 @@ type Profile struct {
 
 	Seed   uint64  `yaml:"seed" json:"seed"`
 	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
+
+	// Calibration is what sglmock calibrate measured the costs on; nil
+	// for a profile written by hand. The engine does not read it.
+	Calibration *Calibration `yaml:"calibration,omitempty" json:"calibration,omitempty"`
+}
+
+// Calibration is the range of prompts a calibrated profile's costs were
+// measured on, and how well it predicted the ones it was not fitted to:
+// past MaxPromptTokens its costs are an extrapolation.
+type Calibration struct {
+	MinPromptTokens int `yaml:"min_prompt_tokens" json:"min_prompt_tokens"`
+	MaxPromptTokens int `yaml:"max_prompt_tokens" json:"max_prompt_tokens"`
+	// Accuracy is the largest relative error of a leave-one-out
+	// prediction of a measured time; 0 when the rows were too few to
+	// tell.
+	Accuracy float64 `yaml:"accuracy,omitempty" json:"accuracy,omitempty"`
+}
+
+// Beyond is how far a prompt of n tokens lies past the prompts the
+// profile was calibrated on: n over the largest when it is larger, else 0
+// (and 0 for a profile that was not calibrated).
+func (p *Profile) Beyond(n int) float64 {
+	if c := p.Calibration; c != nil && n > c.MaxPromptTokens && c.MaxPromptTokens > 0 {
+		return float64(n) / float64(c.MaxPromptTokens)
+	}
+	return 0
 }
 
 // MaxReqInputLen is the longest prompt SGLang's scheduler accepts, less
@@ -310,6 +336,10 @@ func (p *Profile) Clone() *Profile {
 		spec.AcceptProbs = slices.Clone(spec.AcceptProbs)
 		c.Speculative = &spec
 	}
+	if p.Calibration != nil {
+		cal := *p.Calibration
+		c.Calibration = &cal
+	}
 	return &c
 }
 
@@ -403,6 +433,12 @@ func (p *Profile) Validate() error {
 		}
 		v.check(s.RoundCostFactor > 0 && !math.IsInf(s.RoundCostFactor, 0), "speculative.round_cost_factor",
 			s.RoundCostFactor, "must be > 0")
+	}
+	if c := p.Calibration; c != nil {
+		v.check(c.MinPromptTokens >= 1, "calibration.min_prompt_tokens", c.MinPromptTokens, "must be >= 1")
+		v.check(c.MaxPromptTokens >= c.MinPromptTokens, "calibration.max_prompt_tokens", c.MaxPromptTokens,
+			fmt.Sprintf("must be >= min_prompt_tokens (%d)", c.MinPromptTokens))
+		v.check(c.Accuracy >= 0 && !math.IsInf(c.Accuracy, 0), "calibration.accuracy", c.Accuracy, "must be a finite number >= 0")
 	}
 	return v.err
 }

@@ -232,6 +232,10 @@ func TestValidationNamesFieldAndValue(t *testing.T) {
 		{"table with coefficient", "per_ctx_token_s: 4.0e-9", "per_ctx_token_s: 4.0e-9\n  ctx_table: [[10, 1]]", "decode.ctx_table"},
 		{"decreasing table", "per_ctx_token_s: 4.0e-9", "ctx_table: [[10, 1], [5, 2]]", "decode.ctx_table[1] = [5 2]"},
 		{"not yaml", "name: llama", "name: [llama", "yaml"},
+		{"calibration without its prompts", "jitter: 0", "jitter: 0\ncalibration:\n  max_prompt_tokens: 10", "calibration.min_prompt_tokens = 0: must be >= 1"},
+		{"calibration range reversed", "jitter: 0", "jitter: 0\ncalibration:\n  min_prompt_tokens: 100\n  max_prompt_tokens: 10",
+			"calibration.max_prompt_tokens = 10: must be >= min_prompt_tokens (100)"},
+		{"negative accuracy", "jitter: 0", "jitter: 0\ncalibration: {min_prompt_tokens: 1, max_prompt_tokens: 2, accuracy: -0.1}", "calibration.accuracy = -0.1"},
 	}
 	for _, tt := range tests {
 		text := strings.Replace(string(good), tt.from, tt.to, 1)
@@ -333,5 +337,35 @@ func TestEveryFieldDocumented(t *testing.T) {
 		if w, ok := want[f.Path]; ok && f.Type != w {
 			t.Errorf("%s: type %q, want %q", f.Path, f.Type, w)
 		}
+	}
+}
+
+// A calibrated profile says how far past its measured prompts a prompt
+// lies; its calibration survives a clone and a round trip through YAML.
+func TestCalibrationBeyond(t *testing.T) {
+	p, err := Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Beyond(1 << 20); got != 0 {
+		t.Errorf("an uncalibrated profile: Beyond = %g, want 0", got)
+	}
+	p.Calibration = &Calibration{MinPromptTokens: 1024, MaxPromptTokens: 8192, Accuracy: 0.05}
+	for _, tt := range []struct {
+		n    int
+		want float64
+	}{{512, 0}, {8192, 0}, {12288, 1.5}, {16384, 2}} {
+		if got := p.Beyond(tt.n); got != tt.want {
+			t.Errorf("Beyond(%d) = %g, want %g", tt.n, got, tt.want)
+		}
+	}
+	c := p.Clone()
+	c.Calibration.MaxPromptTokens = 1
+	if p.Calibration.MaxPromptTokens != 8192 {
+		t.Errorf("changing a clone's calibration changed the original's: %+v", p.Calibration)
+	}
+	again, err := Parse(strings.NewReader(string(p.YAML())), "x")
+	if err != nil || *again.Calibration != *p.Calibration {
+		t.Fatalf("got %+v, %v; want the calibration %+v back", again.Calibration, err, p.Calibration)
 	}
 }
