@@ -90,6 +90,13 @@ type hfConfig struct {
 	AddEOSToken               *bool                   `json:"add_eos_token"`
 	BOSToken                  tokenSpec               `json:"bos_token"`
 	EOSToken                  tokenSpec               `json:"eos_token"`
+	UnkToken                  tokenSpec               `json:"unk_token"`
+	SepToken                  tokenSpec               `json:"sep_token"`
+	PadToken                  tokenSpec               `json:"pad_token"`
+	ClsToken                  tokenSpec               `json:"cls_token"`
+	MaskToken                 tokenSpec               `json:"mask_token"`
+	Legacy                    *bool                   `json:"legacy"`
+	AddPrefixSpace            *bool                   `json:"add_prefix_space"`
 	CleanUpTokenizationSpaces *bool                   `json:"clean_up_tokenization_spaces"`
 	ChatTemplate              json.RawMessage         `json:"chat_template"`
 	AddedTokensDecoder        map[string]hfAddedToken `json:"added_tokens_decoder"`

@@ -147,7 +147,7 @@ func TestLoadByteLevel(t *testing.T) {
 	if got, want := tok.Count("Hello world, the"), 4; got != want {
 		t.Errorf("Count: got %d, want %d", got, want)
 	}
-	chat, err := tok.ApplyChatTemplate([]Message{{"user", " Hello "}}, true, nil)
+	chat, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: " Hello "}}, true, nil)
 	if want := "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"; err != nil || chat != want {
 		t.Errorf("chat: got %q, %v; want %q", chat, err, want)
 	}
@@ -251,7 +251,7 @@ func TestLoadSentencePiece(t *testing.T) {
 	if tok.ChatTemplate() != "" {
 		t.Errorf("a config without a template: ChatTemplate %q", tok.ChatTemplate())
 	}
-	if _, err := tok.ApplyChatTemplate([]Message{{"user", "hi"}}, true, nil); !errors.Is(err, ErrNoChatTemplate) {
+	if _, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "hi"}}, true, nil); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("chat without a template: got %v, want ErrNoChatTemplate", err)
 	}
 }
@@ -325,11 +325,11 @@ func TestLoadChatTemplates(t *testing.T) {
 		want   string
 		err    string
 	}{
-		{"jinja file", map[string]string{ChatTemplateFile: "file:{{ messages | length }}", TokenizerConfig: `{"chat_template": "config"}`}, []Message{{"user", "x"}}, nil, "file:1", ""},
-		{"named", map[string]string{TokenizerConfig: `{"chat_template": ` + named + `}`}, []Message{{"user", "x"}}, map[string]any{"enable_thinking": false}, "x/no_think", ""},
-		{"raises", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": raising})}, []Message{{"system", "x"}}, nil, "", "roles must alternate"},
+		{"jinja file", map[string]string{ChatTemplateFile: "file:{{ messages | length }}", TokenizerConfig: `{"chat_template": "config"}`}, []Message{{Role: "user", Content: "x"}}, nil, "file:1", ""},
+		{"named", map[string]string{TokenizerConfig: `{"chat_template": ` + named + `}`}, []Message{{Role: "user", Content: "x"}}, map[string]any{"enable_thinking": false}, "x/no_think", ""},
+		{"raises", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": raising})}, []Message{{Role: "system", Content: "x"}}, nil, "", "roles must alternate"},
 		{"namespace and loops", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": `{% set ns = namespace(n=0) %}{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{% set ns.n = ns.n + 1 %}{{ m | tojson }}{% endfor %}{{ ns.n }}`})},
-			[]Message{{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, nil, `{"role": "user", "content": "a"}{"role": "user", "content": "c"}2`, ""},
+			[]Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}, {Role: "user", Content: "c"}}, nil, `{"role": "user", "content": "a"}{"role": "user", "content": "c"}2`, ""},
 	} {
 		tt.files[TokenizerJSON] = tj
 		tok, err := Load(writeDir(t, tt.files))
