@@ -177,7 +177,7 @@ func templateContent(raw json.RawMessage, role, contentFormat string) (string, j
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", nil, malformed("content: must be a string or a list of content parts")
+		return "", nil, malformed("content must be a string or a list of content parts")
 	}
 	isText := func(p contentPart) bool { return p.Type == "text" || p.Type == "input_text" }
 	texts := make([]string, 0, len(parts))
