@@ -181,7 +181,9 @@ func (c *chatTemplate) render(chat Chat) (out string, err error) {
 		data["strftime_now"] = jinja.NewCallable("strftime_now", strftimeNow)
 	}
 	data[pyStrFunc] = jinja.NewCallable(pyStrFunc, pyPrint)
-	data[pyFormatFunc] = jinja.NewCallable("format", pyFormatFilter)
+	data[pyFilters["format"]] = jinja.NewCallable("format", pyFormatFilter)
+	data[pyFilters["tojson"]] = jinja.NewCallable("tojson", pyToJSON)
+	data[pyFilters["string"]] = jinja.NewCallable("string", pyStringFilter)
 	s, err := c.tmpl.RenderValues(data)
 	if err != nil {
 		return "", &TemplateError{err}

@@ -15,6 +15,9 @@ func TestTemplatePythonRules(t *testing.T) {
 		{"format", `{{ '%s-%05.1f-%d-%r-%x' | format('a', 3.14159, 7.9, 'q', 255) }}|{{ '%(a)s=%(b)d' | format(a='k', b=3) }}`, "a-003.1-7-'q'-ff|k=3"},
 		{"format filter after a pipe only", `{% set format = 'x' %}{{ format }}{{ '%s'|format(format) }}`, "xx"},
 		{"strftime_now", `{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y') | length }}|{{ strftime_now('%-d %A %j') }}`, "26 Jul 2024|4|26 Friday 208"},
+		{"tojson", `{{ {'b': 1, 'a': [1.5, none]} | tojson(indent=2) }}|{{ {'b': 1, 'a': {}} | tojson(sort_keys=true) }}|{{ [1, 2] | tojson(separators=(',', ':')) }}`,
+			"{\n  \"b\": 1,\n  \"a\": [\n    1.5,\n    null\n  ]\n}|{\"a\": {}, \"b\": 1}|[1,2]"},
+		{"string", `{{ none | string }}|{{ 1.0 | string }}`, "None|1.0"},
 		{"CRLF", "a\r\n{{ 'b' }}\rc\r\n", "a\nb\nc"},
 		{"trailing newline", "a\n\n", "a\n"},
 	}
@@ -36,6 +39,15 @@ func TestTemplateBadEscape(t *testing.T) {
 		if _, err := compileTemplate("bad", src, "", ""); err == nil {
 			t.Errorf("%s compiled", src)
 		}
+	}
+	// tojson of an undefined value is Python's TypeError, which SGLang
+	// answers 400.
+	c, err := compileTemplate("undefined", `{{ nothing | tojson }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.render(Chat{}); err == nil {
+		t.Errorf("tojson of an undefined value: got %q, want an error", got)
 	}
 }
 

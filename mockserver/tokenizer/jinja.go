@@ -19,18 +19,26 @@ import (
 //   - a string literal is a Python string: \uXXXX, \xXX, \r, octal and the
 //     other escapes are decoded (the engine decodes \n, \t, \\ and quotes);
 //   - {{ x }} prints str(x): None prints "None", a float 1.0 "1.0";
-//   - the format filter is Python's % formatting.
+//   - the format filter is Python's % formatting; tojson is
+//     transformers' (json.dumps, keys in order, an undefined value an
+//     error); string is str().
 //
 // The rewrite keeps the template's meaning: a decoded literal is written
 // back with only the escapes the engine reads, an output is wrapped in a
-// call that prints as str() does, and the format filter is renamed to a
-// filter the render supplies.
+// call that prints as str() does, and those filters are renamed to
+// filters the render supplies.
 
 // Names the rewritten source calls; the render supplies them.
 const (
-	pyStrFunc    = "__sglmock_str"
-	pyFormatFunc = "__sglmock_format"
+	pyStrFunc = "__sglmock_str"
 )
+
+// pyFilters are the filters the engine has but prints differently from
+// jinja2 under transformers, renamed to the render's own: format (the
+// engine has none), tojson (the engine sorts an indented dict's keys and
+// prints an undefined value, where Python keeps the order and fails) and
+// string (None is "None", a float Python's repr).
+var pyFilters = map[string]string{"format": "__sglmock_format", "tojson": "__sglmock_tojson", "string": "__sglmock_string"}
 
 // tagKind is a piece of a template's source.
 type tagKind int
@@ -116,19 +124,34 @@ func scanTags(src string) ([]tag, error) {
 }
 
 // tagEnd is where a tag's closer begins: the first one outside a string
-// literal (in a comment, the first one).
+// literal and outside brackets, as jinja2's lexer balances them (in a
+// comment, the first one).
 func tagEnd(src string, i int, kind tagKind, closer string) (int, error) {
+	depth := 0
 	for i < len(src) {
 		c := src[i]
-		if kind != tagComment && (c == '\'' || c == '"') {
-			n, err := literalEnd(src, i)
-			if err != nil {
-				return 0, err
+		if kind != tagComment {
+			switch c {
+			case '\'', '"':
+				n, err := literalEnd(src, i)
+				if err != nil {
+					return 0, err
+				}
+				i = n
+				continue
+			case '(', '[', '{':
+				depth++
+			case ')', ']':
+				depth = max(depth-1, 0)
+			case '}':
+				if depth > 0 {
+					depth--
+					i++
+					continue
+				}
 			}
-			i = n
-			continue
 		}
-		if strings.HasPrefix(src[i:], closer) {
+		if depth == 0 && strings.HasPrefix(src[i:], closer) || kind == tagComment && strings.HasPrefix(src[i:], closer) {
 			return i, nil
 		}
 		i++
@@ -238,13 +261,29 @@ func delimiters(k tagKind) (string, string) {
 
 // rewriteExpr rewrites a tag's expressions: string literals decoded as
 // Python decodes them and written back with the escapes the engine reads,
-// the format filter renamed.
+// number literals as the engine reads them, pyFilters renamed.
 func rewriteExpr(s string) (string, error) {
 	var b strings.Builder
 	afterPipe := false
+	// parens holds, for each open parenthesis, the bracket that closes
+	// it: a tuple literal, which the engine cannot read, is written as a
+	// list.
+	var parens []byte
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
+		case c == '(':
+			closer := byte(')')
+			if prev := lastNonSpace(b.String()); !isIdentByte(prev) && prev != ')' && prev != ']' && isTuple(s, i) {
+				c, closer = '[', ']'
+			}
+			parens = append(parens, closer)
+			b.WriteByte(c)
+			i, afterPipe = i+1, false
+		case c == ')' && len(parens) > 0:
+			b.WriteByte(parens[len(parens)-1])
+			parens = parens[:len(parens)-1]
+			i, afterPipe = i+1, false
 		case c == '\'' || c == '"':
 			end, err := literalEnd(s, i)
 			if err != nil {
@@ -266,8 +305,8 @@ func rewriteExpr(s string) (string, error) {
 				n++
 			}
 			word := s[i:n]
-			if afterPipe && word == "format" {
-				word = pyFormatFunc
+			if renamed, ok := pyFilters[word]; ok && afterPipe {
+				word = renamed
 			}
 			b.WriteString(word)
 			i, afterPipe = n, false
@@ -277,11 +316,53 @@ func rewriteExpr(s string) (string, error) {
 			} else if c != ' ' && c != '\t' && c != '\n' {
 				afterPipe = false
 			}
+			if c == '}' && lastNonSpace(b.String()) == '}' {
+				// The engine ends a tag at the first }}: a nested
+				// dict's braces are kept apart.
+				b.WriteByte(' ')
+			}
 			b.WriteByte(c)
 			i++
 		}
 	}
 	return b.String(), nil
+}
+
+// lastNonSpace is the last byte of s that is not white space (0: none).
+func lastNonSpace(s string) byte {
+	s = strings.TrimRight(s, " \t\n")
+	if s == "" {
+		return 0
+	}
+	return s[len(s)-1]
+}
+
+// isTuple reports whether the parenthesis at i opens a tuple: a comma at
+// its own level before its closing parenthesis.
+func isTuple(s string, i int) bool {
+	depth := 0
+	for j := i; j < len(s); j++ {
+		switch s[j] {
+		case '\'', '"':
+			end, err := literalEnd(s, j)
+			if err != nil {
+				return false
+			}
+			j = end - 1
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+			if depth == 0 {
+				return false
+			}
+		case ',':
+			if depth == 1 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // numberEnd is the end of the number literal at i, as jinja2 reads one:

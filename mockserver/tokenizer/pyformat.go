@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +145,185 @@ func pyQuote(s string) string {
 	}
 	b.WriteByte(quote)
 	return b.String()
+}
+
+// pyStringFilter is jinja2's string filter: str(value).
+func pyStringFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), errors.New("string: no value")
+	}
+	return jinja.NewString(pyStr(args[0])), nil
+}
+
+// pyToJSON is transformers' tojson filter: json.dumps(x,
+// ensure_ascii=False, indent=None, separators=None, sort_keys=False),
+// each settable.
+func pyToJSON(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), errors.New("tojson: no value")
+	}
+	j := jsonDumper{itemSep: ", ", keySep: ": "}
+	names := []string{"ensure_ascii", "indent", "separators", "sort_keys"}
+	opts := map[string]jinja.Value{}
+	for i, a := range args[1:] {
+		if i >= len(names) {
+			return jinja.Undefined(), errors.New("tojson() takes at most 5 arguments")
+		}
+		opts[names[i]] = a
+	}
+	for k, v := range kwargs {
+		if !slices.Contains(names, k) {
+			return jinja.Undefined(), fmt.Errorf("tojson() got an unexpected keyword argument '%s'", k)
+		}
+		opts[k] = v
+	}
+	if v, ok := opts["ensure_ascii"]; ok {
+		j.ascii = v.IsTruthy()
+	}
+	if v, ok := opts["sort_keys"]; ok {
+		j.sortKeys = v.IsTruthy()
+	}
+	if v, ok := opts["indent"]; ok && !v.IsNone() {
+		switch {
+		case v.IsInt():
+			j.indent = strings.Repeat(" ", max(0, int(v.AsInt())))
+		case v.IsString():
+			j.indent = v.AsString()
+		default:
+			return jinja.Undefined(), fmt.Errorf("tojson: indent must be an int or a string, not %s", pyType(v))
+		}
+		j.indented, j.itemSep = true, ","
+	}
+	if v, ok := opts["separators"]; ok && !v.IsNone() {
+		if !v.IsList() || v.AsList().Len() != 2 || !v.AsList().Get(0).IsString() || !v.AsList().Get(1).IsString() {
+			return jinja.Undefined(), errors.New("tojson: separators must be two strings")
+		}
+		j.itemSep, j.keySep = v.AsList().Get(0).AsString(), v.AsList().Get(1).AsString()
+	}
+	var b strings.Builder
+	if err := j.dump(&b, args[0], 0); err != nil {
+		return jinja.Undefined(), err
+	}
+	return jinja.NewString(b.String()), nil
+}
+
+// jsonDumper writes values as Python's json.dumps does.
+type jsonDumper struct {
+	ascii, sortKeys, indented bool
+	indent, itemSep, keySep   string
+}
+
+func (j *jsonDumper) newline(b *strings.Builder, level int) {
+	if j.indented {
+		b.WriteByte('\n')
+		b.WriteString(strings.Repeat(j.indent, level))
+	}
+}
+
+func (j *jsonDumper) dump(b *strings.Builder, v jinja.Value, level int) error {
+	switch {
+	case v.IsNone():
+		b.WriteString("null")
+	case v.IsBool():
+		b.WriteString(map[bool]string{true: "true", false: "false"}[v.AsBool()])
+	case v.IsInt():
+		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+	case v.IsFloat():
+		f := v.AsFloat()
+		switch {
+		case math.IsInf(f, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(f, -1):
+			b.WriteString("-Infinity")
+		case math.IsNaN(f):
+			b.WriteString("NaN")
+		default:
+			b.WriteString(pyFloat(f))
+		}
+	case v.IsString():
+		j.str(b, v.AsString())
+	case v.IsList():
+		items := v.AsList().Items
+		if len(items) == 0 {
+			b.WriteString("[]")
+			return nil
+		}
+		b.WriteByte('[')
+		for i, item := range items {
+			if i > 0 {
+				b.WriteString(j.itemSep)
+			}
+			j.newline(b, level+1)
+			if err := j.dump(b, item, level+1); err != nil {
+				return err
+			}
+		}
+		j.newline(b, level)
+		b.WriteByte(']')
+	case v.IsDict():
+		d := v.AsDict()
+		keys := slices.Clone(d.Keys)
+		if j.sortKeys {
+			slices.Sort(keys)
+		}
+		if len(keys) == 0 {
+			b.WriteString("{}")
+			return nil
+		}
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(j.itemSep)
+			}
+			j.newline(b, level+1)
+			j.str(b, k)
+			b.WriteString(j.keySep)
+			if err := j.dump(b, d.Data[k], level+1); err != nil {
+				return err
+			}
+		}
+		j.newline(b, level)
+		b.WriteByte('}')
+	case v.IsUndefined():
+		return errors.New("Object of type Undefined is not JSON serializable")
+	default:
+		return fmt.Errorf("Object of type %s is not JSON serializable", pyType(v))
+	}
+	return nil
+}
+
+// str writes a JSON string as json.dumps does: control characters
+// escaped, the rest as it is (or as \uXXXX with ensure_ascii).
+func (j *jsonDumper) str(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\b':
+			b.WriteString(`\b`)
+		case r == '\f':
+			b.WriteString(`\f`)
+		case r < 0x20 || j.ascii && r > 0x7f:
+			if r > 0xffff {
+				r -= 0x10000
+				fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+			} else {
+				fmt.Fprintf(b, `\u%04x`, r)
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
 }
 
 // pyFormatFilter is jinja2's format filter: str(value) % args, or %
