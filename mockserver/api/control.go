@@ -187,8 +187,8 @@ func (s *Server) stopProfile(c *gin.Context) {
 
 func (s *Server) tokenize(c *gin.Context) {
 	var body struct {
-		Prompt   json.RawMessage `json:"prompt"`
-		Messages []chatMessage   `json:"messages"`
+		Prompt json.RawMessage `json:"prompt"`
+		chatTemplateRequest
 		// AddSpecialTokens adds the tokenizer's BOS; by default a prompt
 		// gets it and a chat, whose template writes its own, does not.
 		AddSpecialTokens *bool `json:"add_special_tokens"`
@@ -201,7 +201,7 @@ func (s *Server) tokenize(c *gin.Context) {
 	addSpecial := true
 	switch {
 	case body.Messages != nil:
-		prompt, err := s.chatPrompt(body.Messages, nil)
+		prompt, err := s.chatPrompt(&body.chatTemplateRequest)
 		if err != nil {
 			writeRefusal(c, generateEnvelope, err)
 			return

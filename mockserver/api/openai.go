@@ -83,7 +83,7 @@ func (s *Server) chatCompletions(c *gin.Context) {
 			return
 		}
 		var err error
-		if prompt, err = s.chatPrompt(body.Messages, body.ChatTemplateKwargs); err != nil {
+		if prompt, err = s.chatPrompt(&body.chatTemplateRequest); err != nil {
 			writeRefusal(c, openAIEnvelope, err)
 			return
 		}

@@ -2,12 +2,10 @@ package api
 
 import (
 	"fmt"
-	"strings"
 
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
-	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/sim"
 )
 
@@ -52,19 +50,13 @@ type completionBody struct {
 	Logprobs *integer `json:"logprobs"`
 }
 
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
 type chatBody struct {
 	openAICommon
-	Messages            []chatMessage  `json:"messages"`
-	MaxCompletionTokens *integer       `json:"max_completion_tokens"`
-	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
-	InputIDs            []int32        `json:"input_ids"`
-	Logprobs            bool           `json:"logprobs"`
-	TopLogprobs         *integer       `json:"top_logprobs"`
+	chatTemplateRequest
+	MaxCompletionTokens *integer `json:"max_completion_tokens"`
+	InputIDs            []int32  `json:"input_ids"`
+	Logprobs            bool     `json:"logprobs"`
+	TopLogprobs         *integer `json:"top_logprobs"`
 }
 
 // openAIExtraKey is the extra_key the OpenAI routes pass on: an empty one
@@ -156,55 +148,6 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 		return out, nil
 	}
 	return nil, malformed("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
-}
-
-// messageText flattens a chat message's content: a string or a list of
-// parts, whose text parts ("text" or "input_text") are joined with a space,
-// as SGLang flattens content for a template that takes a string
-// (process_content_for_template_format).
-func messageText(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
-		return "", nil
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		return text, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", malformed("messages: content must be a string or a list of content parts")
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type == "text" || p.Type == "input_text" {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, " "), nil
-}
-
-// chatPrompt applies the chat template to messages, with the generation
-// prompt and the request's chat_template_kwargs, as the server does before
-// tokenizing a chat: the prompt's text, tokenized without the BOS a text
-// prompt gets (the template writes its own). A template that cannot render
-// them is the request's error.
-func (s *Server) chatPrompt(messages []chatMessage, kwargs map[string]any) (engine.Request, error) {
-	msgs := make([]tokenizer.Message, len(messages))
-	for i, m := range messages {
-		text, err := messageText(m.Content)
-		if err != nil {
-			return engine.Request{}, err
-		}
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: text}
-	}
-	text, err := s.eng.Tokenizer().ApplyChatTemplate(msgs, true, kwargs)
-	if err != nil {
-		return engine.Request{}, err
-	}
-	return engine.Request{Text: text, Templated: true}, nil
 }
 
 // chatBudget is the output of a chat completion without max_tokens: SGLang

@@ -3,6 +3,8 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -13,11 +15,10 @@ import (
 )
 
 // With a model's own tokenizer, every endpoint counts as the model does:
-// /tokenize gives transformers.js's ids, /generate reports as many
+// /tokenize gives the oracle's ids (the tokenizer as SGLang loads it
+// through Python's transformers), /generate reports as many
 // prompt_tokens, a chat renders with the model's template and counts its
-// tokens, and /detokenize gives the text back. DeepSeek V3's prompts begin
-// with BOS as in Python, where transformers.js adds none (see the
-// tokenizer package's oracle test).
+// tokens, and /detokenize gives the text back.
 func TestOracleOverHTTP(t *testing.T) {
 	o := mocktest.NewOracle(t)
 	for _, model := range []string{"llama3_1", "qwen3", "llama2", "deepseek_v3"} {
@@ -27,12 +28,6 @@ func TestOracleOverHTTP(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := o.Run(t, model, mocktest.OracleCorpus, mocktest.OracleChats)
-			decodedIDs := slices.Clone(want.Prompt)
-			if model == "deepseek_v3" {
-				for i := range want.Prompt {
-					want.Prompt[i] = append([]int32{0}, want.Prompt[i]...)
-				}
-			}
 			synctest.Test(t, func(t *testing.T) {
 				ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "default"), Tokenizer: tok})
 				for i, text := range mocktest.OracleCorpus {
@@ -53,9 +48,9 @@ func TestOracleOverHTTP(t *testing.T) {
 					if err := json.Unmarshal([]byte(body), &g); code != 200 || err != nil || g.MetaInfo.PromptTokens != len(ids) {
 						t.Errorf("/generate %q: got %d %s, want prompt_tokens %d", text, code, body, len(ids))
 					}
-					code, body, _ = ts.Do(t, "POST", "/detokenize", jsonOf(map[string]any{"tokens": decodedIDs[i], "skip_special_tokens": false}))
+					code, body, _ = ts.Do(t, "POST", "/detokenize", jsonOf(map[string]any{"tokens": want.Prompt[i], "skip_special_tokens": false}))
 					if w := jsonOf(map[string]string{"text": want.Decoded[i]}); code != 200 || body != w {
-						t.Errorf("/detokenize %v: got %d %s, want %s", decodedIDs[i], code, body, w)
+						t.Errorf("/detokenize %v: got %d %s, want %s", want.Prompt[i], code, body, w)
 					}
 				}
 				for i, chat := range mocktest.OracleChats {
@@ -126,4 +121,122 @@ func TestLoadedTokenizerOutputHitsTheCache(t *testing.T) {
 		}
 		mocktest.CheckIdle(t, ts.Engine())
 	})
+}
+
+// oracleChatCase is a chat request's fields and what SGLang hands the
+// template for it: the messages (with a content list for an "openai"
+// template), the tools, and the text it puts after the rendered prompt.
+type oracleChatCase struct {
+	name, request string
+	// messages and openaiMessages are the template's messages for a
+	// "string" and an "openai" template ("" for the same).
+	messages, openaiMessages, tools, suffix string
+}
+
+// oracleChatCases are the held-out check's chat classes that differed:
+// a continued assistant message (c14), a last assistant message without
+// the flag (c13), content parts (c10, c12) and tools.
+var oracleChatCases = []oracleChatCase{
+	{name: "continue_final_message",
+		request:  `"messages": [{"role": "user", "content": "Say hi in French"}, {"role": "assistant", "content": "Bonjour"}], "continue_final_message": true`,
+		messages: `[{"role": "user", "content": "Say hi in French"}]`, suffix: "Bonjour"},
+	{name: "a last assistant message",
+		request:  `"messages": [{"role": "user", "content": "Say hi in French"}, {"role": "assistant", "content": "Bonjour"}]`,
+		messages: `[{"role": "user", "content": "Say hi in French"}, {"role": "user", "content": "Bonjour"}]`},
+	{name: "text parts",
+		request:        `"messages": [{"role": "user", "content": [{"type": "text", "text": "Describe"}, {"type": "text", "text": "this text."}]}]`,
+		messages:       `[{"role": "user", "content": "Describe this text."}]`,
+		openaiMessages: `[{"role": "user", "content": [{"type": "text", "text": "Describe"}, {"type": "text", "text": "this text."}]}]`},
+	{name: "mixed parts",
+		request: `"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Look:"}, ` +
+			`{"type": "image_url", "image_url": {"url": "data:x"}}, {"type": "input_text", "text": "   \n  and this"}]}]`,
+		messages:       `[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Look:    \n  and this"}]`,
+		openaiMessages: `[{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Look:"}, {"type": "image"}, {"type": "text", "text": "   \n  and this"}]}]`},
+	{name: "tools",
+		request: `"tools": [{"type": "function", "function": {"name": "weather", "description": "Weather in a city.", "parameters": {"type": "object", ` +
+			`"properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "messages": [{"role": "user", "content": "Paris?"}, ` +
+			`{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]}, ` +
+			`{"role": "tool", "tool_call_id": "c1", "name": "weather", "content": "18 C"}, {"role": "user", "content": "Thanks"}]`,
+		messages: `[{"role": "user", "content": "Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "index": null, "type": "function", ` +
+			`"function": {"name": "weather", "arguments": {"city": "Paris"}}}]}, {"role": "tool", "content": "18 C", "tool_call_id": "c1", "name": "weather"}, {"role": "user", "content": "Thanks"}]`,
+		tools: `[{"type": "function", "function": {"description": "Weather in a city.", "name": "weather", "parameters": {"type": "object", ` +
+			`"properties": {"city": {"type": "string"}}, "required": ["city"]}, "strict": false}, "defer_loading": null}]`},
+}
+
+// Chats reach the real models' templates as SGLang hands them: the
+// render route's ids are those of the prompt Python's jinja2 renders from
+// what SGLang passes (see oracleChatCases), encoded by the model's
+// tokenizer; a chat the template refuses is 400 on both.
+func TestOracleChatCases(t *testing.T) {
+	o := mocktest.NewOracle(t)
+	for _, model := range []string{"llama3_1", "qwen3", "deepseek_v3", "gemma3"} {
+		t.Run(model, func(t *testing.T) {
+			tok, err := tokenizer.Load(o.Models(model))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg struct {
+				ChatTemplate string `json:"chat_template"`
+			}
+			b, err := os.ReadFile(filepath.Join(o.Models(model), tokenizer.TokenizerConfig))
+			if err != nil || json.Unmarshal(b, &cfg) != nil {
+				t.Fatal(err)
+			}
+			specials := map[string]string{}
+			var raw map[string]json.RawMessage
+			json.Unmarshal(b, &raw)
+			for _, k := range []string{"bos_token", "eos_token", "unk_token", "pad_token"} {
+				var s string
+				var obj struct{ Content string }
+				if json.Unmarshal(raw[k], &s) != nil && json.Unmarshal(raw[k], &obj) == nil {
+					s = obj.Content
+				}
+				if s != "" {
+					specials[k] = s
+				}
+			}
+			openai := tok.ChatContentFormat() == "openai"
+			cases := make([]mocktest.JinjaCase, len(oracleChatCases))
+			for i, c := range oracleChatCases {
+				msgs := c.messages
+				if openai && c.openaiMessages != "" {
+					msgs = c.openaiMessages
+				}
+				tools := c.tools
+				if tools == "" {
+					tools = "null"
+				}
+				ctx := map[string]json.RawMessage{"messages": json.RawMessage(msgs), "tools": json.RawMessage(tools),
+					"documents": json.RawMessage("null"), "add_generation_prompt": json.RawMessage("true")}
+				for k, v := range specials {
+					ctx[k] = json.RawMessage(jsonOf(v))
+				}
+				cases[i] = mocktest.JinjaCase{Template: cfg.ChatTemplate, Context: json.RawMessage(jsonOf(ctx))}
+			}
+			want := mocktest.RenderJinja(t, cases)
+			synctest.Test(t, func(t *testing.T) {
+				ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "default"), Tokenizer: tok})
+				for i, c := range oracleChatCases {
+					code, body, _ := ts.Do(t, "POST", "/v1/chat/completions/render", `{"model": "sglmock/small-1b", `+c.request+`}`)
+					if want[i].Text == nil {
+						if code != 400 {
+							t.Errorf("%s: got %d %s, want 400 (jinja2: %s)", c.name, code, body, want[i].Error)
+						}
+						continue
+					}
+					wantIDs := tok.Encode(nil, *want[i].Text+c.suffix)
+					var r struct {
+						TokenIDs []int32 `json:"token_ids"`
+					}
+					if err := json.Unmarshal([]byte(body), &r); code != 200 || err != nil || !slices.Equal(r.TokenIDs, wantIDs) {
+						t.Errorf("%s: got %d, %d tokens %q\nwant %d tokens %q", c.name, code, len(r.TokenIDs), tok.Decode(r.TokenIDs, false),
+							len(wantIDs), *want[i].Text+c.suffix)
+						continue
+					}
+					t.Logf("%s: %d tokens, as jinja2 renders it", c.name, len(wantIDs))
+				}
+				mocktest.CheckIdle(t, ts.Engine())
+			})
+		})
+	}
 }

@@ -44,17 +44,14 @@ type renderedPrompt struct {
 // rendered request's sampling_params as given (the render endpoints do not
 // read those, so a long value is repeated, never parsed again).
 type renderBody struct {
-	Model               string          `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []chatMessage   `json:"messages"`
-	MaxTokens           *integer        `json:"max_tokens"`
-	MaxCompletionTokens *integer        `json:"max_completion_tokens"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	CacheSalt           *string         `json:"cache_salt"`
-	// ChatTemplateKwargs are the chat template's extra variables, as on
-	// the chat route.
-	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	chatTemplateRequest
+	MaxTokens           *integer       `json:"max_tokens"`
+	MaxCompletionTokens *integer       `json:"max_completion_tokens"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+	CacheSalt           *string        `json:"cache_salt"`
 
 	Temperature       json.RawMessage `json:"temperature"`
 	TopP              json.RawMessage `json:"top_p"`
@@ -245,7 +242,7 @@ func (s *Server) renderChat(c *gin.Context) {
 		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
-	prompt, err := s.chatPrompt(body.Messages, body.ChatTemplateKwargs)
+	prompt, err := s.chatPrompt(&body.chatTemplateRequest)
 	if err != nil {
 		writeRefusal(c, openAIEnvelope, err)
 		return

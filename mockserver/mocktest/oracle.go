@@ -27,7 +27,9 @@ var (
 // Oracle is transformers.js with real model tokenizers, installed from the
 // npm registry into a directory outside the repository (the project never
 // vendors a model's tokenizer): the reference the tokenizer tests compare
-// sglmock with.
+// sglmock with. It loads a tokenizer as SGLang does through Python's
+// transformers 5 (oracle/oracle.mjs, asSGLang): a LlamaTokenizer rebuilt
+// from its class, BOS as add_bos_token says.
 type Oracle struct{ dir string }
 
 // OracleModels are the tokenizers the oracle has, by package: byte-level

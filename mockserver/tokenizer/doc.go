@@ -39,9 +39,16 @@
 // vocabulary's byte characters mapped back at load; SentencePiece-style
 // ones (Llama 2, Mistral, Gemma) on characters, with byte fallback. The
 // special tokens EncodePrompt adds come from the post-processor, or, for
-// transformers' Llama and Gemma tokenizer classes, from add_bos_token and
-// add_eos_token, as transformers (and so SGLang) applies them. Decode runs
-// the decoders and transformers' clean_up_tokenization_spaces.
+// the Llama, CodeLlama, Gemma and Cohere classes, from add_bos_token (and
+// never an EOS), as SGLang sets them after loading. Decode runs the
+// decoders and transformers' clean_up_tokenization_spaces.
+//
+// SGLang tokenizes with the tokenizer transformers 5 builds, not the file
+// alone: a LlamaTokenizer is rebuilt from its class (no normalizer, a
+// Metaspace pre-tokenizer whose prepend scheme follows legacy and
+// add_prefix_space, BPE without ignore_merges), except for a
+// pre-tokenizer of another kind, which SGLang puts back. Load applies the
+// same rebuild to tokenizer.json (rebuildAsTransformers).
 //
 // Speed comes from three places. The GPT-4-family split (Llama 3, Qwen)
 // has a scanner of its own, checked against the regex engine (regexp2, a
@@ -55,14 +62,20 @@
 //
 // # Chat templates
 //
-// A chat is rendered with a Jinja template (github.com/ardanlabs/jinja,
-// which runs Hugging Face templates: namespace, loop controls,
-// raise_exception, tojson), with add_generation_prompt, bos_token,
-// eos_token, tools (none) and the request's chat_template_kwargs; the text
-// carries its own special tokens, so it is encoded without a BOS. A
-// template that fails is a *TemplateError, the request's 400. The built-in
-// tokenizer renders the template its profile names (chatml, llama-3.1,
-// kimi-k2: ChatTemplates), a loaded one its model's.
+// A chat is rendered with a Jinja template as transformers'
+// apply_chat_template renders it (github.com/ardanlabs/jinja runs it:
+// namespace, loop controls, raise_exception, tojson), with messages,
+// tools, documents, add_generation_prompt, the special tokens and the
+// caller's extra variables (Chat); the text carries its own special
+// tokens, so it is encoded without a BOS. Where the engine and Python's
+// jinja2 differ, the template's source is rewritten before it is compiled
+// (prepareTemplate: line breaks, string escapes, printing as str(), the
+// format filter) and strftime_now is Python's strftime at a fixed date. A
+// template that fails is a *TemplateError, the request's 400.
+// ChatContentFormat is how SGLang hands the template content parts
+// ("string" or "openai"), from the template's source as SGLang detects
+// it. The built-in tokenizer renders the template its profile names
+// (chatml, llama-3.1, kimi-k2: ChatTemplates), a loaded one its model's.
 //
 // # Output tokens
 //

@@ -90,6 +90,13 @@ type hfConfig struct {
 	AddEOSToken               *bool                   `json:"add_eos_token"`
 	BOSToken                  tokenSpec               `json:"bos_token"`
 	EOSToken                  tokenSpec               `json:"eos_token"`
+	UnkToken                  tokenSpec               `json:"unk_token"`
+	SepToken                  tokenSpec               `json:"sep_token"`
+	PadToken                  tokenSpec               `json:"pad_token"`
+	ClsToken                  tokenSpec               `json:"cls_token"`
+	MaskToken                 tokenSpec               `json:"mask_token"`
+	Legacy                    *bool                   `json:"legacy"`
+	AddPrefixSpace            *bool                   `json:"add_prefix_space"`
 	CleanUpTokenizationSpaces *bool                   `json:"clean_up_tokenization_spaces"`
 	ChatTemplate              json.RawMessage         `json:"chat_template"`
 	AddedTokensDecoder        map[string]hfAddedToken `json:"added_tokens_decoder"`
@@ -232,6 +239,7 @@ func loadHF(dir string, cfg *hfConfig) (*Tokenizer, error) {
 	case m.Dropout != nil && *m.Dropout > 0:
 		return nil, unsupported("BPE dropout")
 	}
+	rebuildAsTransformers(cfg, &f, &m)
 	preNode, err := parseNode(f.PreTokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: pre_tokenizer: %w", dir, err)
@@ -381,40 +389,77 @@ func (c *hfCodec) lookup(text string) (int32, bool) {
 	return id, ok
 }
 
-// applyBOSOverride applies what transformers' Llama and Gemma tokenizers
-// do on loading: they rebuild the post-processor from add_bos_token
-// (default true) and add_eos_token (default false), whatever
-// tokenizer.json says. SGLang loads tokenizers through transformers, so
-// its prompts follow the config (DeepSeek V3's tokenizer.json adds no BOS,
-// its config does).
+// rebuildAsTransformers makes tokenizer.json's pipeline the one SGLang
+// tokenizes with: transformers 5 (SGLang pins 5.8.1) builds a
+// LlamaTokenizer (LlamaTokenizerFast is the same class) from its class,
+// taking only the vocabulary, the merges and the post-processor from
+// tokenizer.json: no normalizer; a Metaspace pre-tokenizer that turns
+// spaces into ▁ and prepends one to the text, "always" (to every part
+// between special tokens) with legacy set in tokenizer_config.json,
+// "first" (to the text's start only) without, "never" with
+// add_prefix_space false, and adds none to a part that begins with a
+// space; its decoder; a BPE model with byte fallback and without
+// ignore_merges. Where tokenizer.json has a pre-tokenizer of another kind
+// (DeepSeek V3's byte-level one), SGLang's _fix_v5_tokenizer_components
+// puts that pre-tokenizer and its decoder back.
+func rebuildAsTransformers(cfg *hfConfig, f *hfFile, m *hfBPE) {
+	if cfg == nil || strings.TrimSuffix(cfg.TokenizerClass, "Fast") != "LlamaTokenizer" {
+		return
+	}
+	addPrefix := cfg.AddPrefixSpace == nil || *cfg.AddPrefixSpace
+	scheme := "never"
+	switch {
+	case addPrefix && cfg.Legacy != nil && *cfg.Legacy:
+		scheme = "always"
+	case addPrefix:
+		scheme = "first"
+	}
+	f.Normalizer = nil
+	m.ByteFallback, m.FuseUnk, m.IgnoreMerges, m.UnkToken = true, true, false, nil
+	if pre, err := parseNode(f.PreTokenizer); err != nil || pre != nil && pre.typ() != "Metaspace" {
+		return
+	}
+	f.PreTokenizer = json.RawMessage(`{"type":"Metaspace","replacement":"▁","prepend_scheme":"` + scheme + `","split":false}`)
+	strip := ""
+	if addPrefix {
+		strip = `,{"type":"Strip","content":" ","start":1,"stop":0}`
+	}
+	f.Decoder = json.RawMessage(`{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},` +
+		`{"type":"ByteFallback"},{"type":"Fuse"}` + strip + `]}`)
+}
+
+// applyBOSOverride applies SGLang's _fix_v5_add_bos_eos_token: for the
+// tokenizer classes that took add_bos_token in transformers 4 (Llama,
+// CodeLlama, Gemma, Cohere), a prompt begins with BOS as
+// tokenizer_config.json's add_bos_token says (default true), whatever
+// tokenizer.json's post-processor does (DeepSeek V3's adds none, its
+// config does), and ends with no EOS (transformers 5 drops add_eos_token
+// and SGLang keeps it off for fast tokenizers). A Llama tokenizer
+// without a BOS keeps tokenizer.json's post-processor: transformers 5
+// leaves it as it is, and SGLang changes nothing.
 func applyBOSOverride(t *Tokenizer, cfg *hfConfig, lookup func(string) (int32, bool)) error {
 	if cfg == nil {
 		return nil
 	}
-	switch strings.TrimSuffix(cfg.TokenizerClass, "Fast") {
-	case "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer":
+	class := strings.TrimSuffix(cfg.TokenizerClass, "Fast")
+	switch class {
+	case "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "CohereTokenizer":
 	default:
 		return nil
 	}
-	t.prefix, t.suffix = nil, nil
-	for _, s := range []struct {
-		on   bool
-		tok  tokenSpec
-		name string
-		dst  *[]int32
-	}{
-		{cfg.AddBOSToken == nil || *cfg.AddBOSToken, cfg.BOSToken, "bos_token", &t.prefix},
-		{cfg.AddEOSToken != nil && *cfg.AddEOSToken, cfg.EOSToken, "eos_token", &t.suffix},
-	} {
-		if !s.on {
-			continue
-		}
-		id, ok := lookup(string(s.tok))
-		if !ok {
-			return fmt.Errorf("%s: add_%s is set but %s %q is not a token", TokenizerConfig, s.name, s.name, s.tok)
-		}
-		*s.dst = []int32{id}
+	bos := cfg.AddBOSToken == nil || *cfg.AddBOSToken
+	if !bos && class == "LlamaTokenizer" {
+		return nil
 	}
+	t.prefix, t.suffix = nil, nil
+	if !bos {
+		return nil
+	}
+	id, ok := lookup(string(cfg.BOSToken))
+	if !ok {
+		return fmt.Errorf("%s: add_bos_token is set but bos_token %q is not a token", TokenizerConfig, cfg.BOSToken)
+	}
+	t.prefix = []int32{id}
 	return nil
 }
 

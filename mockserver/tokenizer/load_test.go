@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -147,7 +148,7 @@ func TestLoadByteLevel(t *testing.T) {
 	if got, want := tok.Count("Hello world, the"), 4; got != want {
 		t.Errorf("Count: got %d, want %d", got, want)
 	}
-	chat, err := tok.ApplyChatTemplate([]Message{{"user", " Hello "}}, true, nil)
+	chat, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: " Hello "}}, true, nil)
 	if want := "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"; err != nil || chat != want {
 		t.Errorf("chat: got %q, %v; want %q", chat, err, want)
 	}
@@ -251,7 +252,7 @@ func TestLoadSentencePiece(t *testing.T) {
 	if tok.ChatTemplate() != "" {
 		t.Errorf("a config without a template: ChatTemplate %q", tok.ChatTemplate())
 	}
-	if _, err := tok.ApplyChatTemplate([]Message{{"user", "hi"}}, true, nil); !errors.Is(err, ErrNoChatTemplate) {
+	if _, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "hi"}}, true, nil); !errors.Is(err, ErrNoChatTemplate) {
 		t.Errorf("chat without a template: got %v, want ErrNoChatTemplate", err)
 	}
 }
@@ -325,11 +326,11 @@ func TestLoadChatTemplates(t *testing.T) {
 		want   string
 		err    string
 	}{
-		{"jinja file", map[string]string{ChatTemplateFile: "file:{{ messages | length }}", TokenizerConfig: `{"chat_template": "config"}`}, []Message{{"user", "x"}}, nil, "file:1", ""},
-		{"named", map[string]string{TokenizerConfig: `{"chat_template": ` + named + `}`}, []Message{{"user", "x"}}, map[string]any{"enable_thinking": false}, "x/no_think", ""},
-		{"raises", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": raising})}, []Message{{"system", "x"}}, nil, "", "roles must alternate"},
+		{"jinja file", map[string]string{ChatTemplateFile: "file:{{ messages | length }}", TokenizerConfig: `{"chat_template": "config"}`}, []Message{{Role: "user", Content: "x"}}, nil, "file:1", ""},
+		{"named", map[string]string{TokenizerConfig: `{"chat_template": ` + named + `}`}, []Message{{Role: "user", Content: "x"}}, map[string]any{"enable_thinking": false}, "x/no_think", ""},
+		{"raises", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": raising})}, []Message{{Role: "system", Content: "x"}}, nil, "", "roles must alternate"},
 		{"namespace and loops", map[string]string{TokenizerConfig: mustJSON(map[string]any{"chat_template": `{% set ns = namespace(n=0) %}{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{% set ns.n = ns.n + 1 %}{{ m | tojson }}{% endfor %}{{ ns.n }}`})},
-			[]Message{{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, nil, `{"role": "user", "content": "a"}{"role": "user", "content": "c"}2`, ""},
+			[]Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}, {Role: "user", Content: "c"}}, nil, `{"role": "user", "content": "a"}{"role": "user", "content": "c"}2`, ""},
 	} {
 		tt.files[TokenizerJSON] = tj
 		tok, err := Load(writeDir(t, tt.files))
@@ -462,5 +463,102 @@ func TestLongPieceIsMergedInCuts(t *testing.T) {
 	}
 	if whole := model.merge(nil, text); slices.Equal(whole, want) {
 		t.Fatalf("merged whole, the text gives the same ids as in cuts: the test shows nothing")
+	}
+}
+
+// withConfig is a tokenizer directory's tokenizer.json with another
+// tokenizer_config.json.
+func withConfig(t *testing.T, dir string, cfg map[string]any) *Tokenizer {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, TokenizerJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Load(writeDir(t, map[string]string{TokenizerJSON: string(b), TokenizerConfig: mustJSON(cfg)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// SGLang tokenizes through transformers 5, which builds a LlamaTokenizer
+// from its class, not from tokenizer.json: no normalizer but a Metaspace
+// pre-tokenizer, whose prepend scheme follows legacy and
+// add_prefix_space, and which adds no ▁ before a text that begins with a
+// space; BPE without ignore_merges. SGLang keeps tokenizer.json's
+// pre-tokenizer when it is of another kind, sets BOS from add_bos_token
+// and never adds EOS.
+func TestTransformersRebuildsLlamaTokenizer(t *testing.T) {
+	dir, vocab := sentencePieceLike(t)
+	v := func(toks ...string) []int32 {
+		out := make([]int32, len(toks))
+		for i, s := range toks {
+			out[i] = vocab[s]
+		}
+		return out
+	}
+	base := map[string]any{"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>"}
+	with := func(kv ...any) map[string]any {
+		m := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name   string
+		cfg    map[string]any
+		text   string
+		prompt bool
+		want   []int32
+	}{
+		// tokenizer.json's Prepend normalizer gives "▁▁Hello" here.
+		{"a leading space, legacy", with("legacy", true), " Hello", false, v("▁Hello")},
+		{"a leading space", base, " Hello", false, v("▁Hello")},
+		{"after a special token, legacy", with("legacy", true), "</s>Hello", false, v("</s>", "▁Hello")},
+		{"after a special token", base, "</s>Hello", false, v("</s>", "H", "e", "ll", "o")},
+		{"at the start", base, "Hello world", false, v("▁Hello", "▁world")},
+		{"no prefix space", with("add_prefix_space", false), "Hello world", false, v("H", "e", "ll", "o", "▁world")},
+		{"BOS, no EOS", with("add_eos_token", true), "Hello", true, v("<s>", "▁Hello")},
+		{"no BOS", with("add_bos_token", false), "Hello", true, v("▁Hello")},
+	}
+	for _, tt := range tests {
+		tok := withConfig(t, dir, tt.cfg)
+		got := tok.Encode(nil, tt.text)
+		if tt.prompt {
+			got = tok.EncodePrompt(nil, tt.text)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q: got %v, want %v", tt.name, tt.text, got, tt.want)
+		}
+	}
+	if s := withConfig(t, dir, base).Decode(v("<s>", "▁Hello", "▁world"), true); s != "Hello world" {
+		t.Errorf("Decode: got %q, want %q", s, "Hello world")
+	}
+
+	// A byte-level tokenizer.json under a Llama class (DeepSeek V3's):
+	// its pre-tokenizer and decoder stand, BOS comes from the config, and
+	// ignore_merges is gone: "xyz", a token no merge builds, is three.
+	var bl map[string]any
+	json.Unmarshal([]byte(llamaLike("Hello", " world")), &bl)
+	model := bl["model"].(map[string]any)
+	model["vocab"].(map[string]any)["xyz"] = len(model["vocab"].(map[string]any)) + 10
+	bl["added_tokens"].([]any)[0].(map[string]any)["id"] = len(model["vocab"].(map[string]any)) + 11
+	bl["post_processor"] = nil
+	bdir := writeDir(t, map[string]string{TokenizerJSON: mustJSON(bl)})
+	fast := withConfig(t, bdir, map[string]any{"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>"})
+	llama := withConfig(t, bdir, map[string]any{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<|begin_of_text|>", "legacy": true})
+	if got, want := fast.Encode(nil, "xyz"), ids(t, fast, "xyz"); !slices.Equal(got, want) {
+		t.Errorf("PreTrainedTokenizerFast: xyz: got %v, want %v", got, want)
+	}
+	if got, want := llama.Encode(nil, "xyz"), ids(t, llama, "x", "y", "z"); !slices.Equal(got, want) {
+		t.Errorf("LlamaTokenizerFast: xyz: got %v, want %v", got, want)
+	}
+	bos, _ := llama.enc.(*hfCodec).lookup("<|begin_of_text|>")
+	if got, want := llama.EncodePrompt(nil, "Hello world"), append([]int32{bos}, fast.Encode(nil, "Hello world")...); !slices.Equal(got, want) {
+		t.Errorf("LlamaTokenizerFast: EncodePrompt: got %v, want %v", got, want)
+	}
+	if s := llama.Decode(llama.Encode(nil, " Hello world"), false); s != " Hello world" {
+		t.Errorf("LlamaTokenizerFast: Decode: got %q", s)
 	}
 }

@@ -110,7 +110,7 @@ func punct(r uint64) uint64 { return (r >> 32) % 16 }
 func outputFor(t *Tokenizer) (*outputVocab, error) {
 	ctx := "Hi:\n"
 	if t.chat != nil {
-		if s, err := t.chat.render([]Message{{Role: "user", Content: "Hi"}}, true, nil); err == nil {
+		if s, err := t.chat.render(Chat{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true}); err == nil {
 			ctx = s
 		}
 	}

@@ -212,14 +212,14 @@ func TestOutputDeterministicPerPrompt(t *testing.T) {
 }
 
 func TestMultiTurnChatExtendsThePrompt(t *testing.T) {
-	turn1 := []Message{{"system", "You are terse."}, {"user", "Say something."}}
+	turn1 := []Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Say something."}}
 	prompt1 := plain.Encode(nil, chat(t, turn1))
 	h := PromptHash(prompt1)
 	var answer []int32
 	for i := range 12 {
 		answer = append(answer, plain.OutputToken(h, i))
 	}
-	turn2 := append(turn1, Message{"assistant", plain.Decode(answer, false)}, Message{"user", "More."})
+	turn2 := append(turn1, Message{Role: "assistant", Content: plain.Decode(answer, false)}, Message{Role: "user", Content: "More."})
 	prompt2 := plain.Encode(nil, chat(t, turn2))
 	want := append(slices.Clone(prompt1), answer...)
 	if !slices.Equal(prompt2[:len(want)], want) {
@@ -228,7 +228,7 @@ func TestMultiTurnChatExtendsThePrompt(t *testing.T) {
 }
 
 func TestApplyChatTemplate(t *testing.T) {
-	got := chat(t, []Message{{"user", "Hi"}})
+	got := chat(t, []Message{{Role: "user", Content: "Hi"}})
 	want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
@@ -301,8 +301,8 @@ func TestValidUTF8(t *testing.T) {
 // turn, Kimi K2's every role other than user and assistant under the
 // system marker and a tool result after its "## Return of" line.
 func TestBuiltinTemplatesRoles(t *testing.T) {
-	msgs := []Message{{"system", "Be brief. "}, {"user", " Hi "}, {"assistant", " Hello "},
-		{"tool", "sunny \"25\"\n"}, {"developer", "Cite."}, {"user", "Thanks"}}
+	msgs := []Message{{Role: "system", Content: "Be brief. "}, {Role: "user", Content: " Hi "}, {Role: "assistant", Content: " Hello "},
+		{Role: "tool", Content: "sunny \"25\"\n"}, {Role: "developer", Content: "Cite."}, {Role: "user", Content: "Thanks"}}
 	tests := []struct{ template, want string }{
 		{Llama31, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" +
 			"Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>" +
@@ -334,8 +334,8 @@ func TestBuiltinTemplatesRoles(t *testing.T) {
 func TestBuiltinTemplatesSharedOpening(t *testing.T) {
 	for name, want := range map[string]int{ChatML: 3, Llama31: 40, KimiK2: 24} {
 		tok := mustBuiltin(BuiltinOptions{ChatTemplate: name})
-		a, errA := tok.ApplyChatTemplate([]Message{{"user", "alpha"}}, true, nil)
-		b, errB := tok.ApplyChatTemplate([]Message{{"user", "omega"}}, true, nil)
+		a, errA := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "alpha"}}, true, nil)
+		b, errB := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "omega"}}, true, nil)
 		if errA != nil || errB != nil {
 			t.Fatal(errA, errB)
 		}
