@@ -31,11 +31,11 @@ type refModel struct {
 	tick, seq uint64
 	// The host tier, when tiered: capacity, write threshold, reserved
 	// slots, and the backups started and not yet compared with the tree's.
-	tiered        bool
-	hostCap, thr  int
-	reserved      int
-	writes        []*refSeg
-	writesWB      []bool
+	tiered       bool
+	hostCap, thr int
+	reserved     int
+	writes       []*refSeg
+	writesWB     []bool
 }
 
 func (m *refModel) floor(n int) int { return n - n%m.page }

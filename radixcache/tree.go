@@ -26,8 +26,8 @@ type Node[V any] struct {
 	end      int     // tokens from the root to the end of this node
 	ns       string
 	lockRef  int32
-	removed  bool   // no longer in the tree: evicted from every tier, or the tree was reset
-	heapIdx  int    // position in the evictable-leaf heap, -1 when absent
+	removed  bool // no longer in the tree: evicted from every tier, or the tree was reset
+	heapIdx  int  // position in the evictable-leaf heap, -1 when absent
 	tier     tierState
 	tick     uint64 // logical time of last access
 	seq      uint64 // creation order; breaks recency ties
@@ -76,7 +76,7 @@ type Tree[V any] struct {
 	nodes     int
 	leaves    leafHeap[V]
 	host      *hostTier[V] // nil: the device tier only
-	scratch   []byte // builds root-level child keys without allocating
+	scratch   []byte       // builds root-level child keys without allocating
 	obs       Observer
 	pageBuf   []Page // reused by the observer calls
 	hashBuf   []byte // reused by digest
