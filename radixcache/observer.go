@@ -260,3 +260,33 @@ func firstToken(ns string) int32 {
 	b := []byte(ns[len(ns)-4:])
 	return *(*int32)(unsafe.Pointer(&b[0]))
 }
+
+// PageDigests is what a tree gives pages pages of key's units from unit at
+// on, chained after prior (nil for pages that start at the root): SGLang's
+// get_hash_str over each page, as a prefetch from storage computes the keys
+// of the pages it looks for. In a bigram tree unit j is the pair (key[j],
+// key[j+1]). It stops early when key runs out.
+func PageDigests(prior *Digest, key []int32, at, pages, pageSize int, bigram bool) []Digest {
+	units := len(key)
+	if bigram {
+		units--
+	}
+	pages = max(0, min(pages, (units-at)/pageSize))
+	out := make([]Digest, pages)
+	var b []byte
+	for i := range pages {
+		b = b[:0]
+		if prior != nil {
+			b = append(b, prior[:]...)
+		}
+		for j := at + i*pageSize; j < at+(i+1)*pageSize; j++ {
+			b = binary.LittleEndian.AppendUint32(b, uint32(key[j]))
+			if bigram {
+				b = binary.LittleEndian.AppendUint32(b, uint32(key[j+1]))
+			}
+		}
+		out[i] = sha256.Sum256(b)
+		prior = &out[i]
+	}
+	return out
+}

@@ -272,3 +272,24 @@ func TestTierEvents(t *testing.T) {
 		t.Fatalf("plain observer: %d events %v, want cleared, stored, removed", got, plain.log)
 	}
 }
+
+// PageDigests gives the digests the tree gives the same pages, chained from
+// a node's last page: what a prefetch looks storage up by.
+func TestPageDigestsMatchTree(t *testing.T) {
+	for _, bigram := range []bool{false, true} {
+		tr := mustNew(t, 2)
+		if bigram {
+			tr, _ = NewBigram[string](2)
+		}
+		tr.EnableHost(HostTier{Capacity: 100, WriteThreshold: 1})
+		key := seq(1, 13)
+		_, first := tr.Insert("", key[:5], "a")
+		_, last := tr.Insert("", key, "a")
+		prior, _ := first.LastDigest()
+		at := first.PrefixLen()
+		got := PageDigests(&prior, key, at, 100, 2, bigram)
+		if !slices.Equal(got, last.Digests()) {
+			t.Errorf("bigram %v: PageDigests from unit %d: %d digests, the tree's node has %d, or they differ", bigram, at, len(got), len(last.Digests()))
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
@@ -79,6 +80,14 @@ type Config struct {
 	// means the built-in one, with the profile's add_bos_token and
 	// chat_template.
 	Tokenizer *tokenizer.Tokenizer
+	// HiCacheStorageDir is the file storage backend's directory (SGLang's
+	// SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR); HiCacheStore, if set, is the
+	// storage tier instead of one the engine makes, so that engines can
+	// share one. ServedModelName names the file backend's pages (the
+	// profile's when empty).
+	HiCacheStorageDir string
+	HiCacheStore      hicache.Store
+	ServedModelName   string
 }
 
 // Clock tells the wall time.
@@ -185,6 +194,16 @@ func New(cfg Config) (*Engine, error) {
 		wallStart: cfg.Clock.Now(),
 		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
+	}
+	if prof.HiCacheConfig() != nil {
+		if cfg.DisableRadixCache {
+			return nil, profile.ErrHiCacheWithoutRadixCache
+		}
+		hc, err := newHiCache(prof, e.s.tree, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("engine: HiCache: %w", err)
+		}
+		e.s.hi = hc
 	}
 	e.s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
 	e.s.onFinish = func(t *Truth) {

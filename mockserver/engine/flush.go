@@ -40,6 +40,7 @@ const maxFlushRecords = 1000
 // idle server flushes at once and a busy one parks the flush until it is
 // idle or its deadline passes.
 func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, reply chan error) {
+	s.pollHiCache()
 	now := max(s.now, at)
 	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running), Origin: origin}
 	if s.chunked != nil {
@@ -52,6 +53,8 @@ func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, reply
 		s.doFlush()
 		s.answerFlush(rec, nil, reply, now)
 	case timeout <= 0 && s.idle():
+		// Settling: the overlap scheduler's last batch, or HiCache's
+		// transfers in flight.
 		s.answerFlush(rec, ErrFlushSettling, reply, now)
 	case timeout <= 0:
 		s.answerFlush(rec, ErrFlushBusy, reply, now)
@@ -75,10 +78,11 @@ func (s *scheduler) flushClientLeft(reply chan error, at time.Duration) {
 }
 
 // flushIdle is SGLang's is_fully_idle as a flush sees it at time now:
-// nothing queued, running or in flight, and the last iteration that
-// finished a request has settled (flush_busy_after_finish_s).
+// nothing queued, running or in flight, the last iteration that finished
+// a request has settled (flush_busy_after_finish_s), and with HiCache no
+// write-through, backup to storage or prefetch in flight.
 func (s *scheduler) flushIdle(now time.Duration) bool {
-	return s.idle() && now >= s.settledAt
+	return s.idle() && now >= s.settledAt && s.hiCacheDrained()
 }
 
 // serviceFlush runs at every iteration boundary, and when an idle engine
@@ -134,8 +138,9 @@ func (s *scheduler) answerFlush(rec FlushRecord, err error, reply chan error, at
 // last throughput and the cache hit rate stay.
 func (s *scheduler) doFlush() {
 	if s.tree != nil {
-		s.tree.Reset()
+		s.tree.Reset() // the host tier too; the storage tier stays
 	}
+	s.resetHiCache()
 	s.report.resetOnFlush()
 	s.log.Info("Cache flushed successfully!")
 }

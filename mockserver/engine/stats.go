@@ -10,6 +10,9 @@ type Counters struct {
 	PromptTokens     int64
 	CachedTokens     int64
 	GenerationTokens int64
+	// CachedDevice, CachedHost and CachedStorage split CachedTokens by
+	// tier under HiCache (SGLang's cached_tokens_total by cache_source).
+	CachedDevice, CachedHost, CachedStorage int64
 }
 
 // Stats is a snapshot of the engine's state.
