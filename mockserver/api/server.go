@@ -18,6 +18,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/sim"
@@ -79,6 +80,7 @@ type ServerArgs struct {
 	TPSize                    int     `json:"tp_size"`
 	DPSize                    int     `json:"dp_size"`
 	KVEventsConfig            *string `json:"kv_events_config"` // --kv-events-config as given, or null
+	hicacheArgs
 }
 
 // Config configures a Server.
@@ -129,6 +131,10 @@ type Config struct {
 	// Tokenizer, if set, replaces the built-in tokenizer; else New loads
 	// the profile's tokenizer_path, if it names one.
 	Tokenizer *tokenizer.Tokenizer
+	// HiCacheStorageDir and HiCacheStore configure HiCache's storage tier
+	// (engine.Config's).
+	HiCacheStorageDir string
+	HiCacheStore      hicache.Store
 }
 
 // KVEventsInfo is the KV event publisher as /server_info's kv_events
@@ -204,6 +210,9 @@ func New(cfg Config) (*Server, error) {
 		OnFinish:          onFinish,
 		CacheEvents:       cfg.CacheEvents,
 		Tokenizer:         cfg.Tokenizer,
+		HiCacheStorageDir: cfg.HiCacheStorageDir,
+		HiCacheStore:      cfg.HiCacheStore,
+		ServedModelName:   s.args.ServedModelName,
 	})
 	if err != nil {
 		if s.metrics != nil {
@@ -213,7 +222,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = eng
 	if s.metrics != nil {
-		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName}, &mockCollector{s: s})
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName}, &mockCollector{s: s},
+			&hicacheCollector{eng: eng, model: s.args.ServedModelName})
 	}
 	s.router = s.routes()
 	return s, nil
@@ -263,6 +273,7 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	a.SchedulePolicy, a.RadixEvictionPolicy = "fcfs", "lru"
 	a.DecodeLogInterval = 40
 	a.TPSize, a.DPSize = 1, 1
+	a.hicacheArgs = hicacheServerArgs(p)
 	return a
 }
 
@@ -366,6 +377,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/sim/stats", s.simStats)
 	r.POST("/v1/completions/render", requireJSON, s.renderCompletions)
 	r.POST("/v1/chat/completions/render", requireJSON, s.renderChat)
+	s.hicacheRoutes(r)
 	return r
 }
 

@@ -27,6 +27,9 @@ const (
 // the rest of the cached tokens).
 type CacheTiers struct {
 	Device, Host, Storage int
+	// Backend is the storage backend's class ("HiCacheFile"), empty
+	// without a storage tier: SGLang then reports no storage figure.
+	Backend string
 }
 
 // PrefetchRecord is a request's prefetch from the storage tier.

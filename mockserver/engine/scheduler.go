@@ -467,7 +467,8 @@ func (s *scheduler) noteCached(r *req) {
 		if r.prefetch != nil {
 			storage = min(hostHit, r.prefetch.Tokens)
 		}
-		r.truth.Tiers = &CacheTiers{Device: max(0, r.kvLen-hostHit), Host: hostHit - storage, Storage: storage}
+		r.truth.Tiers = &CacheTiers{Device: max(0, r.kvLen-hostHit), Host: hostHit - storage, Storage: storage,
+			Backend: s.hi.stats.StorageClass}
 		r.truth.LoadBackTokens = r.loaded
 		r.truth.Prefetch = r.prefetch
 	}
@@ -804,10 +805,16 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		s.counters.Requests++
 		s.counters.PromptTokens += int64(len(r.tokens))
 		s.counters.CachedTokens += int64(r.cached)
-		if t := r.truth.Tiers; t != nil {
+		// By source, as SGLang's cached_tokens_total counts a request with
+		// cached tokens: its details, or all on the device without HiCache.
+		switch t := r.truth.Tiers; {
+		case r.cached == 0:
+		case t != nil:
 			s.counters.CachedDevice += int64(t.Device)
 			s.counters.CachedHost += int64(t.Host)
 			s.counters.CachedStorage += int64(t.Storage)
+		default:
+			s.counters.CachedDevice += int64(r.cached)
 		}
 		if fin.Reason == FinishAbort {
 			s.counters.Aborted++

@@ -10,8 +10,10 @@ type Counters struct {
 	PromptTokens     int64
 	CachedTokens     int64
 	GenerationTokens int64
-	// CachedDevice, CachedHost and CachedStorage split CachedTokens by
-	// tier under HiCache (SGLang's cached_tokens_total by cache_source).
+	// CachedDevice, CachedHost and CachedStorage count cached tokens by
+	// source as SGLang's cached_tokens_total does: for each request with
+	// cached tokens, its cached_tokens_details (all device without
+	// HiCache).
 	CachedDevice, CachedHost, CachedStorage int64
 }
 
