@@ -159,6 +159,10 @@ func StartBehind(t testing.TB, cfg api.Config, wrap func(http.Handler) http.Hand
 		// The server's own name: the state-changing routes accept it.
 		cfg.Args.Host, _, _ = net.SplitHostPort(Host)
 	}
+	if h := cfg.Profile.HiCacheConfig(); h != nil && h.StorageBackend == "file" && cfg.HiCacheStorageDir == "" {
+		// A file storage tier of the test's own, gone with it.
+		cfg.HiCacheStorageDir = t.TempDir()
+	}
 	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
