@@ -486,6 +486,12 @@ type proxyAnswer struct {
 		CachedTokens     *int            `json:"cached_tokens"`
 		FinishReason     json.RawMessage `json:"finish_reason"`
 		E2ELatency       *float64        `json:"e2e_latency"`
+		// CachedTokensDetails is HiCache's split of cached_tokens by tier.
+		CachedTokensDetails *struct {
+			Device, Host   int
+			Storage        int
+			StorageBackend string `json:"storage_backend"`
+		} `json:"cached_tokens_details"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -519,6 +525,7 @@ type proxyCounts struct {
 	prompt, completion, cached int
 	usage, cachedKnown         bool
 	finish, id                 string
+	tiers                      *sim.CacheTiers
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -530,6 +537,12 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		c.usage, c.prompt, c.completion = true, a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens
 		if a.MetaInfo.CachedTokens != nil {
 			c.cached, c.cachedKnown = *a.MetaInfo.CachedTokens, true
+		}
+		if d := a.MetaInfo.CachedTokensDetails; d != nil {
+			c.tiers = &sim.CacheTiers{Device: d.Device, Host: d.Host, Storage: d.Storage, StorageBackend: clip(d.StorageBackend, 64)}
+			if !simTiers(c.tiers).hicache() {
+				c.tiers = nil // a server without HiCache: all on the device
+			}
 		}
 		if a.MetaInfo.ID != "" {
 			c.id = a.MetaInfo.ID

@@ -148,6 +148,10 @@ type Server struct {
 	// (a BOS token, a chat template's head); -1 when the server reports
 	// no cached tokens.
 	SharedFloor int `json:"shared_floor"`
+	// HiCacheStorage is the server's HiCache storage backend, which
+	// /flush_cache does not clear ("" for none, or not asked: only the
+	// flush method asks).
+	HiCacheStorage string `json:"hicache_storage_backend,omitempty"`
 }
 
 // session is one run against one server: the client, the prompt builder,
