@@ -141,7 +141,6 @@ func TestHostHitBelowLoadBackThreshold(t *testing.T) {
 		defer e.Close()
 		a := prompt(1, 9)
 		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
-		time.Sleep(time.Second) // the write-through ends
 		run(t, e, Request{InputIDs: prompt(2, 2993), MaxNewTokens: 1})
 		ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
 		if tiers := tiersOf(ev); ev.CachedTokens != 0 || tiers != (CacheTiers{Host: 8}) || ev.Truth.LoadBackTokens != 0 {
@@ -173,7 +172,7 @@ func TestFlushDoesNotClearStorage(t *testing.T) {
 			t.Fatalf("the flush waited %v, want 1.011 s (write-through, then the backup)", waited)
 		}
 		ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
-		if tiers := tiersOf(ev); ev.CachedTokens != 999 || tiers != (CacheTiers{Storage: 999}) {
+		if tiers := tiersOf(ev); ev.CachedTokens != 999 || tiers != (CacheTiers{Storage: 999, Backend: "MockMemoryStorage"}) {
 			t.Fatalf("after the flush: cached %d tiers %+v, want 999 from storage", ev.CachedTokens, tiers)
 		}
 		// 1000 pages read (the prefetch takes the whole prompt), then the
@@ -281,7 +280,9 @@ func TestSharedStore(t *testing.T) {
 		e2 := startEngine(t, Config{Profile: hiProfile(t, "write_through", "mooncake"), HiCacheStore: store})
 		defer e2.Close()
 		run(t, e1, Request{InputIDs: a, MaxNewTokens: 1})
-		time.Sleep(2 * time.Second) // the backup ends
+		if err := e1.Flush(context.Background(), time.Minute, "test"); err != nil { // it waits for the backup
+			t.Fatal(err)
+		}
 		ev, _ := run(t, e2, Request{InputIDs: a, MaxNewTokens: 1})
 		if tiers := tiersOf(ev); tiers.Storage != 999 {
 			t.Fatalf("the other engine: storage hit %d, want 999", tiers.Storage)
