@@ -95,3 +95,27 @@ func TestAuditNamesTheStorageTier(t *testing.T) {
 		}
 	})
 }
+
+// Through the recording proxy, in front of a real server, the tiers come
+// from the answers' cached_tokens_details: the same as the mock's truth.
+func TestProxyNamesTheStorageTier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, rec, ps := proxied(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000-hicache")})
+		l := load{route: "/generate", prompts: prompts(1, 3, 1000, 1000), output: 8}
+		if code, body, _ := ps.Do(t, "POST", "/generate", l.body(l.prompts[0], "warmup", 8)); code != 200 {
+			t.Fatal(body)
+		}
+		if code, body, _ := ps.Do(t, "POST", "/flush_cache?timeout=60", ""); code != 200 {
+			t.Fatal(body)
+		}
+		l.run(t, ps)
+		through := auditUpstream(t, rec, m, harness.AuditOptions{})
+		r := request(t, through, "req-00")
+		if r.Tiers == nil || r.Tiers.Storage != r.CachedTokens || r.Tiers.StorageBackend != "HiCacheFile" || r.CachedTokens == 0 {
+			t.Fatalf("through the proxy: cached %d, tiers %+v; want all from HiCacheFile storage", r.CachedTokens, r.Tiers)
+		}
+		if out := text(t, through); !strings.Contains(out, "all from the storage tier: /flush_cache does not clear it") {
+			t.Errorf("the report does not name the tier:\n%s", out)
+		}
+	})
+}
