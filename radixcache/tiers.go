@@ -227,22 +227,17 @@ func (t *Tree[V]) insertTiered(ns string, key []int32, value V, chunked bool) (e
 	t.tick++
 	node := t.root
 	for len(key) > 0 {
-		child := t.child(node, ns, key)
-		if child == nil {
+		next, p, _ := t.step(node, ns, key)
+		if next == nil {
 			break
 		}
-		t.touch(child)
-		p := t.commonPrefix(child.key, key)
-		if p < len(child.key) {
-			child = t.split(child, p)
-		}
-		if child.tier.hostOnly {
-			t.revive(child)
+		if next.tier.hostOnly {
+			t.revive(next)
 		} else {
-			t.hit(child, chunked)
+			t.hit(next, chunked)
 			existed += p
 		}
-		node, key = child, key[p:]
+		node, key = next, key[p:]
 	}
 	if len(key) == 0 {
 		return existed, node
@@ -256,6 +251,17 @@ func (t *Tree[V]) insertTiered(ns string, key []int32, value V, chunked bool) (e
 
 // addLeaf hangs rest from node as a new device leaf holding value.
 func (t *Tree[V]) addLeaf(node *Node[V], ns string, rest []int32, value V) *Node[V] {
+	leaf := t.link(node, ns, rest, value)
+	t.evictable += len(rest)
+	node.tier.devKids++
+	t.updateLeafStatus(node)
+	t.updateLeafStatus(leaf)
+	t.stored(leaf, Device)
+	return leaf
+}
+
+// link hangs a new node of rest, holding value, from node.
+func (t *Tree[V]) link(node *Node[V], ns string, rest []int32, value V) *Node[V] {
 	leaf := t.newNode(node, ns, slices.Clone(rest))
 	leaf.end = node.end + len(rest)
 	leaf.value = value
@@ -263,12 +269,7 @@ func (t *Tree[V]) addLeaf(node *Node[V], ns string, rest []int32, value V) *Node
 		node.children = make(map[string]*Node[V], 1)
 	}
 	node.children[string(t.childKey(node, ns, rest))] = leaf
-	t.evictable += len(rest)
 	t.nodes++
-	node.tier.devKids++
-	t.updateLeafStatus(node)
-	t.updateLeafStatus(leaf)
-	t.stored(leaf, Device)
 	return leaf
 }
 
@@ -595,33 +596,22 @@ func (t *Tree[V]) InsertHost(from *Node[V], ns string, key []int32, at int, valu
 		t.touch(node)
 	}
 	for len(rest) > 0 {
-		child := t.child(node, ns, rest)
-		if child == nil {
+		next, p, whole := t.step(node, ns, rest)
+		if next == nil {
 			break
 		}
-		t.touch(child)
-		p := t.commonPrefix(child.key, rest)
 		matched += p
-		rest = rest[p:]
-		if p < len(child.key) {
-			node = t.split(child, p)
+		rest, node = rest[p:], next
+		if !whole {
 			break
 		}
-		node = child
 	}
 	rest = rest[:t.floorPage(min(len(rest), h.reserved+h.free()))]
 	if len(rest) == 0 {
 		return matched, 0, nil
 	}
-	leaf := t.newNode(node, ns, slices.Clone(rest))
-	leaf.end = node.end + len(rest)
-	leaf.value = value
+	leaf := t.link(node, ns, rest, value)
 	leaf.tier.hostOnly, leaf.tier.backed = true, true
-	if node.children == nil {
-		node.children = make(map[string]*Node[V], 1)
-	}
-	node.children[string(t.childKey(node, ns, rest))] = leaf
-	t.nodes++
 	fromReserved := min(len(rest), h.reserved)
 	h.reserved -= fromReserved
 	h.backed += len(rest)

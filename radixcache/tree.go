@@ -216,19 +216,7 @@ func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *No
 	if len(rest) == 0 {
 		return existed, node
 	}
-	leaf := t.newNode(node, ns, slices.Clone(rest))
-	leaf.end = node.end + len(rest)
-	leaf.value = value
-	if node.children == nil {
-		node.children = make(map[string]*Node[V], 1)
-	}
-	node.children[string(t.childKey(node, ns, rest))] = leaf
-	t.evictable += len(rest)
-	t.nodes++
-	t.updateLeafStatus(node)
-	t.updateLeafStatus(leaf)
-	t.stored(leaf, Device)
-	return existed, leaf
+	return existed, t.addLeaf(node, ns, rest, value)
 }
 
 // descend walks key from the root as SGLang's match and insert both do:
@@ -238,19 +226,35 @@ func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *No
 func (t *Tree[V]) descend(ns string, key []int32) (int, *Node[V]) {
 	node, walked := t.root, 0
 	for len(key) > 0 {
-		child := t.child(node, ns, key)
-		if child == nil {
+		next, p, whole := t.step(node, ns, key)
+		if next == nil {
 			break
 		}
-		t.touch(child)
-		p := t.commonPrefix(child.key, key)
 		walked += p
-		if p < len(child.key) {
-			return walked, t.split(child, p)
+		if !whole {
+			return walked, next
 		}
-		node, key = child, key[p:]
+		node, key = next, key[p:]
 	}
 	return walked, node
+}
+
+// step walks one node down from node along key, as match and insert do:
+// the child that starts with key's first page becomes most recently used
+// and, when key leaves it part-way, is split there. It returns the node
+// that ends where the walk stopped (nil when no child starts with key),
+// the tokens walked, and whether the walk reached the child's end.
+func (t *Tree[V]) step(node *Node[V], ns string, key []int32) (next *Node[V], p int, whole bool) {
+	child := t.child(node, ns, key)
+	if child == nil {
+		return nil, 0, false
+	}
+	t.touch(child)
+	p = t.commonPrefix(child.key, key)
+	if p < len(child.key) {
+		return t.split(child, p), p, false
+	}
+	return child, p, true
 }
 
 // Lock adds a reference to n and every ancestor, protecting their tokens from
