@@ -93,6 +93,9 @@ func TestHostHitAfterDeviceEviction(t *testing.T) {
 		if st := e.HiCache(); st.LoadBackTokens != 999 || st.LoadBacks != 1 {
 			t.Fatalf("load back counters: %d tokens in %d, want 999 in 1", st.LoadBackTokens, st.LoadBacks)
 		}
+		if c := e.Stats().Counters; c.CachedTokens != 999 || c.CachedHost != 999 || c.CachedDevice != 0 {
+			t.Fatalf("cached_tokens_total by source: %+v, want 999 from the host", c)
+		}
 	})
 }
 
