@@ -459,28 +459,6 @@ func (s *scheduler) prefetchReady(r *req) bool {
 	return true
 }
 
-// prefetchWake is when a request held back by its prefetch may go: its last
-// page read, or under timeout the timeout passed.
-func (s *scheduler) prefetchWake() (time.Duration, bool) {
-	hc := s.hi
-	if hc == nil || len(hc.prefetches) == 0 {
-		return 0, false
-	}
-	hc.ioSchedule()
-	var at time.Duration
-	found := false
-	for _, op := range hc.prefetches {
-		w := op.stop(hc)
-		if hc.cfg.PrefetchPolicy == "timeout" {
-			w = min(w, op.issued+profile.Duration(hc.extra.PrefetchTimeoutSeconds(op.pages*hc.page))+1)
-		}
-		if !found || w < at {
-			at, found = w, true
-		}
-	}
-	return at, found
-}
-
 // endPrefetch stops op at the scheduler's time. With insert, the pages read
 // go into the tree as host-only nodes after the node it started from
 // (_insert_helper_host), and the tokens the tree lacked count as r's
@@ -578,17 +556,31 @@ func (s *scheduler) hiCacheDrained() bool {
 	return hc == nil || len(hc.writes) == 0 && len(hc.backups) == 0 && len(hc.prefetches) == 0
 }
 
-// hiCacheWake is the next time a HiCache transfer ends: a write-through, a
-// backup to storage, a prefetch a request waits for.
+// hiCacheWake is the next time a HiCache transfer ends after the
+// scheduler's time: a write-through, a backup to storage, a prefetch a
+// request waits for. What ended by now the last boundary handled already;
+// a prefetch that ended while its request waits behind one that cannot be
+// admitted changes nothing by itself, so it is no reason to wake.
 func (s *scheduler) hiCacheWake() (time.Duration, bool) {
 	hc := s.hi
 	if hc == nil {
 		return 0, false
 	}
-	at, due := s.prefetchWake()
+	var at time.Duration
+	due := false
 	pick := func(t time.Duration) {
-		if !due || t < at {
+		if t > s.now && (!due || t < at) {
 			at, due = t, true
+		}
+	}
+	if len(hc.prefetches) > 0 {
+		hc.ioSchedule()
+		for _, op := range hc.prefetches {
+			w := op.stop(hc)
+			if hc.cfg.PrefetchPolicy == "timeout" {
+				w = min(w, op.issued+profile.Duration(hc.extra.PrefetchTimeoutSeconds(op.pages*hc.page))+1)
+			}
+			pick(w)
 		}
 	}
 	if len(hc.writes) > 0 {
