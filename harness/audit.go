@@ -490,7 +490,7 @@ func reuseCause(r, src *AuditRequest, firstHash string, flushes []sim.Flush) str
 		fmt.Fprintf(&b, "starts with the same %d tokens as %s, a prefix %s of the run share: a system prompt, few-shot examples or chat history",
 			r.CachedTokens, from, plural(max(r.Group, 2), "request"))
 	}
-	fmt.Fprintf(&b, "; reused %d of %d prompt tokens", r.CachedTokens, r.PromptTokens)
+	fmt.Fprintf(&b, "; reused %d of %d prompt tokens%s", r.CachedTokens, r.PromptTokens, tierClause(simTiers(r.Tiers)))
 	if r.Saved > 0 {
 		ttft := r.E2E
 		if r.TTFT != nil {

@@ -487,6 +487,12 @@ type proxyAnswer struct {
 		FinishReason     json.RawMessage `json:"finish_reason"`
 		E2ELatency       *float64        `json:"e2e_latency"`
 		DPRank           *int            `json:"dp_rank"`
+		// CachedTokensDetails is HiCache's split of cached_tokens by tier.
+		CachedTokensDetails *struct {
+			Device, Host   int
+			Storage        int
+			StorageBackend string `json:"storage_backend"`
+		} `json:"cached_tokens_details"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -521,6 +527,7 @@ type proxyCounts struct {
 	usage, cachedKnown         bool
 	finish, id                 string
 	dpRank                     *int // meta_info.dp_rank: SGLang with several DP ranks
+	tiers                      *sim.CacheTiers
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -532,6 +539,12 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		c.usage, c.prompt, c.completion = true, a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens
 		if a.MetaInfo.CachedTokens != nil {
 			c.cached, c.cachedKnown = *a.MetaInfo.CachedTokens, true
+		}
+		if d := a.MetaInfo.CachedTokensDetails; d != nil {
+			c.tiers = &sim.CacheTiers{Device: d.Device, Host: d.Host, Storage: d.Storage, StorageBackend: clip(d.StorageBackend, 64)}
+			if !simTiers(c.tiers).hicache() {
+				c.tiers = nil // a server without HiCache: all on the device
+			}
 		}
 		if a.MetaInfo.ID != "" {
 			c.id = a.MetaInfo.ID

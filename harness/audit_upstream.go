@@ -43,7 +43,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			c := v.counts
 			r.Finished, r.E2E = v.end.Seconds(), (v.end - v.start).Seconds()
 			r.PromptTokens, r.CompletionTokens, r.FinishReason = c.prompt, c.completion, c.finish
-			r.CachedTokens, r.CachedReported = c.cached, c.cachedKnown
+			r.CachedTokens, r.CachedReported, r.Tiers = c.cached, c.cachedKnown, c.tiers
 			r.DPRank = c.dpRank
 			if v.first > 0 {
 				ttft := (v.first - v.start).Seconds()

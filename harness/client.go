@@ -186,6 +186,10 @@ type Generation struct {
 	// DPRank is meta_info.dp_rank, the DP rank that ran the request, when
 	// the server says (SGLang with several ranks); nil otherwise.
 	DPRank *int
+	// Tiers is cached_tokens_details: which tier (device, host, storage)
+	// the cached tokens came from, on a server with HiCache; nil when the
+	// server reports none.
+	Tiers *Tiers
 	// Malformed names the counts that were not whole numbers in range
 	// ("cached_tokens 1e300"); they are clamped.
 	Malformed []string
@@ -430,10 +434,16 @@ type answer struct {
 		SpecVerifyCt     *count `json:"spec_verify_ct"`
 		// SGLang's histogram of accepted drafts a round, under its
 		// current name and the one it keeps for old clients.
-		SpecCorrectDraftsHistogram []count `json:"spec_correct_drafts_histogram"`
-		SpecAcceptHistogram        []count `json:"spec_accept_histogram"`
-		DPRank                     *count  `json:"dp_rank"`
+		SpecCorrectDraftsHistogram []count        `json:"spec_correct_drafts_histogram"`
+		SpecAcceptHistogram        []count        `json:"spec_accept_histogram"`
+		DPRank                     *count         `json:"dp_rank"`
+		CachedTokensDetails        *cachedDetails `json:"cached_tokens_details"`
 	} `json:"meta_info"`
+	// Sglext is SGLang's extension of OpenAI answers (HiCache tiers, with
+	// return_cached_tokens_details).
+	Sglext *struct {
+		CachedTokensDetails *cachedDetails `json:"cached_tokens_details"`
+	} `json:"sglext"`
 	Usage *struct {
 		PromptTokens        count `json:"prompt_tokens"`
 		CompletionTokens    count `json:"completion_tokens"`
@@ -453,11 +463,13 @@ func (a *answer) apply(g *Generation) bool {
 	var prompt, completion count
 	var cached, verify, dpRank *count
 	var hist []count
+	var details *cachedDetails
 	histField := ""
 	switch {
 	case a.MetaInfo != nil:
 		prompt, completion, cached, verify = a.MetaInfo.PromptTokens, a.MetaInfo.CompletionTokens, a.MetaInfo.CachedTokens, a.MetaInfo.SpecVerifyCt
 		dpRank = a.MetaInfo.DPRank
+		details = a.MetaInfo.CachedTokensDetails
 		hist, histField = a.MetaInfo.SpecCorrectDraftsHistogram, "spec_correct_drafts_histogram"
 		if hist == nil {
 			hist, histField = a.MetaInfo.SpecAcceptHistogram, "spec_accept_histogram"
@@ -476,6 +488,12 @@ func (a *answer) apply(g *Generation) bool {
 	g.CompletionTokens = completion.take("completion_tokens", g)
 	if cached != nil {
 		g.CachedTokens, g.CachedKnown = cached.take("cached_tokens", g), true
+	}
+	if a.Sglext != nil && details == nil {
+		details = a.Sglext.CachedTokensDetails
+	}
+	if details != nil {
+		g.Tiers = details.tiers(g)
 	}
 	if verify != nil {
 		v := verify.take("spec_verify_ct", g)

@@ -43,6 +43,15 @@
 // is "ok", "SUSPECT: causes" or "POISONED: causes", with the numbers in
 // each cause.
 //
+// Under SGLang's HiCache a reuse names its tier, from the answer's
+// cached_tokens_details (meta_info, or sglext on the OpenAI routes; the
+// mock's /sim/requests for audit): "..., all from the storage tier:
+// /flush_cache does not clear it; call /clear_hicache_storage_backend or
+// keep the nonce", or from the host tier, which a GPU-only reasoning calls
+// cold. The flush method asks /server_info for hicache_storage_backend:
+// on a server with a storage tier its rows are SUSPECT for that, whatever
+// they measured, since a flush leaves that tier (tiers.go).
+//
 // Then the row's figures are checked against the truth and the method,
 // each against Tolerance (5 %, calibrate's own; see its doc for how each
 // check turns it into a bound), and a SUSPECT cause names the fix, which

@@ -151,6 +151,10 @@ type Server struct {
 	// DPRanks is how many DP ranks the server runs, each with a prefix
 	// cache of its own (placement.go); 0 for one, or when it does not say.
 	DPRanks int `json:"dp_ranks,omitempty"`
+	// HiCacheStorage is the server's HiCache storage backend, which
+	// /flush_cache does not clear ("" for none, or not asked: only the
+	// flush method asks).
+	HiCacheStorage string `json:"hicache_storage_backend,omitempty"`
 }
 
 // session is one run against one server: the client, the prompt builder,

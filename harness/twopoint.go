@@ -99,8 +99,10 @@ type Leg struct {
 	MaxNewTokens     int    `json:"max_new_tokens"`
 	PromptTokens     int    `json:"prompt_tokens"`
 	CompletionTokens int    `json:"completion_tokens"`
-	// CachedTokens is nil when the server does not report it.
-	CachedTokens *int `json:"cached_tokens"`
+	// CachedTokens is nil when the server does not report it; Tiers is its
+	// cached_tokens_details (HiCache), nil when it reports none.
+	CachedTokens *int   `json:"cached_tokens"`
+	Tiers        *Tiers `json:"cached_tiers,omitempty"`
 	// Seconds is the measured time, in the server's seconds.
 	Seconds float64 `json:"seconds"`
 	// Flush is the flush sent before the leg, if the method flushes.
@@ -134,6 +136,9 @@ func (l *Leg) record(s *session, g *Generation) {
 	l.Impossible = impossibleCounts(g)
 	if !l.cachedImpossible() {
 		l.CachedTokens = s.cached(g)
+		if g.Tiers.hicache() {
+			l.Tiers = g.Tiers
+		}
 	}
 	if g.SpecHistogram != nil && !slices.ContainsFunc(l.Impossible, func(t string) bool { return strings.HasPrefix(t, g.SpecHistogramField) }) {
 		l.SpecHistogram = g.SpecHistogram
@@ -256,6 +261,9 @@ func (tp *TwoPoint) Run(ctx context.Context) (*Report, error) {
 	s, err := startSession(ctx, tp.Client, tp.Options, tp.Points, max(tp.A, tp.B))
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(tp.Methods, FlushMethod) && tp.Client.Backend == SGLang {
+		s.server.HiCacheStorage = tp.Client.hicacheStorage(ctx)
 	}
 	s.prog.Start(tp.plan())
 	defer s.prog.Finish()
@@ -389,7 +397,7 @@ func (r Run) check(floor, allow int) Verdict {
 			if leg.Flush != nil && leg.Flush.OK() {
 				text += " although the flush before it was accepted"
 			}
-			v.add(Poisoned, text)
+			v.add(Poisoned, text+tierClause(leg.Tiers))
 		}
 		if leg.CompletionTokens != leg.MaxNewTokens {
 			v.add(Suspect, fmt.Sprintf("leg %s generated %d of %d tokens", leg.Name, leg.CompletionTokens, leg.MaxNewTokens))
@@ -487,6 +495,7 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 	for _, c := range s.notes {
 		row.Verdict.add(c.Level, c.Text)
 	}
+	storageCheck(&row.Verdict, row.Method, s.server)
 	if note := retriedFlushes(row.Runs); note != "" {
 		row.Verdict.add(OK, note)
 	}

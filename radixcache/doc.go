@@ -75,10 +75,53 @@
 // namespace. Pages lists an observed tree's pages, and PageSet replays
 // the events as a subscriber does, so the two can be compared.
 //
+// # The host tier (HiCache)
+//
+// EnableHost turns the tree into SGLang's HiRadixCache: a node's KV lives on
+// the device, on the host, or on both. Tokens, Evictable and Protected
+// count the device; the host pool has its own capacity (HostTier), its own
+// LRU eviction and its own counts (Stats.HostTokens, HostOnly,
+// HostReserved).
+//
+//   - Insert counts a hit on every node its key passes through that is on
+//     the device, and on the leaf it adds (HiRadixCache._inc_hit_count);
+//     InsertChunk, for a prompt chunk that is not the last, counts none
+//     (chunked=True). A node whose hits reach HostTier.WriteThreshold (1 for
+//     write_through, 2 for write_through_selective) is backed up: it takes
+//     host slots, evicting host-only leaves for its size when the pool is
+//     short, and is locked until the engine reports the write done
+//     (HostWriteDone), which announces its host copy. A node is backed up
+//     only after its parent, so backed-up nodes form a prefix of each path.
+//     A node Insert passes through that is only on the host gets device KV
+//     again, silently, as SGLang's insert does.
+//   - Evict deletes a device leaf without a host copy, as before; one with
+//     a host copy leaves the device but stays in the tree, host-only
+//     (SGLang's evicted node); under write_back (threshold 0) a leaf without
+//     a copy is written to the host first, or stays on the device when the
+//     host pool has no room. Device leaves are nodes with no child on the
+//     device. Writes the tree starts are collected for the engine
+//     (TakeHostWrites), which charges their transfer.
+//   - Match returns the device part of a match; MatchTiers also the
+//     host-only continuation (host_hit_length), where it ends, and the
+//     deepest backed-up node (last_host_node). LoadBack brings a host-only
+//     run back to the device. EvictHost frees host-only leaves that no
+//     ProtectHost holds, least recently used first. HostReserve takes host
+//     slots outside the tree (a prefetch's buffer) and InsertHost hangs the
+//     pages a prefetch fetched from storage after the node it started from,
+//     as a host-only leaf in those slots.
+//
+// A tree with a host tier keeps every page's digest, which SGLang's storage
+// backends use as page keys. Its events carry their medium (TierObserver):
+// a node is stored on the device when inserted, on the host when its write
+// is done or when a prefetch inserts it; it is removed from the device
+// when evicted there and from the host when the host evicts it; a load
+// back stores it on the device again. A plain Observer hears the device's
+// events only.
+//
 // # Handles
 //
 // A *Node returned by Match or Insert stays valid across later splits (a split
-// keeps the original node as the lower part) until the node is evicted or the
-// tree is reset. Lock and Unlock report a stale handle as an error instead of
+// keeps the original node as the lower part) until the node leaves the tree
+// (evicted from every tier it was on) or the tree is reset. Lock and Unlock report a stale handle as an error instead of
 // corrupting counts.
 package radixcache

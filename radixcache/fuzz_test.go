@@ -15,6 +15,10 @@ type refSeg struct {
 	lock  int
 	tick  uint64
 	seq   uint64
+	// The host tier: on the device, with a host copy, its write-through in
+	// flight, its hits and host protections.
+	dev, backed, writing bool
+	hits, hostRef        int
 }
 
 func (s *refSeg) size() int { return len(s.full) - s.start }
@@ -25,6 +29,13 @@ type refModel struct {
 	page      int
 	segs      []*refSeg
 	tick, seq uint64
+	// The host tier, when tiered: capacity, write threshold, reserved
+	// slots, and the backups started and not yet compared with the tree's.
+	tiered       bool
+	hostCap, thr int
+	reserved     int
+	writes       []*refSeg
+	writesWB     []bool
 }
 
 func (m *refModel) floor(n int) int { return n - n%m.page }
@@ -65,7 +76,7 @@ func (m *refModel) childAt(ns string, key []int32, pos int) *refSeg {
 
 func (m *refModel) newSeg(ns string, full []int32, start int) *refSeg {
 	m.seq++
-	s := &refSeg{ns: ns, full: slices.Clone(full), start: start, tick: m.tick, seq: m.seq}
+	s := &refSeg{ns: ns, full: slices.Clone(full), start: start, tick: m.tick, seq: m.seq, dev: true}
 	m.segs = append(m.segs, s)
 	return s
 }
@@ -89,10 +100,7 @@ func (m *refModel) walk(ns string, key []int32, insert bool) (int, *refSeg) {
 		}
 		p = m.floor(p)
 		if pos+p < len(s.full) {
-			upper := m.newSeg(ns, s.full[:pos+p], pos)
-			upper.lock = s.lock
-			s.start = pos + p
-			pos, last = pos+p, upper
+			pos, last = pos+p, m.split(s, pos+p)
 			break
 		}
 		pos, last = len(s.full), s
@@ -101,6 +109,15 @@ func (m *refModel) walk(ns string, key []int32, insert bool) (int, *refSeg) {
 		return pos, m.newSeg(ns, key, pos)
 	}
 	return pos, last
+}
+
+// split cuts s at path position at and returns the new upper segment,
+// which takes s's lock, tiers and hits; a write in flight stays with s.
+func (m *refModel) split(s *refSeg, at int) *refSeg {
+	upper := m.newSeg(s.ns, s.full[:at], s.start)
+	upper.lock, upper.dev, upper.backed, upper.hits = s.lock, s.dev, s.backed, s.hits
+	s.start = at
+	return upper
 }
 
 func (m *refModel) live(s *refSeg) bool { return s == nil || slices.Contains(m.segs, s) }
@@ -135,14 +152,24 @@ func (m *refModel) evict(n int) int {
 func (m *refModel) stats() Stats {
 	var st Stats
 	for _, s := range m.segs {
+		st.Nodes++
+		if s.backed {
+			st.HostTokens += s.size()
+		}
+		if !s.dev {
+			st.HostOnly += s.size()
+			continue
+		}
 		if s.lock > 0 {
 			st.Protected += s.size()
 		} else {
 			st.Evictable += s.size()
 		}
-		st.Nodes++
 	}
 	st.Tokens = st.Evictable + st.Protected
+	if m.tiered {
+		st.HostReserved = m.reserved
+	}
 	return st
 }
 
@@ -189,6 +216,12 @@ func FuzzTree(f *testing.F) {
 	f.Add([]byte{3, 1, 5, 0, 1, 2, 0, 1, 0, 4, 0, 1, 2, 9, 2, 0, 4, 1, 0, 3, 0})
 	f.Add([]byte{4, 0, 1, 8, 0, 0, 1, 1, 2, 2, 0, 1, 1, 6, 0, 0, 1, 1, 1, 1, 2, 0, 4, 5})
 	f.Add([]byte{5, 1, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 2, 0, 3, 0, 1, 6, 4, 9, 5})
+	// Host tiers (first byte 6-11): capacity, write threshold, then the
+	// operations, the tier's included.
+	f.Add([]byte{6, 30, 1, 0, 0, 6, 0, 1, 2, 0, 1, 2, 5, 12, 8, 0, 6, 0, 1, 2, 0, 1, 11, 0, 5, 12, 9, 3, 13, 0, 1, 0, 4, 2, 2})
+	f.Add([]byte{7, 20, 0, 1, 1, 8, 0, 0, 1, 1, 2, 2, 0, 1, 5, 19, 8, 1, 8, 0, 0, 1, 1, 10, 0, 9, 10, 13, 1, 7, 5, 19})
+	f.Add([]byte{8, 39, 2, 0, 0, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 0, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 11, 0, 5, 15, 8, 0, 12, 1, 2, 1, 2, 1, 2, 1, 2, 1})
+	f.Add([]byte{9, 25, 1, 1, 1, 5, 0, 1, 2, 0, 1, 7, 1, 9, 2, 2, 2, 2, 2, 2, 2, 2, 2, 5, 18, 12, 0, 0, 13, 0, 0, 0, 6, 1, 1, 1, 1, 1, 1})
 	f.Fuzz(runOps)
 }
 
@@ -205,11 +238,15 @@ func bigrams(key []int32) []int32 {
 	return out
 }
 
-// runOps is the body of FuzzTree.
+// runOps is the body of FuzzTree. The first byte picks the tree: page size
+// (1-3), bigram keys, and from 6 on a host tier, whose capacity and write
+// threshold (0 write_back, 1 write_through, 2 write_through_selective) the
+// next two bytes give; a tree with a host tier also plays the tier's
+// operations.
 func runOps(t *testing.T, data []byte) {
 	in := fuzzInput(data)
 	mode := in.next()
-	page, bigram := 1+mode%3, mode/3%2 == 1
+	page, bigram, tiered := 1+mode%3, mode/3%2 == 1, mode/6%2 == 1
 	tr := mustNew(t, page)
 	units := func(key []int32) []int32 { return key }
 	if bigram {
@@ -220,7 +257,16 @@ func runOps(t *testing.T, data []byte) {
 		units = bigrams
 	}
 	ref := &refModel{page: page}
+	nOps := 7
+	if tiered {
+		ref.tiered, ref.hostCap, ref.thr = true, in.next()%40, in.next()%3
+		if err := tr.EnableHost(HostTier{Capacity: ref.hostCap, WriteThreshold: ref.thr}); err != nil {
+			t.Fatal(err)
+		}
+		nOps = 14
+	}
 	var hs []*handle
+	var pending []pendingWrite
 	pick := func() *handle {
 		if len(hs) == 0 {
 			return nil
@@ -228,11 +274,17 @@ func runOps(t *testing.T, data []byte) {
 		return hs[in.next()%len(hs)]
 	}
 	for ops := 0; len(in) > 0 && ops < 200; ops++ {
-		switch op := in.next() % 7; op {
+		switch op := in.next() % nOps; op {
 		case 0, 1: // Insert
 			ns, key := in.namespace(), in.key()
 			got, node := tr.Insert(ns, key, "")
-			want, seg := ref.walk(ns, units(key), true)
+			var want int
+			var seg *refSeg
+			if tiered {
+				want, seg = ref.insertTiered(ns, units(key), false)
+			} else {
+				want, seg = ref.walk(ns, units(key), true)
+			}
 			if got != want {
 				t.Fatalf("op %d Insert(%q, %v): got existed %d, want %d", ops, ns, key, got, want)
 			}
@@ -241,6 +293,12 @@ func runOps(t *testing.T, data []byte) {
 			ns, key := in.namespace(), in.key()
 			got, node := tr.Match(ns, key)
 			want, seg := ref.walk(ns, units(key), false)
+			if tiered {
+				for seg != nil && !seg.dev {
+					seg = ref.parent(seg)
+				}
+				want = refEnd(seg)
+			}
 			if got != want {
 				t.Fatalf("op %d Match(%q, %v): got %d, want %d", ops, ns, key, got, want)
 			}
@@ -251,6 +309,9 @@ func runOps(t *testing.T, data []byte) {
 				continue
 			}
 			err := tr.Lock(h.node)
+			if ref.live(h.ref) && checkTierLock(t, ops, h, err) {
+				continue
+			}
 			if live := ref.live(h.ref); live != (err == nil) {
 				t.Fatalf("op %d Lock: got error %v, reference says live=%v", ops, err, live)
 			}
@@ -274,6 +335,7 @@ func runOps(t *testing.T, data []byte) {
 				if !errors.Is(err, ErrStaleHandle) {
 					t.Fatalf("op %d Unlock of a dead node: got %v, want ErrStaleHandle", ops, err)
 				}
+			case checkTierLock(t, ops, h, err):
 			case h.ref != nil && h.ref.lock == 0:
 				if !errors.Is(err, ErrNotLocked) {
 					t.Fatalf("op %d Unlock of an unlocked node: got %v, want ErrNotLocked", ops, err)
@@ -292,7 +354,13 @@ func runOps(t *testing.T, data []byte) {
 		case 5: // Evict
 			n := in.next() % 20
 			before := tr.Stats().Protected
-			got, want := tr.Evict(n), ref.evict(n)
+			got := tr.Evict(n)
+			want := 0
+			if tiered {
+				want = ref.evictTiered(n)
+			} else {
+				want = ref.evict(n)
+			}
 			if got != want {
 				t.Fatalf("op %d Evict(%d): got %d freed, want %d", ops, n, got, want)
 			}
@@ -304,20 +372,31 @@ func runOps(t *testing.T, data []byte) {
 				continue
 			}
 			tr.Reset()
-			ref.segs = nil
-			hs = nil
+			ref.segs, ref.reserved, ref.writes, ref.writesWB = nil, 0, nil, nil
+			hs, pending = nil, nil
+		default:
+			runTierOp(t, ops, op, &in, tr, ref, units, &hs, pick, &pending)
+		}
+		if tiered {
+			checkWrites(t, ops, tr, ref, &pending)
 		}
 		if got, want := tr.Stats(), ref.stats(); got != want {
 			t.Fatalf("op %d: stats got %+v, reference %+v", ops, got, want)
 		}
 		checkInvariants(t, tr)
 	}
-	// Releasing every held lock leaves nothing protected.
+	// Releasing every held lock, and completing every write, leaves nothing
+	// protected.
 	for _, h := range hs {
 		for ; h.locks > 0; h.locks-- {
 			if err := tr.Unlock(h.node); err != nil {
 				t.Fatalf("final unlock: %v", err)
 			}
+		}
+	}
+	for _, w := range pending {
+		if err := tr.HostWriteDone(w.node); err != nil {
+			t.Fatalf("final write: %v", err)
 		}
 	}
 	if st := tr.Stats(); st.Protected != 0 {

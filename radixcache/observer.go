@@ -54,12 +54,24 @@ type Observer interface {
 	Cleared()
 }
 
+// TierObserver is an Observer that also hears of the host tier, as
+// SGLang's HiRadixCache records its events with a medium: every page event
+// of the tree, the device's included, comes through StoredOn and
+// RemovedFrom. A plain Observer of a tree with a host tier hears of the
+// device's pages only.
+type TierObserver interface {
+	Observer
+	StoredOn(medium Medium, parent int64, hasParent bool, pages []Page)
+	RemovedFrom(medium Medium, pages []Page)
+}
+
 // Observe sets the tree's observer, which the tree tells of every page it
 // stores or removes from now on; it reports Cleared at once. It returns
 // ErrNotEmpty if the tree already caches tokens. Observing costs a SHA-256
-// per stored page: page digests are computed only for an observed tree.
+// per stored page: page digests are computed only for an observed tree or
+// one with a host tier.
 func (t *Tree[V]) Observe(o Observer) error {
-	if t.evictable+t.protected > 0 {
+	if t.evictable+t.protected > 0 || t.nodes > 0 {
 		return ErrNotEmpty
 	}
 	t.obs = o
@@ -70,51 +82,96 @@ func (t *Tree[V]) Observe(o Observer) error {
 // pageCount is the number of pages in n's key.
 func (t *Tree[V]) pageCount(n *Node[V]) int { return len(n.key) / t.pageSize }
 
-// stored computes a new leaf's page digests and tells the observer. full
-// is the Insert's whole key (before the bigram split into namespace and
-// units), so the leaf's units start at unit index from.
-func (t *Tree[V]) stored(leaf *Node[V], full []int32, from int) {
-	parent := leaf.parent
+// keepsDigests reports whether the tree computes page digests: an observed
+// tree does, for its events, and so does a tree with a host tier, whose
+// pages SGLang's storage backends key by them.
+func (t *Tree[V]) keepsDigests() bool { return t.obs != nil || t.host != nil }
+
+// stored computes a new node's page digests, if the tree keeps them, and
+// tells the observer its pages reached medium.
+func (t *Tree[V]) stored(n *Node[V], medium Medium) {
+	if !t.keepsDigests() {
+		return
+	}
 	var prior *Digest
-	if parent != t.root && len(parent.digests) > 0 {
-		prior = &parent.digests[len(parent.digests)-1]
+	if p := n.parent; p != t.root && len(p.digests) > 0 {
+		prior = &p.digests[len(p.digests)-1]
 	}
-	n := t.pageCount(leaf)
-	leaf.digests = make([]Digest, n)
-	pages := t.pageBuf[:0]
-	for i := range n {
-		tokens := t.pageTokens(full, from+i*t.pageSize, leaf.key[i*t.pageSize:(i+1)*t.pageSize])
-		leaf.digests[i] = t.digest(prior, tokens)
-		prior = &leaf.digests[i]
-		pages = append(pages, Page{Hash: leaf.digests[i].Hash(), Tokens: tokens, Bigram: t.bigram})
+	k := t.pageCount(n)
+	n.digests = make([]Digest, k)
+	for i := range k {
+		n.digests[i] = t.digest(prior, t.pageTokens(n, i))
+		prior = &n.digests[i]
 	}
-	t.pageBuf = pages
+	t.announce(n, medium)
+}
+
+// announce tells the observer that n's pages, whose digests it has, are
+// on medium.
+func (t *Tree[V]) announce(n *Node[V], medium Medium) {
+	if t.obs == nil {
+		return
+	}
+	pages := t.nodePages(n, true)
 	var parentHash int64
-	hasParent := parent != t.root && len(parent.digests) > 0
+	hasParent := n.parent != t.root && len(n.parent.digests) > 0
 	if hasParent {
-		parentHash = parent.digests[len(parent.digests)-1].Hash()
+		parentHash = n.parent.digests[len(n.parent.digests)-1].Hash()
 	}
-	t.obs.Stored(parentHash, hasParent, pages)
+	switch o, tiered := t.obs.(TierObserver); {
+	case tiered:
+		o.StoredOn(medium, parentHash, hasParent, pages)
+	case medium == Device:
+		t.obs.Stored(parentHash, hasParent, pages)
+	}
 	clear(t.pageBuf)
 }
 
-// pageTokens is a page's tokens as an observer sees them: in a token tree
-// the page's slice of the node's key; in a bigram tree a fresh slice of
-// its pairs, unit i of the key being the pair (full[i], full[i+1]).
-func (t *Tree[V]) pageTokens(full []int32, at int, units []int32) []int32 {
+// nodePages builds n's pages in the tree's buffer, with their tokens when
+// withTokens.
+func (t *Tree[V]) nodePages(n *Node[V], withTokens bool) []Page {
+	pages := t.pageBuf[:0]
+	for i := range n.digests {
+		p := Page{Hash: n.digests[i].Hash(), Bigram: t.bigram}
+		if withTokens {
+			p.Tokens = t.pageTokens(n, i)
+		}
+		pages = append(pages, p)
+	}
+	t.pageBuf = pages
+	return pages
+}
+
+// pageTokens is page i of n as an observer sees it: in a token tree the
+// page's slice of the node's key; in a bigram tree a fresh slice of its
+// pairs, each unit paired with the one before it (for a node's first
+// unit, the last unit of its parent, or at the root the first token, which
+// the namespace keeps).
+func (t *Tree[V]) pageTokens(n *Node[V], i int) []int32 {
+	units := n.key[i*t.pageSize : (i+1)*t.pageSize]
 	if !t.bigram {
 		return units
 	}
+	var prev int32
+	switch {
+	case i > 0:
+		prev = n.key[i*t.pageSize-1]
+	case n.parent == t.root:
+		prev = firstToken(n.ns)
+	default:
+		prev = n.parent.key[len(n.parent.key)-1]
+	}
 	pairs := make([]int32, 0, 2*len(units))
-	for i := range units {
-		pairs = append(pairs, full[at+i], full[at+i+1])
+	for _, u := range units {
+		pairs = append(pairs, prev, u)
+		prev = u
 	}
 	return pairs
 }
 
 // digest is SGLang's get_hash_str for one page: SHA-256 over the previous
 // page's digest, if any, then every token as 4 bytes, little-endian,
-// unsigned (both tokens of a bigram, in order).
+// unsigned (both tokens of each bigram, in order).
 func (t *Tree[V]) digest(prior *Digest, tokens []int32) Digest {
 	b := t.hashBuf[:0]
 	if prior != nil {
@@ -127,65 +184,70 @@ func (t *Tree[V]) digest(prior *Digest, tokens []int32) Digest {
 	return sha256.Sum256(b)
 }
 
-// removed tells the observer of an evicted node's pages.
-func (t *Tree[V]) removed(x *Node[V]) {
-	pages := t.pageBuf[:0]
-	for i := range x.digests {
-		pages = append(pages, Page{Hash: x.digests[i].Hash(), Bigram: t.bigram})
+// removed tells the observer that x's pages left medium.
+func (t *Tree[V]) removed(x *Node[V], medium Medium) {
+	if t.obs == nil {
+		return
 	}
-	t.pageBuf = pages
-	t.obs.Removed(pages)
+	pages := t.nodePages(x, false)
+	switch o, tiered := t.obs.(TierObserver); {
+	case tiered:
+		o.RemovedFrom(medium, pages)
+	case medium == Device:
+		t.obs.Removed(pages)
+	}
 	clear(t.pageBuf)
 }
 
 // PageRecord is one cached page of an observed tree with the hash of the
-// page it hangs from.
+// page it hangs from, and the medium the events announced it on (Device
+// for every page of a tree without a host tier).
 type PageRecord struct {
 	Parent    int64
 	HasParent bool
+	Medium    Medium
 	Page
 }
 
-// Pages yields every page of an observed tree, each after the page it
-// hangs from, with the tokens Stored reported for it. An unobserved tree
-// has no page digests and yields nothing.
+// Pages yields every page of an observed tree as its events announced it,
+// each after the page it hangs from, with the tokens Stored reported for
+// it: a page on the device, and, with a host tier, a page whose host copy
+// was announced (one record for each medium). An unobserved tree yields
+// nothing.
 func (t *Tree[V]) Pages() iter.Seq[PageRecord] {
 	return func(yield func(PageRecord) bool) {
 		if t.obs == nil {
 			return
 		}
-		var walk func(n *Node[V], head int32) bool
-		walk = func(n *Node[V], head int32) bool {
-			var parent int64
-			hasParent := n.parent != t.root && len(n.parent.digests) > 0
-			if hasParent {
-				parent = n.parent.digests[len(n.parent.digests)-1].Hash()
-			}
-			full := n.key
-			if t.bigram {
-				full = append([]int32{head}, n.key...)
-			}
-			for i := range n.digests {
-				tokens := t.pageTokens(full, i*t.pageSize, n.key[i*t.pageSize:(i+1)*t.pageSize])
-				if !yield(PageRecord{Parent: parent, HasParent: hasParent, Page: Page{Hash: n.digests[i].Hash(), Tokens: tokens, Bigram: t.bigram}}) {
-					return false
+		var walk func(n *Node[V]) bool
+		walk = func(n *Node[V]) bool {
+			for _, m := range [...]Medium{Device, Host} {
+				if !n.tier.announcedOn(m) {
+					continue
 				}
-				parent, hasParent = n.digests[i].Hash(), true
+				var parent int64
+				hasParent := n.parent != t.root && len(n.parent.digests) > 0
+				if hasParent {
+					parent = n.parent.digests[len(n.parent.digests)-1].Hash()
+				}
+				for i := range n.digests {
+					rec := PageRecord{Parent: parent, HasParent: hasParent, Medium: m,
+						Page: Page{Hash: n.digests[i].Hash(), Tokens: t.pageTokens(n, i), Bigram: t.bigram}}
+					if !yield(rec) {
+						return false
+					}
+					parent, hasParent = n.digests[i].Hash(), true
+				}
 			}
-			last := full[len(full)-1]
 			for _, c := range n.children {
-				if !walk(c, last) {
+				if !walk(c) {
 					return false
 				}
 			}
 			return true
 		}
 		for _, c := range t.root.children {
-			var head int32
-			if t.bigram {
-				head = firstToken(c.ns)
-			}
-			if !walk(c, head) {
+			if !walk(c) {
 				return
 			}
 		}
@@ -197,4 +259,34 @@ func (t *Tree[V]) Pages() iter.Seq[PageRecord] {
 func firstToken(ns string) int32 {
 	b := []byte(ns[len(ns)-4:])
 	return *(*int32)(unsafe.Pointer(&b[0]))
+}
+
+// PageDigests is what a tree gives pages pages of key's units from unit at
+// on, chained after prior (nil for pages that start at the root): SGLang's
+// get_hash_str over each page, as a prefetch from storage computes the keys
+// of the pages it looks for. In a bigram tree unit j is the pair (key[j],
+// key[j+1]). It stops early when key runs out.
+func PageDigests(prior *Digest, key []int32, at, pages, pageSize int, bigram bool) []Digest {
+	units := len(key)
+	if bigram {
+		units--
+	}
+	pages = max(0, min(pages, (units-at)/pageSize))
+	out := make([]Digest, pages)
+	var b []byte
+	for i := range pages {
+		b = b[:0]
+		if prior != nil {
+			b = append(b, prior[:]...)
+		}
+		for j := at + i*pageSize; j < at+(i+1)*pageSize; j++ {
+			b = binary.LittleEndian.AppendUint32(b, uint32(key[j]))
+			if bigram {
+				b = binary.LittleEndian.AppendUint32(b, uint32(key[j+1]))
+			}
+		}
+		out[i] = sha256.Sum256(b)
+		prior = &out[i]
+	}
+	return out
 }

@@ -26,8 +26,9 @@ type Node[V any] struct {
 	end      int     // tokens from the root to the end of this node
 	ns       string
 	lockRef  int32
-	evicted  bool
-	heapIdx  int    // position in the evictable-leaf heap, -1 when absent
+	removed  bool // no longer in the tree: evicted from every tier, or the tree was reset
+	heapIdx  int  // position in the evictable-leaf heap, -1 when absent
+	tier     tierState
 	tick     uint64 // logical time of last access
 	seq      uint64 // creation order; breaks recency ties
 	epoch    uint64 // the tree's epoch at creation; Reset makes older nodes stale
@@ -45,12 +46,19 @@ func (n *Node[V]) PrefixLen() int { return n.end }
 // path of an Insert's new tokens carries that Insert's value.
 func (n *Node[V]) Value() V { return n.value }
 
-// Stats are the tree's token and node counts.
+// Stats are the tree's token and node counts. Tokens, Evictable and
+// Protected count the device tier (the KV pool); the Host fields are zero
+// without a host tier.
 type Stats struct {
-	Tokens    int // cached tokens: Evictable + Protected
-	Evictable int // tokens in nodes no request holds
-	Protected int // tokens in nodes a request holds (lock count > 0)
-	Nodes     int // nodes, the root excluded
+	Tokens    int // cached tokens on the device: Evictable + Protected
+	Evictable int // device tokens in nodes no request holds
+	Protected int // device tokens in nodes a request holds (lock count > 0)
+	Nodes     int // nodes, the root excluded, host-only ones included
+	// HostTokens are the tokens with a copy in the host pool (SGLang's
+	// backuped nodes), HostOnly those of them evicted from the device,
+	// HostReserved the host pool slots reserved outside the tree
+	// (HostReserve: prefetches from storage).
+	HostTokens, HostOnly, HostReserved int
 }
 
 // Tree is a radix tree over token ids with SGLang's prefix-cache rules,
@@ -67,7 +75,8 @@ type Tree[V any] struct {
 	protected int
 	nodes     int
 	leaves    leafHeap[V]
-	scratch   []byte // builds root-level child keys without allocating
+	host      *hostTier[V] // nil: the device tier only
+	scratch   []byte       // builds root-level child keys without allocating
 	obs       Observer
 	pageBuf   []Page // reused by the observer calls
 	hashBuf   []byte // reused by digest
@@ -124,8 +133,12 @@ func (t *Tree[V]) units(ns string, key []int32) (string, []int32) {
 func (t *Tree[V]) Reset() {
 	t.epoch++
 	t.root = &Node[V]{lockRef: 1, heapIdx: -1, epoch: t.epoch, tree: t}
+	t.root.tier.hostIdx = -1
 	t.evictable, t.protected, t.nodes = 0, 0, 0
-	t.leaves = nil
+	t.leaves = leafHeap[V]{}
+	if t.host != nil {
+		t.host.reset()
+	}
 	if t.obs != nil {
 		t.obs.Cleared()
 	}
@@ -133,12 +146,16 @@ func (t *Tree[V]) Reset() {
 
 // Stats returns the current counts.
 func (t *Tree[V]) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Tokens:    t.evictable + t.protected,
 		Evictable: t.evictable,
 		Protected: t.protected,
 		Nodes:     t.nodes,
 	}
+	if h := t.host; h != nil {
+		st.HostTokens, st.HostOnly, st.HostReserved = h.backed, h.only, h.reserved
+	}
+	return st
 }
 
 // ReusablePrefixLen is the longest prefix of an n-token sequence that a
@@ -172,7 +189,12 @@ func (t *Tree[V]) Match(ns string, key []int32) (int, *Node[V]) {
 	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
-	return t.descend(ns, key)
+	walked, node := t.descend(ns, key)
+	if t.host != nil {
+		node = deviceEnd(node)
+		walked = node.end
+	}
+	return walked, node
 }
 
 // Insert caches key in namespace ns and returns how many of its leading
@@ -183,7 +205,9 @@ func (t *Tree[V]) Match(ns string, key []int32) (int, *Node[V]) {
 // cached keep theirs. In a bigram tree a key of n tokens caches n-1
 // bigrams.
 func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *Node[V]) {
-	full := key
+	if t.host != nil {
+		return t.insertTiered(ns, key, value, false)
+	}
 	ns, key = t.units(ns, key)
 	key = key[:t.floorPage(len(key))]
 	t.tick++
@@ -192,21 +216,7 @@ func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *No
 	if len(rest) == 0 {
 		return existed, node
 	}
-	leaf := t.newNode(node, ns, slices.Clone(rest))
-	leaf.end = node.end + len(rest)
-	leaf.value = value
-	if node.children == nil {
-		node.children = make(map[string]*Node[V], 1)
-	}
-	node.children[string(t.childKey(node, ns, rest))] = leaf
-	t.evictable += len(rest)
-	t.nodes++
-	t.updateLeafStatus(node)
-	t.updateLeafStatus(leaf)
-	if t.obs != nil {
-		t.stored(leaf, full, existed)
-	}
-	return existed, leaf
+	return existed, t.addLeaf(node, ns, rest, value)
 }
 
 // descend walks key from the root as SGLang's match and insert both do:
@@ -216,25 +226,41 @@ func (t *Tree[V]) Insert(ns string, key []int32, value V) (existed int, last *No
 func (t *Tree[V]) descend(ns string, key []int32) (int, *Node[V]) {
 	node, walked := t.root, 0
 	for len(key) > 0 {
-		child := t.child(node, ns, key)
-		if child == nil {
+		next, p, whole := t.step(node, ns, key)
+		if next == nil {
 			break
 		}
-		t.touch(child)
-		p := t.commonPrefix(child.key, key)
 		walked += p
-		if p < len(child.key) {
-			return walked, t.split(child, p)
+		if !whole {
+			return walked, next
 		}
-		node, key = child, key[p:]
+		node, key = next, key[p:]
 	}
 	return walked, node
+}
+
+// step walks one node down from node along key, as match and insert do:
+// the child that starts with key's first page becomes most recently used
+// and, when key leaves it part-way, is split there. It returns the node
+// that ends where the walk stopped (nil when no child starts with key),
+// the tokens walked, and whether the walk reached the child's end.
+func (t *Tree[V]) step(node *Node[V], ns string, key []int32) (next *Node[V], p int, whole bool) {
+	child := t.child(node, ns, key)
+	if child == nil {
+		return nil, 0, false
+	}
+	t.touch(child)
+	p = t.commonPrefix(child.key, key)
+	if p < len(child.key) {
+		return t.split(child, p), p, false
+	}
+	return child, p, true
 }
 
 // Lock adds a reference to n and every ancestor, protecting their tokens from
 // eviction (SGLang's inc_lock_ref). The root is always locked.
 func (t *Tree[V]) Lock(n *Node[V]) error {
-	if err := t.check(n); err != nil {
+	if err := t.checkOnDevice(n); err != nil {
 		return err
 	}
 	for x := n; x != t.root; x = x.parent {
@@ -244,13 +270,14 @@ func (t *Tree[V]) Lock(n *Node[V]) error {
 		}
 		x.lockRef++
 		t.updateLeafStatus(x)
+		t.updateHostLeafStatus(x)
 	}
 	return nil
 }
 
 // Unlock removes a reference added by Lock (SGLang's dec_lock_ref).
 func (t *Tree[V]) Unlock(n *Node[V]) error {
-	if err := t.check(n); err != nil {
+	if err := t.checkOnDevice(n); err != nil {
 		return err
 	}
 	if n != t.root && n.lockRef == 0 {
@@ -263,6 +290,7 @@ func (t *Tree[V]) Unlock(n *Node[V]) error {
 			t.protected -= len(x.key)
 		}
 		t.updateLeafStatus(x)
+		t.updateHostLeafStatus(x)
 	}
 	return nil
 }
@@ -272,26 +300,45 @@ func (t *Tree[V]) Unlock(n *Node[V]) error {
 // tokens freed. Whole nodes are deleted, so it may free more than n. A parent
 // left as an unlocked leaf becomes a candidate in turn.
 func (t *Tree[V]) Evict(n int) int {
+	if t.host != nil {
+		return t.evictTiered(n)
+	}
 	freed := 0
-	for freed < n && len(t.leaves) > 0 {
+	for freed < n && t.leaves.Len() > 0 {
 		x := heap.Pop(&t.leaves).(*Node[V])
-		parent := x.parent
-		delete(parent.children, string(t.childKey(parent, x.ns, x.key)))
 		freed += len(x.key)
 		t.evictable -= len(x.key)
-		t.nodes--
-		x.evicted = true
-		x.parent = nil
-		t.updateLeafStatus(parent)
-		if t.obs != nil {
-			t.removed(x)
-		}
+		t.deleteLeaf(x, Device)
 	}
 	return freed
 }
 
+// deleteLeaf takes the leaf x out of the tree, telling the observer that
+// its pages left medium.
+func (t *Tree[V]) deleteLeaf(x *Node[V], medium Medium) {
+	if x.heapIdx >= 0 {
+		heap.Remove(&t.leaves, x.heapIdx)
+	}
+	if x.tier.hostIdx >= 0 {
+		heap.Remove(&t.host.leaves, x.tier.hostIdx)
+	}
+	parent := x.parent
+	delete(parent.children, string(t.childKey(parent, x.ns, x.key)))
+	if !x.tier.hostOnly {
+		parent.tier.devKids--
+	}
+	t.nodes--
+	x.removed = true
+	x.parent = nil
+	t.updateLeafStatus(parent)
+	t.updateHostLeafStatus(parent)
+	if t.obs != nil {
+		t.removed(x, medium)
+	}
+}
+
 func (t *Tree[V]) check(n *Node[V]) error {
-	if n == nil || n.tree != t || n.epoch != t.epoch || n.evicted {
+	if n == nil || n.tree != t || n.epoch != t.epoch || n.removed {
 		return ErrStaleHandle
 	}
 	return nil
@@ -306,6 +353,7 @@ func (t *Tree[V]) newNode(parent *Node[V], ns string, key []int32) *Node[V] {
 		key:     key,
 		ns:      ns,
 		heapIdx: -1,
+		tier:    tierState{hostIdx: -1},
 		tick:    t.tick,
 		seq:     t.seq,
 		epoch:   t.epoch,
@@ -340,6 +388,9 @@ func (t *Tree[V]) touch(x *Node[V]) {
 	if x.heapIdx >= 0 {
 		heap.Fix(&t.leaves, x.heapIdx)
 	}
+	if x.tier.hostIdx >= 0 {
+		heap.Fix(&t.host.leaves, x.tier.hostIdx)
+	}
 }
 
 // split cuts child after p tokens and returns the new upper node. The
@@ -352,6 +403,7 @@ func (t *Tree[V]) split(child *Node[V], p int) *Node[V] {
 	upper.end = child.end - len(child.key) + p
 	upper.lockRef = child.lockRef
 	upper.value = child.value
+	upper.tier = child.tier.splitUpper()
 	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
 	child.key = slices.Clone(child.key[p:])
 	if child.digests != nil {
@@ -361,13 +413,27 @@ func (t *Tree[V]) split(child *Node[V], p int) *Node[V] {
 	child.parent = upper
 	upper.children = map[string]*Node[V]{string(t.childKey(upper, child.ns, child.key)): child}
 	t.nodes++
+	if !child.tier.hostOnly {
+		upper.tier.devKids = 1
+	}
+	if t.host != nil {
+		// Above a host-only child, the upper part is a device leaf.
+		t.updateLeafStatus(upper)
+	}
 	return upper
 }
 
 // updateLeafStatus keeps the invariant: x is in the evictable-leaf heap
-// exactly when it is not the root, has no lock and has no children.
+// exactly when it is not the root, has no lock and has no children on the
+// device (SGLang's evictable_leaves: a host-only child does not count),
+// and is on the device itself.
 func (t *Tree[V]) updateLeafStatus(x *Node[V]) {
-	want := x != t.root && x.lockRef == 0 && len(x.children) == 0
+	want := x != t.root && x.lockRef == 0 && !x.tier.hostOnly
+	if want && t.host != nil {
+		want = x.tier.devKids == 0
+	} else if want {
+		want = len(x.children) == 0
+	}
 	switch {
 	case want && x.heapIdx < 0:
 		heap.Push(&t.leaves, x)
@@ -376,35 +442,48 @@ func (t *Tree[V]) updateLeafStatus(x *Node[V]) {
 	}
 }
 
-// leafHeap orders evictable leaves least recently used first.
-type leafHeap[V any] []*Node[V]
-
-func (h leafHeap[V]) Len() int { return len(h) }
-
-func (h leafHeap[V]) Less(i, j int) bool {
-	if h[i].tick != h[j].tick {
-		return h[i].tick < h[j].tick
-	}
-	return h[i].seq < h[j].seq
+// leafHeap orders evictable leaves least recently used first: the
+// device tier's (indexed by heapIdx) or, with host set, the host tier's
+// (indexed by tier.hostIdx).
+type leafHeap[V any] struct {
+	nodes []*Node[V]
+	host  bool
 }
 
-func (h leafHeap[V]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = i
-	h[j].heapIdx = j
+func (h *leafHeap[V]) index(n *Node[V]) *int {
+	if h.host {
+		return &n.tier.hostIdx
+	}
+	return &n.heapIdx
+}
+
+func (h *leafHeap[V]) Len() int { return len(h.nodes) }
+
+func (h *leafHeap[V]) Less(i, j int) bool {
+	a, b := h.nodes[i], h.nodes[j]
+	if a.tick != b.tick {
+		return a.tick < b.tick
+	}
+	return a.seq < b.seq
+}
+
+func (h *leafHeap[V]) Swap(i, j int) {
+	h.nodes[i], h.nodes[j] = h.nodes[j], h.nodes[i]
+	*h.index(h.nodes[i]) = i
+	*h.index(h.nodes[j]) = j
 }
 
 func (h *leafHeap[V]) Push(x any) {
 	n := x.(*Node[V])
-	n.heapIdx = len(*h)
-	*h = append(*h, n)
+	*h.index(n) = len(h.nodes)
+	h.nodes = append(h.nodes, n)
 }
 
 func (h *leafHeap[V]) Pop() any {
-	old := *h
+	old := h.nodes
 	n := old[len(old)-1]
 	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	n.heapIdx = -1
+	h.nodes = old[:len(old)-1]
+	*h.index(n) = -1
 	return n
 }

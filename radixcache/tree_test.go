@@ -417,9 +417,10 @@ func TestCommonPrefix(t *testing.T) {
 // and the leaf heap claim.
 func checkInvariants(t testing.TB, tr *Tree[string]) {
 	t.Helper()
-	var evictable, protected, nodes int
+	var evictable, protected, nodes, hostTokens, hostOnly int
 	var walk func(n *Node[string])
 	walk = func(n *Node[string]) {
+		devKids := 0
 		for k, c := range n.children {
 			nodes++
 			if c.parent != n {
@@ -440,27 +441,80 @@ func checkInvariants(t testing.TB, tr *Tree[string]) {
 			if n != tr.root && c.lockRef > n.lockRef {
 				t.Fatalf("node ending at %d: lock %d above its parent's %d", c.end, c.lockRef, n.lockRef)
 			}
-			if c.lockRef > 0 {
-				protected += len(c.key)
-			} else {
-				evictable += len(c.key)
+			ts := c.tier
+			switch {
+			case ts.hostOnly && !ts.backed:
+				t.Fatalf("node ending at %d: host-only without a host copy", c.end)
+			case !ts.hostOnly && n.tier.hostOnly:
+				t.Fatalf("node ending at %d: on the device below a host-only node", c.end)
+			case ts.hostOnly && c.lockRef > 0:
+				t.Fatalf("node ending at %d: host-only and locked", c.end)
+			case ts.writing && !ts.backed:
+				t.Fatalf("node ending at %d: written but not backed up", c.end)
+			case tr.host == nil && (ts.hostOnly || ts.backed):
+				t.Fatalf("node ending at %d: tier state in a tree without a host tier", c.end)
 			}
-			wantLeaf := c.lockRef == 0 && len(c.children) == 0
-			if inHeap := c.heapIdx >= 0 && c.heapIdx < len(tr.leaves) && tr.leaves[c.heapIdx] == c; inHeap != wantLeaf {
-				t.Fatalf("node ending at %d: in leaf heap %v, want %v", c.end, inHeap, wantLeaf)
+			if ts.backed {
+				hostTokens += len(c.key)
+			}
+			if ts.hostOnly {
+				hostOnly += len(c.key)
+			} else {
+				devKids++
+				if c.lockRef > 0 {
+					protected += len(c.key)
+				} else {
+					evictable += len(c.key)
+				}
+			}
+			if tr.keepsDigests() && len(c.digests) != len(c.key)/tr.pageSize {
+				t.Fatalf("node ending at %d: %d digests for %d pages", c.end, len(c.digests), len(c.key)/tr.pageSize)
 			}
 			walk(c)
+		}
+		if tr.host != nil && int(n.tier.devKids) != devKids {
+			t.Fatalf("node ending at %d: devKids %d, children on the device %d", n.end, n.tier.devKids, devKids)
+		}
+		if n == tr.root {
+			return
+		}
+		wantLeaf := n.lockRef == 0 && !n.tier.hostOnly && devKids == 0
+		if tr.host == nil {
+			wantLeaf = n.lockRef == 0 && len(n.children) == 0
+		}
+		if inHeap := n.heapIdx >= 0 && n.heapIdx < tr.leaves.Len() && tr.leaves.nodes[n.heapIdx] == n; inHeap != wantLeaf {
+			t.Fatalf("node ending at %d: in leaf heap %v, want %v", n.end, inHeap, wantLeaf)
+		}
+		if tr.host != nil {
+			wantHost := n.tier.hostOnly && n.tier.hostRef == 0 && n.lockRef == 0 && len(n.children) == 0
+			h := tr.host.leaves
+			if inHeap := n.tier.hostIdx >= 0 && n.tier.hostIdx < h.Len() && h.nodes[n.tier.hostIdx] == n; inHeap != wantHost {
+				t.Fatalf("node ending at %d: in host-leaf heap %v, want %v", n.end, inHeap, wantHost)
+			}
 		}
 	}
 	walk(tr.root)
 	got := tr.Stats()
 	want := Stats{Tokens: evictable + protected, Evictable: evictable, Protected: protected, Nodes: nodes}
+	if tr.host != nil {
+		want.HostTokens, want.HostOnly, want.HostReserved = hostTokens, hostOnly, tr.host.reserved
+		if hostTokens+tr.host.reserved > tr.host.Capacity {
+			t.Fatalf("host pool: %d tokens and %d reserved in a pool of %d", hostTokens, tr.host.reserved, tr.host.Capacity)
+		}
+	}
 	if got != want {
 		t.Fatalf("counters: got %+v, walk says %+v", got, want)
 	}
-	for i, l := range tr.leaves {
-		if l.heapIdx != i || l.evicted {
-			t.Fatalf("leaf heap entry %d: index %d, evicted %v", i, l.heapIdx, l.evicted)
+	for i, l := range tr.leaves.nodes {
+		if l.heapIdx != i || l.removed {
+			t.Fatalf("leaf heap entry %d: index %d, removed %v", i, l.heapIdx, l.removed)
+		}
+	}
+	if tr.host != nil {
+		for i, l := range tr.host.leaves.nodes {
+			if l.tier.hostIdx != i || l.removed {
+				t.Fatalf("host-leaf heap entry %d: index %d, removed %v", i, l.tier.hostIdx, l.removed)
+			}
 		}
 	}
 }

@@ -80,8 +80,8 @@ func (a *twoPointAction) describe() string {
 }
 
 func (a *twoPointAction) figures() []string {
-	return append([]string{"prompt_tok", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "t_a", "t_b",
-		"cached_a", "cached_b", "runs", "spread", "rank_a", "rank_b"}, truthFigures...)
+	return append(append([]string{"prompt_tok", "ttft_s", "prefill_tok_s", "decode_tok_s", "s_per_out_tok", "t_a", "t_b",
+		"cached_a", "cached_b", "runs", "spread", "rank_a", "rank_b"}, tierFigures...), truthFigures...)
 }
 
 func (a *twoPointAction) expectations() []string { return []string{expVerdict, expFigure, expFlush} }
@@ -111,6 +111,7 @@ func (a *twoPointAction) run(ctx context.Context, r *runner) (*result, error) {
 		rw.setInt("cached_b", hr.CachedB)
 		rw.set("runs", float64(len(hr.Runs)))
 		rw.set("spread", hr.Spread)
+		setTiers(rw, hr)
 		setTruth(rw, hr.Truth)
 		// The flushes and the DP ranks of the last run: with repeats,
 		// every run's flushes are alike or the verdict says otherwise.

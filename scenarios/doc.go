@@ -12,7 +12,9 @@
 // cache and the load the steps before it left. The runner talks HTTP only,
 // through the harness, the way a benchmark does; the caller starts the mock
 // (`sglmock scenario run` on a loopback port in real time, the tests with
-// mocktest on virtual time). Nonces and rids are a counter per run
+// mocktest on virtual time), and restarts it for a restart step
+// (Target.Restart: a new server on the same profile and HiCache page
+// directory, as a restarted process finds its file storage tier). Nonces and rids are a counter per run
 // ("NAME-1", "NAME-2", ...): unique on a fresh server, and the same from
 // run to run, so the speculative draws, which the mock seeds by rid, are
 // too. On virtual time every figure is exact and every measurement error

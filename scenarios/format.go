@@ -40,6 +40,9 @@ raw:         one request where no method does it (n > 1, say):
   {method: POST, path: /generate, prompt_tokens: 4000, body: {...}}
   (prompt_tokens puts a fresh prompt of that many ids in input_ids)
 wait:        {seconds: 0.5}, simulated
+restart:     {}: stop the server and start it again on the same profile, as a
+  restart of its process would: HiCache's file storage tier stays, every other
+  cache is empty (no load may be running)
 
 The expectations, one a list item:
 
@@ -60,8 +63,10 @@ default an expectation must hold for every row of its step (every
 context, every copy of a raw request). The figures of each kind of step:
 
 twopoint   prompt_tok ttft_s prefill_tok_s decode_tok_s s_per_out_tok t_a t_b
-           cached_a cached_b runs spread rank_a rank_b (the legs' DP ranks), and
-           the truth's
+           cached_a cached_b runs spread rank_a rank_b (the legs' DP ranks),
+           cached_a_host cached_a_storage cached_b_host cached_b_storage
+           (HiCache's cached_tokens_details) load_back_b_s (leg b's batch
+           beyond its compute: the load back from the host), and the truth's
 stream     prompt_tok ttft_s prefill_tok_s decode_tok_s s_per_out_tok events
            tokens_per_event event_itl_s event_itl_err cached, and the truth's
 flush      status seconds running queued refused_ranks (from the server's record:

@@ -19,6 +19,11 @@ import (
 type Target struct {
 	HTTP *http.Client
 	URL  string
+	// Restart, if set, stops the server and starts it again as a restart
+	// of the process would (HiCache's file storage tier kept, every other
+	// cache empty), and returns where the new one answers: a restart step
+	// needs it.
+	Restart func(context.Context) (Target, error)
 }
 
 // RunOptions say how to play a scenario.
@@ -90,6 +95,7 @@ type runner struct {
 	out     io.Writer
 	ids     int
 	loads   map[string]*load
+	restart func(context.Context) (Target, error)
 }
 
 // newID makes the harness's nonces and rids: unique on the server, which
@@ -122,7 +128,7 @@ func (sc *Scenario) Run(ctx context.Context, t Target, opt RunOptions) (*Result,
 	if out == nil {
 		out = io.Discard
 	}
-	r := &runner{sc: sc, http: t.HTTP, url: t.URL, out: out, loads: map[string]*load{},
+	r := &runner{sc: sc, http: t.HTTP, url: t.URL, out: out, loads: map[string]*load{}, restart: t.Restart,
 		c: &harness.Client{HTTP: t.HTTP, BaseURL: t.URL, Backend: harness.SGLang}}
 	defer r.stopLoads()
 	info, err := r.c.SimInfo(ctx)

@@ -19,9 +19,18 @@ func play(t *testing.T, sc *scenarios.Scenario) (string, *scenarios.Result) {
 	var out bytes.Buffer
 	var res *scenarios.Result
 	synctest.Test(t, func(t *testing.T) {
-		m := mocktest.Start(t, api.Config{Profile: sc.Profile})
+		// A restart keeps the storage directory, as a restarted SGLang
+		// keeps its file backend's.
+		cfg := api.Config{Profile: sc.Profile, HiCacheStorageDir: t.TempDir()}
+		m := mocktest.Start(t, cfg)
+		var restart func(context.Context) (scenarios.Target, error)
+		restart = func(context.Context) (scenarios.Target, error) {
+			m.Close()
+			m = mocktest.Start(t, cfg)
+			return scenarios.Target{HTTP: m.Client, URL: m.URL, Restart: restart}, nil
+		}
 		var err error
-		res, err = sc.Run(context.Background(), scenarios.Target{HTTP: m.Client, URL: m.URL}, scenarios.RunOptions{Out: &out})
+		res, err = sc.Run(context.Background(), scenarios.Target{HTTP: m.Client, URL: m.URL, Restart: restart}, scenarios.RunOptions{Out: &out})
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", sc.Name, err, out.String())
 		}

@@ -21,9 +21,10 @@ const (
 	kindStopLoad  = "stop_load"
 	kindRaw       = "raw"
 	kindWait      = "wait"
+	kindRestart   = "restart"
 )
 
-var stepKinds = []string{kindTwoPoint, kindStream, kindFlush, kindStartLoad, kindStopLoad, kindRaw, kindWait}
+var stepKinds = []string{kindTwoPoint, kindStream, kindFlush, kindStartLoad, kindStopLoad, kindRaw, kindWait, kindRestart}
 
 // flushPolicy is how a method's flushes are made, in the server's seconds
 // (the runner turns the retry wait into wall time with the speedup).
@@ -137,7 +138,7 @@ func (p *parser) step(n *yaml.Node, path string) (*Step, error) {
 	body, sub := f.values[kind], f.sub(kind)
 	parse := map[string]func(*yaml.Node, string) (action, error){
 		kindTwoPoint: p.twoPoint, kindStream: p.stream, kindFlush: p.flush, kindStartLoad: p.startLoad,
-		kindStopLoad: p.stopLoad, kindRaw: p.raw, kindWait: p.wait,
+		kindStopLoad: p.stopLoad, kindRaw: p.raw, kindWait: p.wait, kindRestart: p.restart,
 	}
 	st.action, err = parse[kind](body, sub)
 	if err != nil {

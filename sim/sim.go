@@ -76,6 +76,35 @@ type RequestSummary struct {
 	// DPRank is the DP rank that ran the request, on a deployment of
 	// several (absent on one): it could reuse that rank's cache only.
 	DPRank *int `json:"dp_rank,omitempty"`
+	// Tiers says which tier the cached tokens came from, on a server with
+	// HiCache; absent without it.
+	Tiers *CacheTiers `json:"cached_tiers,omitempty"`
+}
+
+// CacheTiers is where a request's cached tokens came from under HiCache,
+// as SGLang's cached_tokens_details splits them: device (the GPU's radix
+// cache), host (loaded back from the host pool) and storage (prefetched
+// from the storage backend, then loaded back). StorageBackend is the
+// backend's class, empty without a storage tier. LoadBackTokens were
+// loaded back from the host in the request's first prefill batch.
+type CacheTiers struct {
+	Device         int    `json:"device"`
+	Host           int    `json:"host"`
+	Storage        int    `json:"storage"`
+	StorageBackend string `json:"storage_backend,omitempty"`
+	LoadBackTokens int    `json:"load_back_tokens"`
+}
+
+// Prefetch is a request's prefetch from the storage tier: asked for at
+// its arrival, ended when the scheduler took what it had read (all of its
+// pages, or fewer when the policy cut it short).
+type Prefetch struct {
+	Issued       float64 `json:"issued_s"`
+	Ended        float64 `json:"ended_s"`
+	Pages        int     `json:"pages"`
+	FetchedPages int     `json:"fetched_pages"`
+	Tokens       int     `json:"tokens"`
+	Terminated   bool    `json:"terminated"`
 }
 
 // Route values of RequestSummary.Route: what floor a prompt starts with
@@ -119,6 +148,10 @@ type Truth struct {
 	// DPRank is the DP rank that ran the request, on a deployment of
 	// several (absent on one).
 	DPRank *int `json:"dp_rank,omitempty"`
+	// Tiers and Prefetch are HiCache's: absent without it, Prefetch absent
+	// when the request had none.
+	Tiers    *CacheTiers `json:"cached_tiers,omitempty"`
+	Prefetch *Prefetch   `json:"prefetch,omitempty"`
 }
 
 // Chunk is one prefill chunk of a request.
@@ -129,6 +162,9 @@ type Chunk struct {
 	Prefix   int     `json:"prefix_tokens"`
 	Tokens   int     `json:"tokens"`
 	Batch    int     `json:"batch"`
+	// LoadBack is the tokens loaded back from the host for the chunk
+	// (HiCache), whose transfer the batch's duration overlaps.
+	LoadBack int `json:"load_back_tokens,omitempty"`
 }
 
 // Round is a run of Count decode rounds a request took part in, back to

@@ -14,10 +14,11 @@ import (
 // localMock is an sglmock server on a free loopback port, in this process,
 // with an empty cache (no warmup request): what demo and audit run against.
 type localMock struct {
-	srv  *api.Server
-	hs   *http.Server
-	URL  string // http://127.0.0.1:PORT
-	Port int
+	srv     *api.Server
+	hs      *http.Server
+	URL     string // http://127.0.0.1:PORT
+	Port    int
+	cleanup func() // removes a private HiCache page directory
 }
 
 // startLocalMock starts a mock of profile p at the given speedup.
@@ -29,20 +30,30 @@ func startLocalMock(p *profile.Profile, speedup float64, cfg api.Config) (*local
 func startLocalMockAt(addr string, p *profile.Profile, speedup float64, cfg api.Config) (*localMock, error) {
 	cfg.Profile, cfg.Speedup, cfg.SpinWindow = p, speedup, engine.DefaultSpinWindow
 	cfg.ReadHeaderTimeout, cfg.IdleTimeout, cfg.BodyTimeout = 30*time.Second, 5*time.Second, 60*time.Second
+	cleanup := func() {}
+	if h := p.HiCacheConfig(); h != nil && h.StorageBackend == "file" && cfg.HiCacheStorageDir == "" {
+		dir, rm, err := privateStorageDir()
+		if err != nil {
+			return nil, err
+		}
+		cfg.HiCacheStorageDir, cleanup = dir, rm
+	}
 	srv, err := api.New(cfg)
 	if err != nil {
+		cleanup()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		srv.Close()
+		cleanup()
 		return nil, err
 	}
 	srv.MarkReady()
 	hs := srv.HTTPServer()
 	go hs.Serve(ln)
 	port := ln.Addr().(*net.TCPAddr).Port
-	return &localMock{srv: srv, hs: hs, URL: "http://" + ln.Addr().String(), Port: port}, nil
+	return &localMock{srv: srv, hs: hs, URL: "http://" + ln.Addr().String(), Port: port, cleanup: cleanup}, nil
 }
 
 // Close aborts what still runs and stops the server and the engine.
@@ -55,4 +66,5 @@ func (m *localMock) Close() {
 		m.hs.Close()
 	}
 	m.srv.Close()
+	m.cleanup()
 }

@@ -139,13 +139,32 @@ func runOneScenario(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m, err := startLocalMock(sc.Profile, speedup, api.Config{})
+	// A HiCache file storage tier of the run's own, which a restart step
+	// keeps, as a restarted SGLang keeps its directory.
+	dir, cleanup, err := privateStorageDir()
 	if err != nil {
 		fmt.Fprintln(stderr, "sglmock scenario run:", err)
 		return 2
 	}
-	defer m.Close()
-	res, err := sc.Run(ctx, scenarios.Target{HTTP: &http.Client{}, URL: m.URL}, scenarios.RunOptions{Out: stdout, RealTime: true})
+	defer cleanup()
+	cfg := api.Config{HiCacheStorageDir: dir}
+	m, err := startLocalMock(sc.Profile, speedup, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "sglmock scenario run:", err)
+		return 2
+	}
+	defer func() { m.Close() }()
+	var restart func(context.Context) (scenarios.Target, error)
+	restart = func(context.Context) (scenarios.Target, error) {
+		m.Close()
+		next, err := startLocalMock(sc.Profile, speedup, cfg)
+		if err != nil {
+			return scenarios.Target{}, err
+		}
+		m = next
+		return scenarios.Target{HTTP: &http.Client{}, URL: m.URL, Restart: restart}, nil
+	}
+	res, err := sc.Run(ctx, scenarios.Target{HTTP: &http.Client{}, URL: m.URL, Restart: restart}, scenarios.RunOptions{Out: stdout, RealTime: true})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "sglmock scenario run: interrupted")

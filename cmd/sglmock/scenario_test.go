@@ -94,3 +94,42 @@ func TestScenarioCommand(t *testing.T) {
 		}
 	}
 }
+
+// A restart step in real time: the command restarts its mock on the same
+// page directory, a private one it removes afterwards, and the flush method
+// finds its prompt in storage again, leg a too.
+func TestScenarioRestartKeepsFileStorage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "restart.yaml")
+	text := `description: the flush method under HiCache file storage, across a restart
+profile: {base: default, hicache: {enable: true, storage_backend: file}}
+speedup: 10
+steps:
+  - name: flush
+    twopoint: {method: flush, ctx: 1024, flush: {timeout_s: 60}}
+    expect:
+      - verdict: POISONED
+        cause: leg b reused 1023 of 1024 prompt tokens (cached_tokens) although the flush before it was accepted, all from the storage tier
+  - name: restart
+    restart: {}
+  - name: again
+    twopoint: {method: flush, ctx: 1024, flush: {timeout_s: 60}}
+    expect:
+      - verdict: POISONED
+        cause: leg a reused 1023 of 1024
+`
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(hicacheDirEnv, "")
+	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "sglmock-hicache-*"))
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"scenario", "run", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "restarted: a new server on the same profile and storage directory") {
+		t.Errorf("stdout lacks the restart:\n%s", stdout.String())
+	}
+	if after, _ := filepath.Glob(filepath.Join(os.TempDir(), "sglmock-hicache-*")); len(after) != len(before) {
+		t.Errorf("page directories: %d before, %d after: the run's own was not removed", len(before), len(after))
+	}
+}

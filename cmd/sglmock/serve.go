@@ -312,6 +312,7 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		BodyTimeout:       o.bodyTimeout,
 		Tokenizer:         o.tokenizer,
 		StallTimeout:      o.stallTimeout,
+		HiCacheStorageDir: hicacheStorageDir(),
 	})
 	if err != nil {
 		return err

@@ -58,7 +58,9 @@
 //     decoded once, as its tokens come, so an OpenAI stream costs time
 //     linear in its length.
 //     meta_info carries reasoning_tokens (0: no reasoning parser) and
-//     cached_tokens_details ({"device": N, "host": 0}, or null); the first
+//     cached_tokens_details ({"device": N, "host": 0}, or null; under
+//     HiCache the tiers, with "storage" and the backend's class when a
+//     storage tier is on: hicache.go); the first
 //     output a client gets (a stream's first event) has
 //     response_sent_to_client_ts. Under --enable-metrics every event has
 //     queue_time, forward_entry_time and prefill_finished_time, and the

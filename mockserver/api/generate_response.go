@@ -49,10 +49,13 @@ func finishReason(f *engine.Finish) any {
 	return finishAbort{Type: "abort", Message: f.Message} // a user's abort: no status, no error type
 }
 
-// cachedTokensDetails is SGLang's CachedTokensDetails without L3 storage.
+// cachedTokensDetails is SGLang's CachedTokensDetails: storage and its
+// backend's class only with a storage tier.
 type cachedTokensDetails struct {
-	Device int `json:"device"`
-	Host   int `json:"host"`
+	Device         int     `json:"device"`
+	Host           int     `json:"host"`
+	Storage        *int    `json:"storage,omitempty"`
+	StorageBackend *string `json:"storage_backend,omitempty"`
 }
 
 // metaInfo is meta_info, in SGLang's field order.
@@ -68,8 +71,8 @@ type metaInfo struct {
 	ReasoningTokens  int `json:"reasoning_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	CachedTokens     int `json:"cached_tokens"`
-	// CachedTokensDetails is output_streamer.py's breakdown: all device
-	// (GPU) tokens, there being no host cache; null when nothing is cached.
+	// CachedTokensDetails is output_streamer.py's breakdown by tier
+	// (cachedDetails); null when nothing is cached.
 	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
 	*schedulerTiming
 	// DPRank is the DP rank that ran the request, with several ranks
@@ -132,9 +135,7 @@ func (o *output) meta() metaInfo {
 		CompletionTokens: ev.CompletionTokens,
 		CachedTokens:     ev.CachedTokens,
 	}
-	if ev.CachedTokens > 0 {
-		m.CachedTokensDetails = &cachedTokensDetails{Device: ev.CachedTokens}
-	}
+	m.CachedTokensDetails = cachedDetails(&ev)
 	if o.item.dpRank {
 		r := ev.DPRank
 		m.DPRank = &r

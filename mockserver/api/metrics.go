@@ -209,7 +209,14 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descPromptTokens, st.PromptTokens)
 	counter(descGenerationTokens, st.GenerationTokens)
-	counter(descCachedTokens, st.CachedTokens, "device") // the mock's cache is all on the GPU
+	counter(descCachedTokens, st.CachedDevice, "device")
+	// SGLang's series for another source appears with its first token.
+	if st.CachedHost > 0 {
+		counter(descCachedTokens, st.CachedHost, "host")
+	}
+	if st.CachedStorage > 0 {
+		counter(descCachedTokens, st.CachedStorage, "storage_"+c.eng.HiCache().StorageClass)
+	}
 	counter(descRequests, st.Requests)
 	counter(descAborted, st.Aborted)
 	if c.schedulers {

@@ -18,6 +18,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/sim"
@@ -81,6 +82,7 @@ type ServerArgs struct {
 	EnableDPAttention         bool    `json:"enable_dp_attention"`
 	LoadBalanceMethod         string  `json:"load_balance_method"`
 	KVEventsConfig            *string `json:"kv_events_config"` // --kv-events-config as given, or null
+	hicacheArgs
 }
 
 // Config configures a Server.
@@ -134,6 +136,10 @@ type Config struct {
 	// Tokenizer, if set, replaces the built-in tokenizer; else New loads
 	// the profile's tokenizer_path, if it names one.
 	Tokenizer *tokenizer.Tokenizer
+	// HiCacheStorageDir and HiCacheStore configure HiCache's storage tier
+	// (engine.Config's).
+	HiCacheStorageDir string
+	HiCacheStore      hicache.Store
 }
 
 // KVEventsInfo is the KV event publisher as /server_info's kv_events
@@ -210,6 +216,9 @@ func New(cfg Config) (*Server, error) {
 		CacheEvents:       cfg.CacheEvents,
 		RankCacheEvents:   cfg.RankCacheEvents,
 		Tokenizer:         cfg.Tokenizer,
+		HiCacheStorageDir: cfg.HiCacheStorageDir,
+		HiCacheStore:      cfg.HiCacheStore,
+		ServedModelName:   s.args.ServedModelName,
 	})
 	if err != nil {
 		if s.metrics != nil {
@@ -219,7 +228,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = eng
 	if s.metrics != nil {
-		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName, schedulers: eng.Ranks() == 1}, &mockCollector{s: s})
+		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName, schedulers: eng.Ranks() == 1}, &mockCollector{s: s},
+			&hicacheCollector{eng: eng, model: s.args.ServedModelName})
 		registerRankCollectors(s.metrics.registry, eng, s.args.ServedModelName)
 	}
 	s.router = s.routes()
@@ -271,6 +281,7 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	a.DecodeLogInterval = 40
 	a.TPSize, a.DPSize = p.TensorParallel(), p.Ranks()
 	a.EnableDPAttention, a.LoadBalanceMethod = p.DPAttention(), p.BalanceMethod()
+	a.hicacheArgs = hicacheServerArgs(p)
 	return a
 }
 
@@ -374,6 +385,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/sim/stats", s.simStats)
 	r.POST("/v1/completions/render", requireJSON, s.renderCompletions)
 	r.POST("/v1/chat/completions/render", requireJSON, s.renderChat)
+	s.hicacheRoutes(r)
 	return r
 }
 

@@ -101,7 +101,7 @@ func truthJSON(t *engine.Truth) sim.Truth {
 	chunks := make([]sim.Chunk, len(t.Prefill))
 	for i, c := range t.Prefill {
 		chunks[i] = sim.Chunk{Start: c.Start.Seconds(), Duration: c.Duration.Seconds(), Cost: c.Cost.Seconds(),
-			Prefix: c.Prefix, Tokens: c.Tokens, Batch: c.Batch}
+			Prefix: c.Prefix, Tokens: c.Tokens, Batch: c.Batch, LoadBack: c.LoadBack}
 	}
 	rounds := make([]sim.Round, len(t.Rounds))
 	for i, r := range t.Rounds {
@@ -131,6 +131,8 @@ func truthJSON(t *engine.Truth) sim.Truth {
 		Retractions:      t.Retractions,
 		Prefill:          chunks,
 		Rounds:           rounds,
+		Tiers:            tiersJSON(t),
+		Prefetch:         prefetchJSON(t.Prefetch),
 	}
 }
 
@@ -164,6 +166,7 @@ func (s *Server) simRequests(c *gin.Context) {
 			DPRank:           s.dpRankOf(t),
 		}
 		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)
+		out[i].Tiers = tiersJSON(t)
 		if t.Prefilled {
 			ttft := t.TTFT().Seconds()
 			out[i].TTFT = &ttft

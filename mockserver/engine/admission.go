@@ -261,6 +261,7 @@ func (s *scheduler) retractDecode() {
 	for _, r := range retracted {
 		r.truth.Retractions++
 		s.waiting = append(s.waiting, r)
+		s.startPrefetch(r, s.now) // _add_request_to_queue prefetches it again
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))

@@ -147,6 +147,46 @@
 //     timeout it waits for idle, checked at every boundary and when the
 //     server settles, until its simulated deadline.
 //
+// # HiCache
+//
+// With a profile whose hicache section is enabled, the scheduler runs
+// SGLang's hierarchical cache (HiRadixCache, HiCacheController) and the
+// tree gets a host tier (radixcache.EnableHost): which tier holds each node
+// and the hit counts and write policy are the tree's; what each transfer
+// costs, and when it ends, is the scheduler's (hicache.go), on the
+// engine's one clock:
+//
+//   - A write-through the tree starts goes on the write stream, one after
+//     another, each hicache.HostTransferSeconds long; it ends, releasing its
+//     node's lock and announcing its host copy, at the first boundary at or
+//     after that, as check_hicache_events acks it. A write-back is done
+//     while the device evicts, and the iteration being planned waits for it.
+//   - At admission a host hit of at least 10 tokens is loaded back: the
+//     device evicts for all of it if it must (load_back's rule), and the
+//     prefill batch's duration overlaps the transfer with its compute layer
+//     by layer (LoadBackSeconds).
+//   - With a storage tier (mockserver/hicache: a directory of page files,
+//     or an in-process store standing in for the distributed backends), a
+//     node whose write-through ended is backed up on the backup thread, one
+//     backup at a time, each page reaching the store when its write ends;
+//     a request is looked up in storage when it arrives and the pages found
+//     in a row are read on the prefetch thread; the scheduler skips a
+//     waiting request (SGLang's continue) until its policy lets its
+//     prefetch stop, then inserts what was read as host-only nodes.
+//   - A flush waits for no write-through, backup or prefetch to be in
+//     flight, and empties the device and host tiers, never storage
+//     (ClearStorage does). The loop wakes at each transfer's end.
+//   - Where SGLang's code does something odd, the mock does too: a node
+//     split while it is written through keeps the write in its lower part,
+//     so the upper part's host copy is never announced nor backed up to
+//     storage; a node an insertion brings back to the device is not
+//     announced; a host hit too short to load back still counts as host in
+//     the tiers. Where SGLang would crash or use memory it freed, the mock
+//     does something safe instead and says so (radixcache's deleteSubtree;
+//     a load back protects the host copies it reads while the device
+//     evicts for it; a prefetch that had to shrink to the host pool's room
+//     looks up no more pages than it has room for).
+//
 // # Time
 //
 // The engine's clock (Config.Clock, the system clock by default) times the

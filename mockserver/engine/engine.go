@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
@@ -82,6 +83,14 @@ type Config struct {
 	// means the built-in one, with the profile's add_bos_token and
 	// chat_template.
 	Tokenizer *tokenizer.Tokenizer
+	// HiCacheStorageDir is the file storage backend's directory (SGLang's
+	// SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR); HiCacheStore, if set, is the
+	// storage tier instead of one the engine makes, so that engines can
+	// share one. ServedModelName names the file backend's pages (the
+	// profile's when empty).
+	HiCacheStorageDir string
+	HiCacheStore      hicache.Store
+	ServedModelName   string
 }
 
 // Clock tells the wall time.
@@ -199,6 +208,9 @@ func New(cfg Config) (*Engine, error) {
 		truths:    newTruthStore(cfg.TruthCapacity, cfg.TruthBytes),
 		rids:      make(map[string]struct{}),
 	}
+	if prof.HiCacheConfig() != nil && cfg.DisableRadixCache {
+		return nil, profile.ErrHiCacheWithoutRadixCache
+	}
 	onFinish := func(t *Truth) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
@@ -220,6 +232,19 @@ func New(cfg Config) (*Engine, error) {
 		}
 		if sink != nil {
 			s.observeCache(sink, e.wallAt)
+		}
+		if prof.HiCacheConfig() != nil {
+			// Each rank has its own host pool; the storage backend is one
+			// store that every rank reads and writes (a directory, or a
+			// distributed store), as SGLang's ranks share it.
+			hc, err := newHiCache(prof, s.tree, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("engine: HiCache: %w", err)
+			}
+			s.hi = hc
+			if cfg.HiCacheStore == nil && hc.store != nil {
+				cfg.HiCacheStore = hc.store
+			}
 		}
 		e.ranks = append(e.ranks, s)
 	}

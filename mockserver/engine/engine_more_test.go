@@ -98,7 +98,7 @@ func TestCountersAndThroughput(t *testing.T) {
 		run(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 11})
 		last, _ := run(t, e, Request{RID: "b", InputIDs: ids, MaxNewTokens: 11})
 		st := e.Stats()
-		want := Counters{Requests: 2, PromptTokens: 2000, CachedTokens: 999, GenerationTokens: 22}
+		want := Counters{Requests: 2, PromptTokens: 2000, CachedTokens: 999, GenerationTokens: 22, CachedDevice: 999}
 		if st.Counters != want {
 			t.Fatalf("counters: got %+v, want %+v", st.Counters, want)
 		}

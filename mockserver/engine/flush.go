@@ -146,6 +146,7 @@ func (c *flushCall) clientLeft(at time.Duration) {
 // otherwise an idle rank flushes at once and a busy one parks the flush
 // until it is idle or its deadline passes.
 func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, call *flushCall) {
+	s.pollHiCache()
 	now := max(s.now, at)
 	rec := FlushRecord{At: now, Timeout: timeout, Queued: len(s.waiting), Running: len(s.running), Origin: origin}
 	if s.chunked != nil {
@@ -161,6 +162,8 @@ func (s *scheduler) requestFlush(at, timeout time.Duration, origin string, call 
 	case timeout <= 0 && s.idle() && !s.flushReady():
 		call.answer(s.rank, ErrFlushLockstep, now)
 	case timeout <= 0 && s.idle():
+		// Settling: the overlap scheduler's last batch, or HiCache's
+		// transfers in flight.
 		call.answer(s.rank, ErrFlushSettling, now)
 	case timeout <= 0:
 		call.answer(s.rank, ErrFlushBusy, now)
@@ -189,9 +192,10 @@ func (s *scheduler) flushClientLeft(call *flushCall, at time.Duration) {
 // attention with the overlap scheduler, a rank with nothing of its own
 // still runs an idle batch with every iteration of the others, which sits
 // in its result queue when the flush comes: it is idle only when every
-// rank is, and settled when all are.
+// rank is, and settled when all are. With HiCache, no write-through,
+// backup to storage or prefetch of its own may be in flight either.
 func (s *scheduler) flushIdle(now time.Duration) bool {
-	return s.idle() && s.flushReady() && now >= s.flushSettledAt()
+	return s.idle() && s.flushReady() && now >= s.flushSettledAt() && s.hiCacheDrained()
 }
 
 // flushReady reports whether this rank's peers, if any, are idle too.
@@ -247,8 +251,9 @@ func clientNote(r FlushRecord) string {
 // last throughput and the cache hit rate stay.
 func (s *scheduler) doFlush() {
 	if s.tree != nil {
-		s.tree.Reset()
+		s.tree.Reset() // the host tier too; the storage tier stays
 	}
+	s.resetHiCache()
 	s.report.resetOnFlush()
 	s.log.Info("Cache flushed successfully!")
 }

@@ -114,7 +114,9 @@ type Event struct {
 	CompletionTokens int     // generated so far
 	PromptTokens     int
 	CachedTokens     int
-	At               time.Duration // simulated time since the engine started
+	// Tiers splits CachedTokens by tier under HiCache (nil without it).
+	Tiers *CacheTiers
+	At    time.Duration // simulated time since the engine started
 	// Arrival, Admitted and FirstToken are when the request arrived, left
 	// the waiting queue (its first admission) and had its first token from
 	// prefill, as Truth has them; the last event of a request that never
@@ -137,6 +139,9 @@ type ChunkRecord struct {
 	Prefix   int           // tokens already in KV
 	Tokens   int           // tokens computed
 	Batch    int           // chunks in the batch
+	// LoadBack is the tokens loaded back from the host for it (HiCache):
+	// the batch's Duration overlaps their transfer with its compute.
+	LoadBack int
 }
 
 // RoundRecord is one decode round a request took part in or, in a stored
@@ -162,9 +167,17 @@ type Truth struct {
 	CachedTokens     int
 	CompletionTokens int
 	// ReusedFrom is the request whose inserted tokens the cached prefix
-	// ends in ("" when nothing was cached).
+	// ends in ("" when nothing was cached, or the tokens came from the
+	// storage tier).
 	ReusedFrom string
-	Arrival    time.Duration // simulated times since the engine started
+	// Tiers splits CachedTokens by the tier each token came from, under
+	// HiCache (nil without it); LoadBackTokens were loaded back from the
+	// host in its first prefill batch, and Prefetch is its prefetch from
+	// the storage tier, if it had one.
+	Tiers          *CacheTiers
+	LoadBackTokens int
+	Prefetch       *PrefetchRecord
+	Arrival        time.Duration // simulated times since the engine started
 	// Admitted is when the request left the waiting queue: into its first
 	// prefill batch or, aborted while it waited, at its finish.
 	Admitted time.Duration

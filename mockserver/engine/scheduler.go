@@ -45,6 +45,11 @@ type req struct {
 	abortDue time.Duration
 	done     bool
 	truth    Truth
+	// HiCache: the tiers of its match at admission, the tokens it loaded
+	// back from the host, and its prefetch from storage.
+	match    radixcache.TierMatch[string]
+	loaded   int
+	prefetch *PrefetchRecord
 }
 
 // seqKV is how many tokens of the request's sequence have KV: what its
@@ -64,6 +69,7 @@ type chunk struct {
 	tokens   int // tokens it computes
 	cost     time.Duration
 	newAdmit bool
+	loaded   int // tokens it loaded back from the host for this chunk
 }
 
 // gain is one request's share of a decode round.
@@ -80,6 +86,7 @@ type iteration struct {
 	decode     []gain
 	kv         int // KV slots allocated for the step
 	pending    int // prompt tokens still to prefill after this batch
+	load       int // tokens loaded back from the host for the batch (HiCache)
 }
 
 func (it *iteration) end() time.Duration { return it.start + it.dur }
@@ -126,6 +133,7 @@ type scheduler struct {
 	// ranBatch says a batch completed since the rank last reported its
 	// load to the dispatcher.
 	ranBatch bool
+	hi       *hiCache // nil without HiCache
 }
 
 // jitterStream picks the cost-jitter draws' PCG stream, seeded with the
@@ -201,6 +209,9 @@ func (s *scheduler) idle() bool {
 func (s *scheduler) ensureFree(n int) {
 	if short := n - s.free(); short > 0 && s.tree != nil {
 		s.tree.Evict(short)
+		if s.hi != nil {
+			s.takeHostWrites() // write-backs of what it evicted
+		}
 	}
 }
 
@@ -215,6 +226,7 @@ func (s *scheduler) enqueue(r *req) {
 	}
 	s.active[r.rid] = r
 	s.waiting = append(s.waiting, r)
+	s.startPrefetch(r, r.truth.Arrival)
 }
 
 // prepare does what SGLang's scheduler does before it picks a batch:
@@ -222,6 +234,7 @@ func (s *scheduler) enqueue(r *req) {
 // (group.plan): a prefill batch if any prompt can be admitted, else a
 // decode round over the running batch.
 func (s *scheduler) prepare() {
+	s.pollHiCache()
 	s.abortDeparted(s.now)
 	s.reapAborted()
 	s.serviceFlush()
@@ -282,14 +295,18 @@ func (s *scheduler) planPrefill() *iteration {
 	if s.chunked != nil {
 		slots--
 	}
-	for len(s.waiting) > 0 && budget > 0 && remInput > 0 {
+	for i := 0; i < len(s.waiting) && budget > 0 && remInput > 0; {
 		if slots <= 0 {
 			s.batchFull = true
 			break
 		}
-		r := s.waiting[0]
+		r := s.waiting[i]
 		if r.truth.Arrival > s.now {
 			break // it has not arrived yet on the modelled clock
+		}
+		if !s.prefetchReady(r) {
+			i++ // its prefetch from storage goes on: the next may run
+			continue
 		}
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
@@ -309,8 +326,14 @@ func (s *scheduler) planPrefill() *iteration {
 		} else {
 			if !b.fits(s, extend, expected) {
 				s.unadmit(r) // the head of the queue waits for room; FCFS
-				s.batchFull = true
+				// With HiCache, SGLang tries again at once when nothing
+				// runs: a write-through ending frees room.
+				s.batchFull = s.hi == nil || len(it.prefill) > 0 || len(s.running) > 0
 				break
+			}
+			if r.loaded = s.loadBack(r, r.match); r.loaded > 0 {
+				extend = r.remainingFill()
+				m = extend
 			}
 			switch {
 			case !chunking && len(it.prefill) > 0 && b.ceilPage(extend) >= remInput:
@@ -324,17 +347,23 @@ func (s *scheduler) planPrefill() *iteration {
 			s.unadmit(r)
 			break
 		}
-		// Clear the slot before advancing past it: the backing array
-		// outlives the slice's start, and a finished request must not stay
-		// reachable through it.
-		s.waiting[0] = nil
-		s.waiting = s.waiting[1:]
+		s.noteCached(r)
+		if i == 0 {
+			// Clear the slot before advancing past it: the backing array
+			// outlives the slice's start, and a finished request must not
+			// stay reachable through it.
+			s.waiting[0] = nil
+			s.waiting = s.waiting[1:]
+		} else {
+			s.waiting = slices.Delete(s.waiting, i, i+1)
+		}
 		if r.truth.Retractions == 0 {
 			r.truth.Admitted = s.now
 		}
 		b.reserve(m, expected)
-		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m, newAdmit: true})
+		it.prefill = append(it.prefill, chunk{r: r, prefix: r.kvLen, tokens: m, newAdmit: true, loaded: r.loaded})
 		it.kv += m
+		it.load += r.loaded
 		budget -= b.ceilPage(m)
 		remInput -= b.ceilPage(m)
 		slots--
@@ -357,9 +386,14 @@ func (s *scheduler) planPrefill() *iteration {
 		c.cost = profile.Duration(secs)
 		total += secs
 	}
-	it.dur = profile.Duration(s.jitter(total))
+	compute := s.jitter(total)
+	if it.load > 0 {
+		// The batch's forward waits for each layer's KV as it loads.
+		compute = s.hi.cfg.LoadBackSeconds(compute, it.load)
+	}
 	it.pending = s.pendingTokens(it)
 	s.ensureFree(it.kv)
+	it.dur = profile.Duration(compute + s.takeBlock())
 	return it
 }
 
@@ -392,17 +426,45 @@ func (s *scheduler) admit(r *req) {
 	// under bigram keys, matches one unit fewer.
 	fill := r.fill()
 	limit := min(len(fill)-1, r.maxCached)
-	cached, node := s.tree.Match(r.ns, fill[:max(limit, 0)])
+	var node *radixcache.Node[string]
+	var cached int
+	if s.hi != nil {
+		r.match = s.tree.MatchTiers(r.ns, fill[:max(limit, 0)])
+		cached, node = r.match.Device, r.match.DeviceNode
+	} else {
+		cached, node = s.tree.Match(r.ns, fill[:max(limit, 0)])
+	}
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
 	r.node, r.kvLen = node, cached
-	if r.truth.Retractions == 0 {
-		// A retracted request's hits are never cached tokens again
-		// (SGLang's retracted_stain).
-		r.cached = cached
-		r.truth.CachedTokens = cached
-		r.truth.ReusedFrom = node.Value()
+	s.noteCached(r)
+}
+
+// noteCached records the request's cached tokens, once loaded back, on its
+// first admission: a retracted request's hits are never cached tokens again
+// (SGLang's retracted_stain). With HiCache it splits them by tier as
+// prepare_for_extend does: the storage part is what its prefetch brought
+// (at most the host hit), host the rest of the host hit, device what
+// remains of the cached tokens (so a host hit too short to load back is
+// still counted as host, as SGLang counts it).
+func (s *scheduler) noteCached(r *req) {
+	if r.truth.Retractions > 0 || r.node == nil {
+		return
+	}
+	r.cached = r.kvLen
+	r.truth.CachedTokens = r.kvLen
+	r.truth.ReusedFrom = r.node.Value()
+	if s.hi != nil {
+		hostHit := r.match.Host
+		storage := 0
+		if r.prefetch != nil {
+			storage = min(hostHit, r.prefetch.Tokens)
+		}
+		r.truth.Tiers = &CacheTiers{Device: max(0, r.kvLen-hostHit), Host: hostHit - storage, Storage: storage,
+			Backend: s.hi.stats.StorageClass}
+		r.truth.LoadBackTokens = r.loaded
+		r.truth.Prefetch = r.prefetch
 	}
 }
 
@@ -411,9 +473,11 @@ func (s *scheduler) unadmit(r *req) {
 		s.unlock(r)
 	}
 	r.kvLen = 0
+	r.loaded = 0
 	if r.truth.Retractions == 0 {
 		r.cached = 0
 		r.truth.CachedTokens, r.truth.ReusedFrom = 0, ""
+		r.truth.Tiers, r.truth.LoadBackTokens = nil, 0
 	}
 }
 
@@ -450,8 +514,9 @@ func (s *scheduler) planDecode() *iteration {
 		it.kv += n
 		ctx += c
 	}
-	it.dur = profile.Duration(s.jitter(s.prof.DecodeRoundSeconds(len(s.running), ctx)))
+	secs := s.jitter(s.prof.DecodeRoundSeconds(len(s.running), ctx))
 	s.ensureFree(it.kv)
+	it.dur = profile.Duration(secs + s.takeBlock())
 	return it
 }
 
@@ -506,6 +571,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 		r := c.r
 		r.truth.Prefill = append(r.truth.Prefill, ChunkRecord{
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
+			LoadBack: c.loaded,
 		})
 		if r.abortMsg != "" && r.kvLen+c.tokens < len(r.fill()) {
 			// Aborted while a chunk that is not its last ran: SGLang's
@@ -516,7 +582,14 @@ func (s *scheduler) completePrefill(it *iteration) {
 			continue
 		}
 		r.kvLen += c.tokens
-		s.cacheUnfinished(r)
+		// With HiCache, where each insertion counts a hit, the last chunk is
+		// inserted once: at the finish, when it ends the request
+		// (cache_finished_req), else now (cache_unfinished_req).
+		deferred := s.hi != nil && r.remainingFill() == 0
+		prefilled := r.fill()[:r.kvLen]
+		if !deferred {
+			s.cacheUnfinished(r)
+		}
 		if r.remainingFill() > 0 {
 			continue // chunked: the next chunk comes in a later iteration
 		}
@@ -538,6 +611,9 @@ func (s *scheduler) completePrefill(it *iteration) {
 		}
 		s.emit(r, 1)
 		if !r.done {
+			if deferred {
+				s.cacheKey(r, prefilled)
+			}
 			s.running = append(s.running, r)
 		}
 	}
@@ -546,12 +622,25 @@ func (s *scheduler) completePrefill(it *iteration) {
 // cacheUnfinished inserts the prompt computed so far and moves the
 // request's lock to the new end (SGLang's cache_unfinished_req), so a long
 // prompt becomes shareable chunk by chunk.
-func (s *scheduler) cacheUnfinished(r *req) {
+func (s *scheduler) cacheUnfinished(r *req) { s.cacheKey(r, r.fill()[:r.kvLen]) }
+
+// cacheKey is cacheUnfinished for the prefilled tokens key.
+func (s *scheduler) cacheKey(r *req, key []int32) {
 	if s.tree == nil {
 		s.setPrivate(r, r.kvLen)
 		return
 	}
-	_, node := s.tree.Insert(r.ns, r.fill()[:r.kvLen], r.rid)
+	var node *radixcache.Node[string]
+	if r.remainingFill() > 0 {
+		// A chunk that is not the last counts no hit (SGLang's
+		// stash_chunked_request inserts with chunked=True).
+		_, node = s.tree.InsertChunk(r.ns, key, r.rid)
+	} else {
+		_, node = s.tree.Insert(r.ns, key, r.rid)
+	}
+	if s.hi != nil {
+		s.takeHostWrites()
+	}
 	if err := s.tree.Lock(node); err != nil {
 		panic(err)
 	}
@@ -625,6 +714,7 @@ func (s *scheduler) emit(r *req, n int) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Tiers:            r.truth.Tiers,
 		Retractions:      r.truth.Retractions,
 		At:               s.now,
 		Arrival:          r.truth.Arrival,
@@ -688,7 +778,11 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		s.seqBuf = append(append(s.seqBuf[:0], r.tokens...), r.outputs...)
 		s.tree.Insert(r.ns, s.seqBuf[:r.seqKV()], r.rid)
 		s.unlock(r)
+		if s.hi != nil {
+			s.takeHostWrites()
+		}
 	}
+	s.dropPrefetch(r)
 	s.setPrivate(r, 0)
 	if s.chunked == r {
 		s.chunked = nil
@@ -707,6 +801,17 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		s.counters.Requests++
 		s.counters.PromptTokens += int64(len(r.tokens))
 		s.counters.CachedTokens += int64(r.cached)
+		// By source, as SGLang's cached_tokens_total counts a request with
+		// cached tokens: its details, or all on the device without HiCache.
+		switch t := r.truth.Tiers; {
+		case r.cached == 0:
+		case t != nil:
+			s.counters.CachedDevice += int64(t.Device)
+			s.counters.CachedHost += int64(t.Host)
+			s.counters.CachedStorage += int64(t.Storage)
+		default:
+			s.counters.CachedDevice += int64(r.cached)
+		}
 		if fin.Reason == FinishAbort {
 			s.counters.Aborted++
 		}
@@ -719,6 +824,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		CompletionTokens: len(r.outputs),
 		PromptTokens:     len(r.tokens),
 		CachedTokens:     r.cached,
+		Tiers:            r.truth.Tiers,
 		Retractions:      r.truth.Retractions,
 		At:               at,
 		Arrival:          r.truth.Arrival,
@@ -745,9 +851,12 @@ func (r *req) admitted() bool { return r.node != nil }
 // abort for a departed client comes due.
 func (s *scheduler) wake() (time.Duration, bool) {
 	at, due := s.nextAbortDue()
+	if t, ok := s.hiCacheWake(); ok && (!due || t < at) {
+		at, due = t, true
+	}
 	if f := s.flush; f != nil {
 		flushAt := f.deadline
-		if settled := s.flushSettledAt(); s.flushReady() && settled < flushAt {
+		if settled := s.flushSettledAt(); s.flushReady() && s.hiCacheDrained() && settled < flushAt {
 			flushAt = settled
 		}
 		if !due || flushAt < at {

@@ -10,6 +10,11 @@ type Counters struct {
 	PromptTokens     int64
 	CachedTokens     int64
 	GenerationTokens int64
+	// CachedDevice, CachedHost and CachedStorage count cached tokens by
+	// source as SGLang's cached_tokens_total does: for each request with
+	// cached tokens, its cached_tokens_details (all device without
+	// HiCache).
+	CachedDevice, CachedHost, CachedStorage int64
 }
 
 // Stats is a snapshot of the engine's state.

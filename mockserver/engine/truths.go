@@ -106,12 +106,14 @@ func (s *truthStore) usage() (int, int64) {
 
 // Sizes the store's byte accounting counts.
 const (
-	truthSize = int64(unsafe.Sizeof(Truth{}))
-	chunkSize = int64(unsafe.Sizeof(ChunkRecord{}))
-	roundSize = int64(unsafe.Sizeof(RoundRecord{}))
-	intSize   = int64(unsafe.Sizeof(int(0)))
-	int32Size = int64(unsafe.Sizeof(int32(0)))
-	strSize   = int64(unsafe.Sizeof(""))
+	truthSize    = int64(unsafe.Sizeof(Truth{}))
+	chunkSize    = int64(unsafe.Sizeof(ChunkRecord{}))
+	roundSize    = int64(unsafe.Sizeof(RoundRecord{}))
+	intSize      = int64(unsafe.Sizeof(int(0)))
+	int32Size    = int64(unsafe.Sizeof(int32(0)))
+	strSize      = int64(unsafe.Sizeof(""))
+	tiersSize    = int64(unsafe.Sizeof(CacheTiers{}))
+	prefetchSize = int64(unsafe.Sizeof(PrefetchRecord{}))
 )
 
 // Bytes is the memory t holds as the truth store counts it: the Truth
@@ -122,6 +124,12 @@ func (t *Truth) Bytes() int64 {
 	n += int64(cap(t.Prefill))*chunkSize + int64(cap(t.Rounds))*roundSize + int64(cap(t.Spec.Histogram))*intSize
 	if t.Finish.MatchedToken != nil {
 		n += int32Size
+	}
+	if t.Tiers != nil {
+		n += tiersSize
+	}
+	if t.Prefetch != nil {
+		n += prefetchSize
 	}
 	if s := t.Finish.MatchedString; s != nil {
 		n += strSize + int64(len(*s))

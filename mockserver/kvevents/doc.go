@@ -29,6 +29,13 @@
 // children first. AllBlocksCleared comes when the tree starts empty and
 // after every successful flush.
 //
+// With HiCache (a radix tree with a host tier) the medium says which tier a
+// page reached or left, as HiRadixCache records it: "GPU" for the device,
+// "CPU_PINNED" for the host pool (a write-through's copy once written, a
+// prefetch's pages, a host eviction). The storage tier sends nothing:
+// HiRadixCache records no event for its backups to storage. Coalescing
+// joins events on one medium only.
+//
 // # Salted requests: the form the llm-d router decodes
 //
 // Since PR #30827 SGLang seeds the hash chain of a request with a

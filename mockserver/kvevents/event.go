@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -23,9 +24,25 @@ const (
 	AllBlocksCleared
 )
 
-// Medium is the storage medium SGLang names in every block event
-// (MEDIUM_GPU): the mock has no host or disk tier.
-const Medium = "GPU"
+// The storage media SGLang names in block events (StorageMedium): the
+// device's KV pool, and HiCache's host pool. A storage write sends no event
+// (HiRadixCache records none for its storage tier).
+const (
+	MediumGPU = "GPU"
+	MediumCPU = "CPU_PINNED"
+)
+
+// media are the StorageMedium values SGLang defines, which a decoder
+// accepts: DISK and EXTERNAL too, which HiRadixCache never sends.
+var media = []string{MediumGPU, MediumCPU, "DISK", "EXTERNAL"}
+
+// mediumOf is Event.Medium for a tree medium: empty for the device.
+func mediumOf(m radixcache.Medium) string {
+	if m == radixcache.Host {
+		return MediumCPU
+	}
+	return ""
+}
 
 func (k Kind) String() string {
 	switch k {
@@ -61,6 +78,18 @@ type Event struct {
 	// Bigram tells that Tokens holds pairs: the wire carries them as
 	// [[a, b], ...], as SGLang's tuples.
 	Bigram bool
+	// Medium is where the pages were stored or removed, empty for the
+	// device (MediumGPU on the wire): MediumCPU for HiCache's host pool
+	// (BlockStored, BlockRemoved).
+	Medium string
+}
+
+// medium is e's medium on the wire.
+func (e *Event) medium() string {
+	if e.Medium == "" {
+		return MediumGPU
+	}
+	return e.Medium
 }
 
 // unit is the number of ids a page's token (or bigram) takes in Tokens.
@@ -151,12 +180,12 @@ func (b *Batch) Append(dst []byte) ([]byte, error) {
 			}
 			dst = appendInt(dst, int64(e.BlockSize))
 			dst = append(dst, msgpcode.Nil)
-			dst = appendStr(dst, Medium)
+			dst = appendStr(dst, e.medium())
 		case BlockRemoved:
 			dst = appendArrayLen(dst, 3)
 			dst = appendStr(dst, "BlockRemoved")
 			dst = appendHashes(dst, e.Hashes)
-			dst = appendStr(dst, Medium)
+			dst = appendStr(dst, e.medium())
 		case AllBlocksCleared:
 			dst = appendArrayLen(dst, 1)
 			dst = appendStr(dst, "AllBlocksCleared")
@@ -314,7 +343,7 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 		if err := d.DecodeNil(); err != nil {
 			return e, fmt.Errorf("%w: lora_id: %v", ErrMalformed, err)
 		}
-		if err := expectMedium(d); err != nil {
+		if e.Medium, err = decodeMedium(d); err != nil {
 			return e, err
 		}
 	case "BlockRemoved":
@@ -325,7 +354,7 @@ func decodeEvent(d *msgpack.Decoder) (Event, error) {
 		if e.Hashes, err = decodeHashes(d); err != nil {
 			return e, err
 		}
-		if err := expectMedium(d); err != nil {
+		if e.Medium, err = decodeMedium(d); err != nil {
 			return e, err
 		}
 	case "AllBlocksCleared":
@@ -356,12 +385,23 @@ func decodeHashes(d *msgpack.Decoder) ([]int64, error) {
 	return hashes, nil
 }
 
-func expectMedium(d *msgpack.Decoder) error {
+func decodeMedium(d *msgpack.Decoder) (string, error) {
 	m, err := d.DecodeString()
-	if err != nil || m != Medium {
-		return fmt.Errorf("%w: medium %q, want %q (%v)", ErrMalformed, m, Medium, err)
+	if err != nil || !slices.Contains(media, m) {
+		return "", fmt.Errorf("%w: medium %q, want one of %v (%v)", ErrMalformed, clipStr(m), media, err)
 	}
-	return nil
+	if m == MediumGPU {
+		return "", nil
+	}
+	return m, nil
+}
+
+// clipStr keeps an error's echo of a value short.
+func clipStr(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // decodeTokens reads token_ids: ints, or [first, second] pairs.

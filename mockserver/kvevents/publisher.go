@@ -131,17 +131,23 @@ func (p *Publisher) Topic() string { return string(p.topic) }
 // its last page with pages of the same size (SGLang's coalescing, PR
 // #31479).
 func (p *Publisher) Stored(parent int64, hasParent bool, pages []radixcache.Page) {
+	p.StoredOn(radixcache.Device, parent, hasParent, pages)
+}
+
+// StoredOn implements radixcache.TierObserver: Stored, on the medium a
+// tree with a host tier names (a run coalesces only on one medium).
+func (p *Publisher) StoredOn(medium radixcache.Medium, parent int64, hasParent bool, pages []radixcache.Page) {
 	if len(pages) == 0 {
 		return
 	}
 	for _, pg := range pages {
 		p.pendingBytes += eventBytes(len(pg.Tokens)) // a page's own event, at most: coalescing only saves
 	}
-	e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pages[0].Bigram}
+	e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pages[0].Bigram, Medium: mediumOf(medium)}
 	e.BlockSize = len(pages[0].Tokens) / e.unit()
 	if n := len(p.pending); n > 0 && hasParent {
 		if tail := &p.pending[n-1]; tail.Kind == BlockStored && tail.BlockSize == e.BlockSize && tail.Bigram == e.Bigram &&
-			tail.Hashes[len(tail.Hashes)-1] == parent {
+			tail.Medium == e.Medium && tail.Hashes[len(tail.Hashes)-1] == parent {
 			tail.addPages(pages)
 			p.events.Add(int64(len(pages)))
 			return
@@ -169,13 +175,18 @@ func (e *Event) addPages(pages []radixcache.Page) {
 // Removed implements radixcache.Observer: the node's pages are one
 // BlockRemoved, or extend the BlockRemoved just gathered (SGLang's
 // coalescing).
-func (p *Publisher) Removed(pages []radixcache.Page) {
+func (p *Publisher) Removed(pages []radixcache.Page) { p.RemovedFrom(radixcache.Device, pages) }
+
+// RemovedFrom implements radixcache.TierObserver: Removed, from the medium
+// a tree with a host tier names.
+func (p *Publisher) RemovedFrom(medium radixcache.Medium, pages []radixcache.Page) {
 	if len(pages) == 0 {
 		return
 	}
+	m := mediumOf(medium)
 	n := len(p.pending)
-	if n == 0 || p.pending[n-1].Kind != BlockRemoved {
-		p.pending = append(p.pending, Event{Kind: BlockRemoved})
+	if n == 0 || p.pending[n-1].Kind != BlockRemoved || p.pending[n-1].Medium != m {
+		p.pending = append(p.pending, Event{Kind: BlockRemoved, Medium: m})
 		n++
 	}
 	tail := &p.pending[n-1]

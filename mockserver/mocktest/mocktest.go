@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -159,6 +160,10 @@ func StartBehind(t testing.TB, cfg api.Config, wrap func(http.Handler) http.Hand
 		// The server's own name: the state-changing routes accept it.
 		cfg.Args.Host, _, _ = net.SplitHostPort(Host)
 	}
+	if h := cfg.Profile.HiCacheConfig(); h != nil && h.StorageBackend == "file" && cfg.HiCacheStorageDir == "" {
+		// A file storage tier of the test's own, gone with it.
+		cfg.HiCacheStorageDir = t.TempDir()
+	}
 	s, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -250,9 +255,17 @@ func (s *Server) Send(method, path, body string, header ...string) (int, string,
 }
 
 // CheckIdle fails the test unless the engine holds nothing: no request, no
-// lock, no KV in use, and every slot free or in the (unlocked) cache.
+// lock, no KV in use, and every slot free or in the (unlocked) cache. With
+// HiCache it first waits, with a flush, for the transfers still in flight
+// (a write-through holds its node until it ends), so the check flushes the
+// device and host tiers.
 func CheckIdle(t testing.TB, e *engine.Engine) {
 	t.Helper()
+	if e.HiCache().Enabled {
+		if err := e.Flush(context.Background(), time.Hour, "mocktest.CheckIdle"); err != nil {
+			t.Fatalf("engine not idle: a flush waiting for HiCache's transfers: %v", err)
+		}
+	}
 	st := e.Stats()
 	if !st.Idle || st.CacheProtected != 0 || st.KVUsed != 0 || st.KVFree+st.CacheTokens != st.KVCapacity {
 		t.Fatalf("engine not idle: idle %v, running %d, queued %d, protected %d, KV used %d, free %d, cache %d of %d",

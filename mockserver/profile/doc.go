@@ -29,6 +29,23 @@
 // kimi-k2.6-rtx6000 needs one, since its measured decode rounds are not
 // linear in context.
 //
+// # HiCache
+//
+// The hicache section is SGLang's hierarchical cache: its launch flags
+// (enable, ratio, size_gb, write_policy, io_backend, mem_layout,
+// storage_backend, storage_prefetch_policy, storage_backend_extra_config;
+// RegisterFlags adds the --enable-hierarchical-cache and --hicache-* flags,
+// and SGLang's normalization of the layout and I/O backend applies) and
+// what its transfers cost: the model's KV bytes a token (kv), the
+// device-host link (host_gbps, transfer_overhead_s) and the storage
+// backend (storage_read_gbps, storage_write_gbps, storage_page_overhead_s).
+// HostPoolTokens sizes the host pool as HostKVCache does, LoadBackSeconds
+// overlaps a load back with a batch's compute layer by layer, and
+// ParseStorageExtra reads the extra config's prefetch threshold and
+// timeout as HiRadixCache does. Every built-in profile carries the costs,
+// from the datasheet figures its comments state; kimi-k2.6-rtx6000-hicache
+// turns HiCache on.
+//
 // # Server behaviour
 //
 // add_bos_token makes every text prompt (/generate text, completion prompt

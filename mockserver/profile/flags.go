@@ -33,6 +33,7 @@ type Flags struct {
 	tpSize, dpSize                                           int
 	dpAttention                                              bool
 	loadBalance                                              string
+	hicache                                                  *hicacheFlags
 }
 
 // RegisterFlags defines the profile flags on fs.
@@ -61,6 +62,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	seedUsage := "override the profile's seed (acceptance draws, jitter)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
+	f.hicache = registerHiCacheFlags(fs)
 	return f
 }
 
@@ -141,6 +143,9 @@ func (f *Flags) Apply(p *Profile) error {
 		if sp.NumSteps >= 0 && len(sp.AcceptProbs) > sp.NumSteps {
 			sp.AcceptProbs = sp.AcceptProbs[:sp.NumSteps]
 		}
+	}
+	if err := f.hicache.apply(p, set); err != nil {
+		return err
 	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("the profile with these flags is invalid: %w", err)

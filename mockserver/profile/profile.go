@@ -66,6 +66,8 @@ type Profile struct {
 	Prefill     PrefillCost  `yaml:"prefill" json:"prefill"`
 	Decode      DecodeCost   `yaml:"decode" json:"decode"`
 	Speculative *Speculative `yaml:"speculative,omitempty" json:"speculative,omitempty"`
+	// HiCache is SGLang's hierarchical cache and its costs; nil: none.
+	HiCache *HiCache `yaml:"hicache,omitempty" json:"hicache,omitempty"`
 
 	// FlushBusyAfterFinishS is how long, in simulated seconds, the server
 	// stays busy for /flush_cache after an iteration that finished a
@@ -245,6 +247,8 @@ func Builtins() []Builtin {
 		}
 		out = append(out, Builtin{p.Name, p.Description})
 	}
+	// By name, not file name: "x-hicache.yaml" sorts before "x.yaml".
+	slices.SortFunc(out, func(a, b Builtin) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -340,6 +344,10 @@ func (p *Profile) Clone() *Profile {
 		cal := *p.Calibration
 		c.Calibration = &cal
 	}
+	if p.HiCache != nil {
+		h := *p.HiCache
+		c.HiCache = &h
+	}
 	return &c
 }
 
@@ -412,6 +420,7 @@ func (p *Profile) Validate() error {
 				p.MaxRunningRequests, p.MaxTotalTokens, MaxIterationSeconds))
 		}
 	}
+	v.hicache(p)
 	v.check(p.Jitter >= 0 && p.Jitter < 1, "jitter", p.Jitter, "must be in [0, 1)")
 	v.check(p.FlushBusyAfterFinishS >= 0 && p.FlushBusyAfterFinishS <= maxFlushBusyS, "flush_busy_after_finish_s",
 		p.FlushBusyAfterFinishS, fmt.Sprintf("must be in [0, %g] seconds", float64(maxFlushBusyS)))

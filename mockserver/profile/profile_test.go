@@ -39,7 +39,7 @@ func TestBuiltins(t *testing.T) {
 			t.Errorf("%s: YAML round trip changed the profile", b.Name)
 		}
 	}
-	if got, want := strings.Join(names, " "), "deepseek-v3-h200x8-dp8 default kimi-k2.6-rtx6000 llama-8b-eagle3-h100"; got != want {
+	if got, want := strings.Join(names, " "), "deepseek-v3-h200x8-dp8 default kimi-k2.6-rtx6000 kimi-k2.6-rtx6000-hicache llama-8b-eagle3-h100"; got != want {
 		t.Fatalf("built-ins: got %q, want %q", got, want)
 	}
 	if _, err := Load("nosuch"); err == nil || !strings.Contains(err.Error(), "built-ins: deepseek-v3-h200x8-dp8, default,") {

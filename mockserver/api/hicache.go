@@ -1,0 +1,158 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/sim"
+)
+
+// hicacheArgs are SGLang's HiCache server args as /server_info reports
+// them.
+type hicacheArgs struct {
+	EnableHierarchicalCache          bool    `json:"enable_hierarchical_cache"`
+	HiCacheRatio                     float64 `json:"hicache_ratio"`
+	HiCacheSize                      int     `json:"hicache_size"`
+	HiCacheWritePolicy               string  `json:"hicache_write_policy"`
+	HiCacheIOBackend                 string  `json:"hicache_io_backend"`
+	HiCacheMemLayout                 string  `json:"hicache_mem_layout"`
+	HiCacheStorageBackend            *string `json:"hicache_storage_backend"`
+	HiCacheStoragePrefetchPolicy     string  `json:"hicache_storage_prefetch_policy"`
+	HiCacheStorageBackendExtraConfig *string `json:"hicache_storage_backend_extra_config"`
+}
+
+// hicacheServerArgs fills the HiCache args from the profile: SGLang's
+// defaults when HiCache is off, else the flags as _handle_hicache
+// normalized them.
+func hicacheServerArgs(p *profile.Profile) hicacheArgs {
+	h := p.HiCacheConfig()
+	if h == nil {
+		off := profile.HiCache{}
+		if p.HiCache != nil {
+			off = *p.HiCache
+		}
+		off.Enable = true // for its defaults only
+		p2 := &profile.Profile{HiCache: &off}
+		h = p2.HiCacheConfig()
+		h.Enable = false
+	}
+	a := hicacheArgs{
+		EnableHierarchicalCache: h.Enable, HiCacheRatio: h.Ratio, HiCacheSize: h.SizeGB,
+		HiCacheWritePolicy: h.WritePolicy, HiCacheIOBackend: h.IOBackend, HiCacheMemLayout: h.MemLayout,
+		HiCacheStoragePrefetchPolicy: h.PrefetchPolicy,
+	}
+	if h.StorageBackend != "" {
+		a.HiCacheStorageBackend = &h.StorageBackend
+	}
+	if h.StorageExtraConfig != "" {
+		a.HiCacheStorageBackendExtraConfig = &h.StorageExtraConfig
+	}
+	return a
+}
+
+// hicacheRoutes serves SGLang's storage-tier admin routes.
+func (s *Server) hicacheRoutes(r *gin.Engine) {
+	r.POST("/hicache/storage-backend/clear", s.sameOriginOnly, func(c *gin.Context) { s.clearHiCacheStorage(c, false) })
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		r.Handle(m, "/clear_hicache_storage_backend", s.sameOriginOnly, func(c *gin.Context) { s.clearHiCacheStorage(c, true) })
+	}
+}
+
+// clearHiCacheStorage is /hicache/storage-backend/clear and its deprecated
+// route: the storage tier is emptied, whatever runs (SGLang does not wait
+// for idle). SGLang answers 200 whenever HiCache is on, with a storage
+// backend or without, and 400 with the same text when it is off.
+func (s *Server) clearHiCacheStorage(c *gin.Context, deprecated bool) {
+	on, _, _ := s.eng.ClearStorage()
+	body := "Hierarchical cache storage backend cleared.\n"
+	if deprecated {
+		body = "Deprecated endpoint. Use POST /hicache/storage-backend/clear.\n" + body
+	}
+	code := http.StatusOK
+	if !on {
+		code = http.StatusBadRequest
+	}
+	c.Writer.Header()["Content-Type"] = nil
+	c.Status(code)
+	c.Writer.WriteString(body)
+}
+
+// cachedDetails is output_streamer.py's get_cached_tokens_details: a
+// breakdown when any tier has tokens (with storage and its backend's
+// class when a storage tier is on), else all device when something is
+// cached, else null.
+func cachedDetails(ev *engine.Event) *cachedTokensDetails {
+	if t := ev.Tiers; t != nil && (t.Device > 0 || t.Host > 0 || t.Storage > 0) {
+		d := &cachedTokensDetails{Device: t.Device, Host: t.Host}
+		if t.Backend != "" {
+			storage, backend := t.Storage, t.Backend
+			d.Storage, d.StorageBackend = &storage, &backend
+		}
+		return d
+	}
+	if ev.CachedTokens > 0 {
+		return &cachedTokensDetails{Device: ev.CachedTokens}
+	}
+	return nil
+}
+
+func tiersJSON(t *engine.Truth) *sim.CacheTiers {
+	if t.Tiers == nil {
+		return nil
+	}
+	return &sim.CacheTiers{Device: t.Tiers.Device, Host: t.Tiers.Host, Storage: t.Tiers.Storage,
+		StorageBackend: t.Tiers.Backend, LoadBackTokens: t.LoadBackTokens}
+}
+
+func prefetchJSON(p *engine.PrefetchRecord) *sim.Prefetch {
+	if p == nil {
+		return nil
+	}
+	return &sim.Prefetch{Issued: p.Issued.Seconds(), Ended: p.Ended.Seconds(), Pages: p.Pages,
+		FetchedPages: p.Fetched, Tokens: p.Tokens, Terminated: p.Terminated}
+}
+
+// hicacheCollector exposes SGLang's HiCache metrics: the host pool's
+// gauges and the load-back counter with the scheduler's labels, and the
+// storage tier's counters with StorageMetricsCollector's.
+type hicacheCollector struct {
+	eng   *engine.Engine
+	model string
+}
+
+var (
+	storageLabels = []string{"attn_cp_rank", "attn_cp_size", "dp_rank", "pp_rank", "pp_size", "storage_backend", "tp_rank"}
+
+	descHostUsed       = desc(schedulerLabels, "sglang:hicache_host_used_tokens", "Number of tokens currently used in the host KV cache.")
+	descHostTotal      = desc(schedulerLabels, "sglang:hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.")
+	descLoadBackTokens = desc(schedulerLabels, "sglang:load_back_tokens_total", "The number of tokens loaded from CPU to GPU.")
+	descPrefetched     = desc(storageLabels, "sglang:prefetched_tokens_total", "Number of prefetched prompt tokens.")
+	descBackedUp       = desc(storageLabels, "sglang:backuped_tokens_total", "Number of backuped tokens.")
+)
+
+func (c *hicacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHostUsed, descHostTotal, descLoadBackTokens, descPrefetched, descBackedUp} {
+		ch <- d
+	}
+}
+
+func (c *hicacheCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.eng.HiCache()
+	if !st.Enabled {
+		return
+	}
+	scheduler := []string{"unified", c.model, "0", "0", "0"}
+	ch <- prometheus.MustNewConstMetric(descHostUsed, prometheus.GaugeValue, float64(st.HostUsedTokens), scheduler...)
+	ch <- prometheus.MustNewConstMetric(descHostTotal, prometheus.GaugeValue, float64(st.HostTotalTokens), scheduler...)
+	ch <- prometheus.MustNewConstMetric(descLoadBackTokens, prometheus.CounterValue, float64(st.LoadBackTokens), scheduler...)
+	if st.StorageBackend == "" {
+		return
+	}
+	storage := []string{"0", "1", "0", "0", "1", st.StorageBackend, "0"}
+	ch <- prometheus.MustNewConstMetric(descPrefetched, prometheus.CounterValue, float64(st.PrefetchedTokens), storage...)
+	ch <- prometheus.MustNewConstMetric(descBackedUp, prometheus.CounterValue, float64(st.BackedUpTokens), storage...)
+}

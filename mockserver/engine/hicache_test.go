@@ -1,0 +1,309 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglmock/sglmock/mockserver/hicache"
+	"github.com/sglmock/sglmock/mockserver/profile"
+)
+
+// hiProfile is a small deployment with round figures: a prefill costs
+// 0.1 ms a token, a decode round 1 ms; a token's KV is 8 bytes (4 layers),
+// moved over the host link at 1e-5 s a token plus 1 ms a transfer, and
+// read from or written to storage at 1 ms a page of one token. The KV pool
+// holds 3000 tokens, the host pool twice that.
+func hiProfile(t testing.TB, policy, storage string) *profile.Profile {
+	t.Helper()
+	p := loadProfile(t, "default")
+	p.ContextLength, p.MaxTotalTokens = 3000, 3000
+	p.ChunkedPrefillSize, p.MaxPrefillTokens = 4096, 4096
+	p.Prefill = profile.PrefillCost{PerTokenS: 1e-4}
+	p.Decode = profile.DecodeCost{StepOverheadS: 0.001}
+	p.FlushBusyAfterFinishS = 0
+	p.HiCache = &profile.HiCache{
+		Enable: true, WritePolicy: policy, StorageBackend: storage,
+		KV:                profile.KVShape{Layers: 4, KVHeads: 1, HeadDim: 1, DTypeBytes: 1},
+		HostGBps:          8e-4, // 8 bytes in 1e-5 s
+		TransferOverheadS: 0.001,
+		StorageReadGBps:   8e-6, // 8 bytes in 1 ms
+		StorageWriteGBps:  8e-6,
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func tiersOf(ev Event) CacheTiers {
+	if ev.Tiers == nil {
+		return CacheTiers{Device: -1}
+	}
+	return *ev.Tiers
+}
+
+// ttft runs r to its end and returns its last event and TTFT.
+func ttft(t *testing.T, e *Engine, r Request) (Event, time.Duration) {
+	t.Helper()
+	ev, _ := run(t, e, r)
+	return ev, ev.Truth.TTFT()
+}
+
+// After other traffic evicts a prompt from the device, a write-through
+// kept it on the host: its repeat is a host hit, loaded back layer by layer
+// under the prefill of the one token left. A GPU-only server recomputes it.
+func TestHostHitAfterDeviceEviction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "")})
+		defer e.Close()
+		a := prompt(1, 1000)
+		ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if want := 100 * time.Millisecond; got != want || ev.CachedTokens != 0 {
+			t.Fatalf("leg a: TTFT %v cached %d, want %v and 0", got, ev.CachedTokens, want)
+		}
+		// 2500 tokens need a's 1000: a's write-through (1 ms + 10 ms) locks
+		// them until it ends, and the request waits for it.
+		ev, got = ttft(t, e, Request{InputIDs: prompt(2, 2500), MaxNewTokens: 1})
+		if want := 11*time.Millisecond + 250*time.Millisecond; got != want {
+			t.Fatalf("the evicting request: TTFT %v, want %v (waits for the write-through)", got, want)
+		}
+		st := e.HiCache()
+		if st.HostOnlyTokens != 1000 || st.HostTotalTokens != 6001 {
+			t.Fatalf("host pool: %d host-only of %d, want 1000 of 6001", st.HostOnlyTokens, st.HostTotalTokens)
+		}
+		ev, got = ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		// It waits for the other request's write-through (1 ms + 25 ms),
+		// which holds the device it needs; then 999 tokens load over 4
+		// layers (2.4975 ms each) while one token computes (0.025 ms a
+		// layer): 1 ms + 4 x 2.4975 + 0.025 ms.
+		if want := 26*time.Millisecond + 11015*time.Microsecond; got != want {
+			t.Fatalf("leg b: TTFT %v, want %v", got, want)
+		}
+		if tiers := tiersOf(ev); ev.CachedTokens != 999 || tiers != (CacheTiers{Host: 999}) {
+			t.Fatalf("leg b: cached %d tiers %+v, want 999 from the host", ev.CachedTokens, tiers)
+		}
+		if tr := ev.Truth; tr.LoadBackTokens != 999 || tr.Prefill[0].LoadBack != 999 {
+			t.Fatalf("truth: load back %d, chunk %d, want 999", tr.LoadBackTokens, tr.Prefill[0].LoadBack)
+		}
+		if st := e.HiCache(); st.LoadBackTokens != 999 || st.LoadBacks != 1 {
+			t.Fatalf("load back counters: %d tokens in %d, want 999 in 1", st.LoadBackTokens, st.LoadBacks)
+		}
+		if c := e.Stats().Counters; c.CachedTokens != 999 || c.CachedHost != 999 || c.CachedDevice != 0 {
+			t.Fatalf("cached_tokens_total by source: %+v, want 999 from the host", c)
+		}
+	})
+}
+
+// write_through_selective backs a node up on its second hit: a prompt seen
+// once is deleted on eviction, one seen twice survives on the host.
+// write_back writes the evicted node to the host first, and the iteration
+// that evicts waits for it.
+func TestWritePolicyDecidesTheHostHit(t *testing.T) {
+	for _, tc := range []struct {
+		policy   string
+		repeats  int
+		wantHost int
+		evictTT  time.Duration // the evicting request's TTFT
+	}{
+		{"write_through_selective", 1, 0, 250 * time.Millisecond},
+		// The second run's finish backs up the 999 tokens it hit twice
+		// (11 ms), then the one token after them (1.01 ms).
+		{"write_through_selective", 2, 999, 12*time.Millisecond + 250*time.Millisecond},
+		{"write_back", 1, 999, 250*time.Millisecond + 11*time.Millisecond},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			e := startEngine(t, Config{Profile: hiProfile(t, tc.policy, "")})
+			defer e.Close()
+			a := prompt(1, 1000)
+			for range tc.repeats {
+				run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+			}
+			_, got := ttft(t, e, Request{InputIDs: prompt(2, 2500), MaxNewTokens: 1})
+			if got != tc.evictTT {
+				t.Errorf("%s x%d: the evicting request's TTFT %v, want %v", tc.policy, tc.repeats, got, tc.evictTT)
+			}
+			ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+			if tiers := tiersOf(ev); tiers.Host != tc.wantHost {
+				t.Errorf("%s x%d: host hit %d, want %d", tc.policy, tc.repeats, tiers.Host, tc.wantHost)
+			}
+		})
+	}
+}
+
+// A host hit under the load-back threshold (10 tokens) is recomputed, and
+// SGLang still counts it as host in cached_tokens_details: cached_tokens 0,
+// host 8.
+func TestHostHitBelowLoadBackThreshold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "")})
+		defer e.Close()
+		a := prompt(1, 9)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		run(t, e, Request{InputIDs: prompt(2, 2993), MaxNewTokens: 1})
+		ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if tiers := tiersOf(ev); ev.CachedTokens != 0 || tiers != (CacheTiers{Host: 8}) || ev.Truth.LoadBackTokens != 0 {
+			t.Fatalf("cached %d tiers %+v loaded %d, want 0, {host 8}, 0", ev.CachedTokens, tiers, ev.Truth.LoadBackTokens)
+		}
+	})
+}
+
+// A flush right after a response is refused while its write-through is in
+// flight (SGLang's is_fully_idle waits for HiCache's transfers); a flush
+// with a timeout waits for it. The flush empties the device and host tiers
+// and leaves storage: the repeat is prefetched from storage (the timeout
+// policy waits for all of it: 999 pages at 1 ms), then loaded back.
+func TestFlushDoesNotClearStorage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "memory")})
+		defer e.Close()
+		a := prompt(1, 1000)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if err := e.Flush(context.Background(), 0, "test"); !errors.Is(err, ErrFlushBusy) {
+			t.Fatalf("flush during the write-through: got %v, want busy", err)
+		}
+		start := time.Now()
+		if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+			t.Fatal(err)
+		}
+		// The write ends at 11 ms, then 1000 pages go to storage at 1 ms each.
+		if waited := time.Since(start); waited != 1011*time.Millisecond {
+			t.Fatalf("the flush waited %v, want 1.011 s (write-through, then the backup)", waited)
+		}
+		ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if tiers := tiersOf(ev); ev.CachedTokens != 999 || tiers != (CacheTiers{Storage: 999, Backend: "MockMemoryStorage"}) {
+			t.Fatalf("after the flush: cached %d tiers %+v, want 999 from storage", ev.CachedTokens, tiers)
+		}
+		// 1000 pages read (the prefetch takes the whole prompt), then the
+		// load back under one token's prefill.
+		if want := time.Second + 11015*time.Microsecond; got != want {
+			t.Fatalf("after the flush: TTFT %v, want %v", got, want)
+		}
+		if p := ev.Truth.Prefetch; p == nil || p.Pages != 1000 || p.Fetched != 1000 || p.Tokens != 1000 || p.Terminated {
+			t.Fatalf("prefetch record: %+v", p)
+		}
+		// Clearing storage leaves nothing to reuse once the tiers flush.
+		if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if on, cleared, err := e.ClearStorage(); !on || !cleared || err != nil {
+			t.Fatalf("ClearStorage: %v %v %v", on, cleared, err)
+		}
+		ev, _ = run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if ev.CachedTokens != 0 {
+			t.Fatalf("after clearing storage: cached %d, want 0", ev.CachedTokens)
+		}
+	})
+}
+
+// The prefetch policies: best_effort takes what is read when the request
+// is scheduled (nothing, on an idle server), wait_complete all of it, and
+// timeout what is read when its limit passes (here 0.5 s: 500 pages).
+func TestPrefetchPolicies(t *testing.T) {
+	const halfSecond = `{"prefetch_timeout_base": 0.5, "prefetch_timeout_per_ki_token": 0}`
+	for _, tc := range []struct {
+		policy, backend, extra string
+		storage                int
+		ttft                   time.Duration
+	}{
+		{"best_effort", "memory", "", 0, 100 * time.Millisecond},
+		{"wait_complete", "memory", "", 999, time.Second + 11015*time.Microsecond},
+		// By 0.5 s (and 1 ns) the file backend read 500 pages, one at a
+		// time; a zero-copy backend counts whole batches of 128: 384.
+		{"timeout", "file", halfSecond, 500, 0},
+		{"timeout", "memory", halfSecond, 384, 0},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := hiProfile(t, "write_through", tc.backend)
+			p.HiCache.PrefetchPolicy, p.HiCache.StorageExtraConfig = tc.policy, tc.extra
+			e := startEngine(t, Config{Profile: p, HiCacheStorageDir: t.TempDir()})
+			defer e.Close()
+			a := prompt(1, 1000)
+			run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+			if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+				t.Fatal(err)
+			}
+			ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+			if tiers := tiersOf(ev); tiers.Storage != tc.storage {
+				t.Errorf("%s: storage hit %d, want %d", tc.policy, tiers.Storage, tc.storage)
+			}
+			if tc.ttft != 0 && got != tc.ttft {
+				t.Errorf("%s: TTFT %v, want %v", tc.policy, got, tc.ttft)
+			}
+			if tc.policy == "timeout" {
+				if p := ev.Truth.Prefetch; !p.Terminated || p.Fetched != tc.storage || p.Ended-p.Issued != 500*time.Millisecond+1 {
+					t.Errorf("timeout: prefetch %+v, want %d pages, stopped at 0.5 s", p, tc.storage)
+				}
+			}
+		})
+	}
+}
+
+// The file backend keeps its pages in a directory: a second engine on the
+// same directory (a restart) finds them, keyed by SGLang's page hashes.
+func TestFileBackendSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	a := prompt(1, 1000)
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "file"), HiCacheStorageDir: dir})
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+	})
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1000 {
+		t.Fatalf("page files: %d (%v), want 1000", len(entries), err)
+	}
+	if want := "_sglmock-small-1b_0_1.bin"; filepath.Ext(entries[0].Name()) != ".bin" || entries[0].Name()[64:] != want {
+		t.Fatalf("page file name %q, want 64 hex digits then %q", entries[0].Name(), want)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "file"), HiCacheStorageDir: dir})
+		defer e.Close()
+		ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if tiers := tiersOf(ev); tiers.Storage != 999 {
+			t.Fatalf("restarted: storage hit %d, want 999", tiers.Storage)
+		}
+	})
+}
+
+// A shared store (DP ranks, a fleet) serves every engine given it.
+func TestSharedStore(t *testing.T) {
+	store := hicache.NewMemory("MooncakeStore")
+	a := prompt(1, 1000)
+	synctest.Test(t, func(t *testing.T) {
+		e1 := startEngine(t, Config{Profile: hiProfile(t, "write_through", "mooncake"), HiCacheStore: store})
+		defer e1.Close()
+		e2 := startEngine(t, Config{Profile: hiProfile(t, "write_through", "mooncake"), HiCacheStore: store})
+		defer e2.Close()
+		run(t, e1, Request{InputIDs: a, MaxNewTokens: 1})
+		if err := e1.Flush(context.Background(), time.Minute, "test"); err != nil { // it waits for the backup
+			t.Fatal(err)
+		}
+		ev, _ := run(t, e2, Request{InputIDs: a, MaxNewTokens: 1})
+		if tiers := tiersOf(ev); tiers.Storage != 999 {
+			t.Fatalf("the other engine: storage hit %d, want 999", tiers.Storage)
+		}
+		if e2.HiCache().StorageClass != "MooncakeStore" {
+			t.Fatal(e2.HiCache().StorageClass)
+		}
+	})
+}
+
+// HiCache needs the radix cache, as SGLang refuses the pair of flags.
+func TestHiCacheRefusesDisabledRadixCache(t *testing.T) {
+	_, err := New(Config{Profile: hiProfile(t, "write_through", ""), DisableRadixCache: true})
+	if !errors.Is(err, profile.ErrHiCacheWithoutRadixCache) {
+		t.Fatalf("got %v, want ErrHiCacheWithoutRadixCache", err)
+	}
+	_, err = New(Config{Profile: hiProfile(t, "write_through", "file")})
+	if !errors.Is(err, errStorageDir) {
+		t.Fatalf("file backend without a directory: got %v", err)
+	}
+}

@@ -1,0 +1,176 @@
+package hicache
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/sglmock/sglmock/radixcache"
+)
+
+// Store is a storage backend: which pages it holds.
+type Store interface {
+	// Exists reports whether the page with key is stored.
+	Exists(key string) (bool, error)
+	// Put stores the page with key, if it is not stored already.
+	Put(key string) error
+	// Clear removes every page.
+	Clear() error
+	// Class is the backend's class name in SGLang, which
+	// cached_tokens_details and the cache_source label report
+	// ("HiCacheFile", "MooncakeStore", ...).
+	Class() string
+}
+
+// Key is a page's storage key: its digest in hex (SGLang's
+// get_hash_str).
+func Key(d radixcache.Digest) string { return hex.EncodeToString(d[:]) }
+
+// Classes maps SGLang's --hicache-storage-backend names to the class
+// StorageBackendFactory builds for each; memory is the mock's own.
+var Classes = map[string]string{
+	"file":     "HiCacheFile",
+	"mooncake": "MooncakeStore",
+	"hf3fs":    "HiCacheHF3FS",
+	"nixl":     "HiCacheNixl",
+	"aibrix":   "AibrixKVCacheStorage",
+	"eic":      "EICStorage",
+	"simm":     "HiCacheSiMM",
+	"dynamic":  "DynamicBackend",
+	"memory":   "MockMemoryStorage",
+}
+
+// ZeroCopy reports whether SGLang's controller moves a backend's pages a
+// batch at a time (its zero-copy page_get/page_set for hf3fs, mooncake,
+// eic, nixl and simm), which the in-process stand-in for them does too;
+// the others (file) go page by page.
+func ZeroCopy(backend string) bool {
+	switch backend {
+	case "hf3fs", "mooncake", "eic", "nixl", "simm", "memory":
+		return true
+	}
+	return false
+}
+
+// Memory is the in-process store.
+type Memory struct {
+	class string
+	mu    sync.Mutex
+	pages map[string]struct{}
+}
+
+// NewMemory returns an empty in-process store that reports class.
+func NewMemory(class string) *Memory {
+	return &Memory{class: class, pages: make(map[string]struct{})}
+}
+
+func (m *Memory) Exists(key string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pages[key]
+	return ok, nil
+}
+
+func (m *Memory) Put(key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pages[key] = struct{}{}
+	return nil
+}
+
+func (m *Memory) Clear() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.pages)
+	return nil
+}
+
+func (m *Memory) Class() string { return m.class }
+
+// Len is the number of pages stored.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pages)
+}
+
+// File is SGLang's HiCacheFile: a directory of page files.
+type File struct {
+	dir    string
+	suffix string
+}
+
+// FileSuffix is what HiCacheFile appends to a key: the model name with its
+// slashes turned into dashes, and the tensor-parallel rank and size unless
+// the model is MLA's.
+func FileSuffix(model string, tpRank, tpSize int, mla bool) string {
+	s := "_" + strings.Join(strings.Split(model, "/"), "-")
+	if !mla {
+		s += fmt.Sprintf("_%d_%d", tpRank, tpSize)
+	}
+	return s
+}
+
+// NewFile opens the page directory dir for model, creating it when it is
+// missing, as HiCacheFile does on rank 0.
+func NewFile(dir, model string, mla bool) (*File, error) {
+	if dir == "" {
+		return nil, errors.New("hicache: the file backend needs a directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("hicache: file backend: %w", err)
+	}
+	return &File{dir: dir, suffix: FileSuffix(model, 0, 1, mla)}, nil
+}
+
+// Dir is the page directory.
+func (f *File) Dir() string { return f.dir }
+
+// Path is the file of the page with key.
+func (f *File) Path(key string) string { return filepath.Join(f.dir, key+f.suffix+".bin") }
+
+func (f *File) Exists(key string) (bool, error) {
+	_, err := os.Stat(f.Path(key))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
+}
+
+// pageHeader begins every page file: the mock writes no KV, only what
+// names the page.
+const pageHeader = "sglmock hicache page "
+
+func (f *File) Put(key string) error {
+	if ok, err := f.Exists(key); ok || err != nil {
+		return err
+	}
+	return os.WriteFile(f.Path(key), []byte(pageHeader+key+"\n"), 0o644)
+}
+
+// Clear removes every file of the directory (HiCacheFile.clear), pages of
+// other models included; subdirectories stay.
+func (f *File) Clear() error {
+	entries, err := os.ReadDir(f.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(f.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *File) Class() string { return Classes["file"] }
