@@ -18,7 +18,7 @@ func startKVEvents(o *serveOptions, logger *slog.Logger) (*kvevents.Publisher, e
 	}
 	cfg := *o.kvEvents
 	topic := cfg.TopicOr("")
-	pub, err := kvevents.Start(cfg, topic, logger)
+	pub, err := kvevents.Start(cfg, topic, o.profile.Rules(), logger)
 	if err != nil {
 		return nil, err
 	}

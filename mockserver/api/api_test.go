@@ -641,20 +641,12 @@ func TestHealthAndStates(t *testing.T) {
 func TestInfoEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: 1})
-		decode := func(path string) map[string]any {
-			t.Helper()
-			code, body, _ := ts.Do(t, "GET", path, "")
-			var m map[string]any
-			if err := json.Unmarshal([]byte(body), &m); code != 200 || err != nil {
-				t.Fatalf("%s: %d %s", path, code, body)
-			}
-			return m
-		}
+		decode := func(path string) map[string]any { return getJSON(t, ts, path) }
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
-			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
-				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil ||
+			if len(states) != 1 || info["version"] != "0.5.18" || info["max_total_num_tokens"] != 420000.0 ||
+				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != nil || info["api_key"] != nil ||
 				info["disable_overlap_schedule"] != false {
 				t.Fatalf("%s: %v", path, info)
 			}

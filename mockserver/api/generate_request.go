@@ -145,9 +145,13 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 	if err != nil {
 		return plan{}, err
 	}
-	salts, err := perItem(b.CacheSalt, n, "cache_salt", (*string)(nil))
-	if err != nil {
-		return plan{}, err
+	// Before the generate-cache-salt rule (PR #30827) GenerateReqInput has
+	// no cache_salt: the key is ignored, whatever its value.
+	salts := make([]*string, n)
+	if s.rules.GenerateCacheSalt {
+		if salts, err = perItem(b.CacheSalt, n, "cache_salt", (*string)(nil)); err != nil {
+			return plan{}, err
+		}
 	}
 	copies, err := copiesOf(params[0].N)
 	if err != nil {

@@ -166,7 +166,7 @@ func (s *Server) loads(c *gin.Context) {
 	}
 	writeJSON(c, http.StatusOK, orderedJSON{
 		{"timestamp", pyISOTime(now)},
-		{"version", SGLangVersion},
+		{"version", s.cfg.Profile.Release()},
 		{"dp_rank_count", 1},
 		{"loads", []orderedJSON{l.json()}},
 		{"aggregate", l.aggregate()},

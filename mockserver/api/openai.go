@@ -357,7 +357,7 @@ func (s *Server) modelCard() gin.H {
 		"owned_by":      "sglang",
 		"root":          s.args.ServedModelName,
 		"parent":        nil,
-		"max_model_len": s.args.ContextLength,
+		"max_model_len": s.cfg.Profile.ContextLength,
 	}
 }
 

@@ -61,14 +61,24 @@ type chatBody struct {
 	TopLogprobs         *integer       `json:"top_logprobs"`
 }
 
-// openAIExtraKey is the extra_key the OpenAI routes pass on: an empty one
-// is none (serving_base.py's _compute_extra_key). cache_salt goes beside
-// it, not into it (PR #30827).
-func openAIExtraKey(extraKey *string) *string {
-	if deref(extraKey) == "" {
-		return nil
+// openAINamespace is the cache namespace of an OpenAI request, as
+// serving_base.py's _compute_extra_key passes extra_key on (an empty one is
+// none): with the generate-cache-salt rule (PR #30827) cache_salt goes
+// beside it; before it, cache_salt and extra_key, each when not empty, are
+// joined into one extra_key, salt first, so salt "ab", salt "a" with
+// extra_key "b", and extra_key "ab" share a namespace.
+func (s *Server) openAINamespace(extraKey, lora, cacheSalt *string) string {
+	if s.rules.GenerateCacheSalt {
+		if deref(extraKey) == "" {
+			extraKey = nil
+		}
+		return cacheNamespace(extraKey, deref(lora), cacheSalt)
 	}
-	return extraKey
+	joined := deref(cacheSalt) + deref(extraKey)
+	if joined == "" {
+		return cacheNamespace(nil, deref(lora), nil)
+	}
+	return cacheNamespace(&joined, deref(lora), nil)
 }
 
 // prepareOpenAI validates the shared fields and plans copies of each
@@ -81,7 +91,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 	if err := checkSequences(len(prompts), copies); err != nil {
 		return plan{}, err
 	}
-	ns := cacheNamespace(openAIExtraKey(b.ExtraKey), deref(b.LoraPath), b.CacheSalt)
+	ns := s.openAINamespace(b.ExtraKey, b.LoraPath, b.CacheSalt)
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
 		limit, err := maxNew(&prompt)

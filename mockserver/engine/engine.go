@@ -669,6 +669,7 @@ func (e *Engine) servePending() bool {
 }
 
 func (e *Engine) shutdown() {
+	e.s.stopping = true
 	e.s.abortActive()
 	if f := e.s.flush; f != nil {
 		e.s.flush = nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // A profile file's fields are the Profile type's YAML fields: Fields walks
@@ -24,7 +26,7 @@ var fieldDocs = map[string]string{
 	"page_size":            "the radix cache's page in tokens (SGLang's --page-size): a prefix is reused in whole pages",
 	"chunked_prefill_size": "the most prompt tokens one request prefills in one iteration (SGLang's --chunked-prefill-size); -1 prefills a prompt whole; a multiple of page_size",
 	"max_prefill_tokens":   "the most new tokens one prefill batch takes (SGLang's --max-prefill-tokens); at least page_size",
-	"max_running_requests": "the most requests decoding at once (SGLang's --max-running-requests); more wait in the queue",
+	"max_running_requests": "the most requests decoding at once (SGLang's --max-running-requests); more wait in the queue. Required without speculative decoding (what SGLang derives for the deployment); under it, absent means 48, as SGLang sets when the launch gives none",
 	"max_output_tokens":    "the output of a chat completion without max_tokens, which a real model ends when it samples EOS; 0 or absent: 4096",
 	"add_bos_token":        "begin every text prompt with a BOS token, as a Llama tokenizer does (prompts sent as input_ids are taken as they are)",
 	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1 or kimi-k2; a loaded tokenizer brings its own",
@@ -51,6 +53,7 @@ var fieldDocs = map[string]string{
 	"speculative.round_cost_factor": "a draft+verify round costs this many plain decode rounds",
 
 	"flush_busy_after_finish_s": "simulated seconds the server stays busy for /flush_cache after an iteration that finished a request, as SGLang's overlap scheduler does; 0: idle at once",
+	"sglang_version":            "the SGLang release whose rules the deployment follows (sglmock version lists them; --sglang-version overrides it); absent: " + compat.Default,
 	"seed":                      "seeds the speculative acceptance draws (with each request's rid) and the cost jitter: the same seed gives the same timings",
 	"jitter":                    "relative standard deviation of seeded noise on each iteration's cost, in [0, 1); 0: exact",
 }
