@@ -793,26 +793,27 @@ func TestMetrics(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}
-		// The tokenizer manager's metrics carry the model; the scheduler's
-		// its labels (metrics_collector.py).
-		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+		// The tokenizer manager's metrics carry the model and the engine
+		// type; the scheduler's its labels (metrics_collector.py).
+		label := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct"}`
 		sched := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
 			"sglang:prompt_tokens_total" + label + " 900",
-			`sglang:cached_tokens_total{cache_source="device",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
+			`sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
 			"sglang:generation_tokens_total" + label + " 60",
 			"sglang:num_requests_total" + label + " 3",
 			"sglang:num_aborted_requests_total" + label + " 0",
 			`sglang:realtime_tokens_total{engine_type="unified",mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 596`,
+			// As the last prefill batch logged them: the running batch before
+			// it joined, and the third request's 300 prompt tokens in use.
 			"sglang:num_running_reqs" + sched + " 0",
-			// The cached prompts are evictable: nothing is in use.
-			"sglang:num_used_tokens" + sched + " 0\n",
+			"sglang:num_used_tokens" + sched + " 300\n",
 			"sglang:token_usage" + sched + " 0\n",
 			"sglang:max_total_num_tokens" + sched + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",
 			"sglang:e2e_request_latency_seconds_count" + label + " 3",
 			"sglang:inter_token_latency_seconds_count" + label + " 57",
-			"sglang:queue_time_seconds_count" + label + " 3",
+			"sglang:queue_time_seconds_count" + sched + " 3",
 			"sglang:spec_accept_length" + sched,
 			"sglang:cache_hit_rate" + sched,
 		} {
@@ -844,7 +845,7 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 			}
 		}
 		_, body, _ := ts.Do(t, "GET", "/metrics", "")
-		label := `{model_name="sglmock/small-1b"}`
+		label := `{engine_type="unified",model_name="sglmock/small-1b"}`
 		for _, want := range []string{
 			"sglang:num_requests_total" + label + " 64",
 			"sglang:prompt_tokens_total" + label + " 3200",
@@ -934,7 +935,7 @@ func TestTwoServersCoexist(t *testing.T) {
 		if code, _, _ := a.Do(t, "GET", "/metrics", ""); code != 404 {
 			t.Fatalf("a has metrics off: got %d", code)
 		}
-		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
+		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{engine_type="unified",model_name="moonshotai/Kimi-K2.6"} 1`) {
 			t.Fatalf("b's metrics count only b's request")
 		}
 	})
@@ -976,10 +977,11 @@ func TestAbortInQueueTimes(t *testing.T) {
 			t.Fatalf("b had no first token, yet: %s", body)
 		}
 		_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
-		label := `{model_name="sglmock/small-1b"}`
+		label := `{engine_type="unified",model_name="sglmock/small-1b"}`
+		sched := `{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
-			"sglang:queue_time_seconds_sum" + label + " 0\n", // a's
-			"sglang:queue_time_seconds_count" + label + " 1\n",
+			"sglang:queue_time_seconds_sum" + sched + " 0\n", // a's
+			"sglang:queue_time_seconds_count" + sched + " 1\n",
 			"sglang:e2e_request_latency_seconds_count" + label + " 2\n",
 		} {
 			if !strings.Contains(metrics, want) {

@@ -253,9 +253,16 @@ func (s *scheduler) retractDecode() {
 		maxNew += r.maxNew
 	}
 	s.ratio.current = min(1, float64(decoded+retractDecodeSteps*len(s.running))/float64(maxNew+1))
+	// SGLang's update_running_batch: the counters grow by the retracted
+	// requests, their prompts and their outputs; the reporter keeps how
+	// many this retraction freed for its next log point.
+	s.report.retracted = len(retracted)
 	for _, r := range retracted {
 		r.truth.Retractions++
 		s.waiting = append(s.waiting, r)
+		s.counters.RetractedRequests++
+		s.counters.RetractedInputTokens += int64(len(r.tokens))
+		s.counters.RetractedOutputTokens += int64(len(r.outputs))
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))

@@ -200,7 +200,10 @@ func (s *scheduler) ensureFree(n int) {
 	if !s.rules.EvictShortfall {
 		short = n
 	}
-	s.tree.Evict(short)
+	if freed := s.tree.Evict(short); freed > 0 {
+		s.counters.Evictions++
+		s.counters.EvictedTokens += int64(freed)
+	}
 }
 
 func (s *scheduler) setPrivate(r *req, private int) {
@@ -722,6 +725,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		s.counters.Requests++
 		s.counters.PromptTokens += int64(len(r.tokens))
 		s.counters.CachedTokens += int64(r.cached)
+		s.counters.SpecVerifyCalls += int64(r.spec.VerifyCt)
 		if fin.Reason == FinishAbort {
 			s.counters.Aborted++
 		}
