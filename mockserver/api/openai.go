@@ -78,8 +78,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if body.InputIDs != nil {
 		prompt.InputIDs = body.InputIDs
 	} else {
-		if len(body.Messages) == 0 {
-			writeValidationError(c, "messages: Field required: a chat needs at least one message")
+		switch {
+		case body.Messages == nil:
+			writeValidationError(c, "messages: Field required")
+			return
+		case len(body.Messages) == 0:
+			writeRefusal(c, openAIEnvelope, errEmptyMessages)
 			return
 		}
 		var err error
@@ -95,9 +99,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if maxTokens == nil || *maxTokens == 0 {
 		maxTokens = body.MaxTokens.ptr()
 	}
-	if ctxLen := s.cfg.Profile.ContextLength; maxTokens != nil && *maxTokens > ctxLen {
+	// serving_chat.py checks server_args.context_length: the launch's, so
+	// only when --context-length was given; otherwise the tokenizer
+	// manager's context check answers.
+	if ctxLen := s.args.ContextLength; ctxLen != nil && maxTokens != nil && *maxTokens > *ctxLen {
 		writeOpenAIError(c, fmt.Sprintf("max_completion_tokens is too large: %d.This model supports at most %d completion tokens.",
-			*maxTokens, ctxLen))
+			*maxTokens, *ctxLen))
 		return
 	}
 	maxNew := func(*engine.Request) (int, error) { return *maxTokens, nil }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	json "github.com/goccy/go-json"
@@ -31,7 +32,19 @@ type openAICommon struct {
 	ExtraKey      *string        `json:"extra_key"`
 	CacheSalt     *string        `json:"cache_salt"`
 	LoraPath      *string        `json:"lora_path"`
-	Temperature   *float64       `json:"temperature"`
+	// The sampling parameters SGLang verifies (SamplingParams.verify):
+	// pydantic's float fields print as floats, its int fields as ints.
+	Temperature       *number         `json:"temperature"`
+	TopP              *number         `json:"top_p"`
+	TopK              *integer        `json:"top_k"`
+	MinP              *number         `json:"min_p"`
+	FrequencyPenalty  *number         `json:"frequency_penalty"`
+	PresencePenalty   *number         `json:"presence_penalty"`
+	RepetitionPenalty *number         `json:"repetition_penalty"`
+	MinTokens         *integer        `json:"min_tokens"`
+	LogitBias         objectKeys      `json:"logit_bias"`
+	Regex             json.RawMessage `json:"regex"`
+	EBNF              json.RawMessage `json:"ebnf"`
 	// ReturnCachedTokensDetails adds SGLang's sglext.cached_tokens_details
 	// to the response (a chunk of its own in a stream), with or without
 	// --enable-cache-report.
@@ -81,6 +94,28 @@ func (s *Server) openAINamespace(extraKey, lora, cacheSalt *string) string {
 	return cacheNamespace(&joined, deref(lora), nil)
 }
 
+// sampling are the OpenAI request's sampling parameters as SGLang's
+// to_sampling_params passes them on (min_tokens as min_new_tokens).
+func (b *openAICommon) sampling() engine.Sampling {
+	asInt := func(n *integer) *engine.Number {
+		if n == nil {
+			return nil
+		}
+		return &engine.Number{Value: float64(*n), Text: strconv.Itoa(int(*n))}
+	}
+	sp := engine.Sampling{
+		Temperature: b.Temperature.asFloat(), TopP: b.TopP.asFloat(), TopK: asInt(b.TopK), MinP: b.MinP.asFloat(),
+		FrequencyPenalty: b.FrequencyPenalty.asFloat(), PresencePenalty: b.PresencePenalty.asFloat(),
+		RepetitionPenalty: b.RepetitionPenalty.asFloat(), MinNewTokens: asInt(b.MinTokens), LogitBias: b.LogitBias,
+	}
+	for _, g := range []json.RawMessage{b.Regex, b.EBNF} {
+		if !isNull(g) {
+			sp.Grammars++
+		}
+	}
+	return sp
+}
+
 // prepareOpenAI validates the shared fields and plans copies of each
 // prompt, prompt-major, each to generate maxNew(prompt) tokens.
 func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
@@ -113,6 +148,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
+			it.req.Sampling = b.sampling()
 			it.req.Namespace = ns
 			// Parallel samples get fresh rids, as SGLang regenerates them.
 			switch {
@@ -131,6 +167,9 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 // parsePrompt reads a completions prompt: a string, a list of strings, a
 // list of token ids or a list of such lists.
 func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
+	if emptyPrompt(raw) {
+		return nil, errEmptyPrompt
+	}
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
 		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
@@ -156,6 +195,26 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 		return out, nil
 	}
 	return nil, malformed("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
+}
+
+// emptyPrompt is serving_completions.py's _validate_request: a prompt that
+// is empty, or a list whose every item is ("", [] or []), is refused.
+func emptyPrompt(raw json.RawMessage) bool {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return strings.TrimSpace(string(raw)) == `""`
+	}
+	for _, it := range items {
+		if t := strings.TrimSpace(string(it)); t != `""` && !isEmptyList(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// isEmptyList tells whether a JSON value is [] (spaces allowed inside).
+func isEmptyList(t string) bool {
+	return strings.HasPrefix(t, "[") && strings.TrimSpace(t[1:]) == "]"
 }
 
 // messageText flattens a chat message's content: a string or a list of
