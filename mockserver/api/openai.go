@@ -306,12 +306,13 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	}
 	if ext := sglextOf(r.common, outs); ext != nil {
 		// A chunk of its own, before the usage chunk (_generate_chat_stream,
-		// _generate_completion_stream).
+		// _generate_completion_stream): a stream response dumped whole, so
+		// with "usage": null; the chat's is stamped when it is made.
+		at := created
 		if r.chat {
-			w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: time.Now().Unix(), Model: model, Choices: []any{}, Sglext: ext}))
-		} else {
-			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: model, Choices: []any{}, Sglext: ext}))
+			at = time.Now().Unix()
 		}
+		w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: at, Model: model, Choices: []any{}, Sglext: ext}))
 	}
 	if opts != nil && opts.IncludeUsage {
 		r.addUsage(w, lastRID, created, r.s.usageOf(outs, r.plan.copies, true))
