@@ -278,9 +278,14 @@ const OutOfMemoryMessage = "Out of memory even after retracting all other reques
 // abortOutOfMemory ends r, the one request left after retract_decode, which
 // still lacks its decode KV (under speculative decoding, the draft
 // reserve): SGLang aborts it with status 500 rather than run out of
-// memory. Its committed KV goes into the cache as any finish's does.
+// memory, and releases it as a retracted request (release_req:
+// release_kv_cache with is_insert=False): the prompt its prefill inserted
+// stays in the cache, unlocked, and its outputs are not cached.
 func (s *scheduler) abortOutOfMemory(r *req) {
 	s.log.Warn(OutOfMemoryMessage)
+	if r.node != nil {
+		s.unlock(r)
+	}
 	s.finish(r, Finish{Reason: FinishAbort, Message: OutOfMemoryMessage, StatusCode: 500}, nil, s.now)
 	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }

@@ -284,7 +284,7 @@ func TestSpeculativeRetractionTakesTheBackOfTheBatch(t *testing.T) {
 // 100-token prompt in a 1000-token pool asks for 898 tokens, all the pool
 // allows (init_req_max_new_tokens), but once fewer than 8 slots are free,
 // at 894 or more outputs, the next round does not fit and nothing is left
-// to retract.
+// to retract. Its KV is freed without caching its output.
 func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
@@ -306,6 +306,12 @@ func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
 		}
 		if st := e.Stats(); st.Aborted != 1 || st.Requests != 1 {
 			t.Fatalf("counters: %d aborted of %d, want 1 of 1", st.Aborted, st.Requests)
+		}
+		// Its KV is released without being cached (release_req, is_insert
+		// False): the prompt its prefill inserted stays (99 bigrams, EAGLE3
+		// keying the tree on them), its outputs do not.
+		if st := e.Stats(); st.CacheTokens != 99 {
+			t.Fatalf("cache after the abort: %d tokens, want the prompt's 99 bigrams", st.CacheTokens)
 		}
 		if !strings.Contains(buf.String(), OutOfMemoryMessage) {
 			t.Fatalf("log lacks %q", OutOfMemoryMessage)
