@@ -29,7 +29,7 @@ var fieldDocs = map[string]string{
 	"max_running_requests": "the most requests decoding at once (SGLang's --max-running-requests); more wait in the queue. Required without speculative decoding (what SGLang derives for the deployment); under it, absent means 48, as SGLang sets when the launch gives none",
 	"max_output_tokens":    "the output of a chat completion without max_tokens, which a real model ends when it samples EOS; 0 or absent: 4096",
 	"add_bos_token":        "begin every text prompt with a BOS token, as a Llama tokenizer does (prompts sent as input_ids are taken as they are)",
-	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1 or kimi-k2; a loaded tokenizer brings its own",
+	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1, kimi-k2 or kimi-k2.6 (a thinking model: the generation prompt opens <think>); a loaded tokenizer brings its own",
 	"tokenizer_path":       "a Hugging Face model directory whose tokenizer and chat template replace the built-in ones (--tokenizer-path overrides it); relative to the profile file",
 
 	"prefill":             "the cost of a prefill chunk of m new tokens over p cached ones: overhead_s + per_token_s*m + attention_s*m*(p+m/2), or with table: overhead_s + table(p+m) - table(p)",

@@ -50,7 +50,7 @@ type Profile struct {
 	AddBOSToken bool `yaml:"add_bos_token,omitempty" json:"add_bos_token"`
 	// ChatTemplate names the built-in chat template the built-in
 	// tokenizer renders chats with (tokenizer.ChatTemplates: chatml,
-	// llama-3.1, kimi-k2); empty is ChatML. A loaded tokenizer uses its
+	// llama-3.1, kimi-k2, kimi-k2.6); empty is ChatML. A loaded tokenizer uses its
 	// own.
 	ChatTemplate string `yaml:"chat_template,omitempty" json:"chat_template,omitempty"`
 	// TokenizerPath is a Hugging Face model directory whose tokenizer and
