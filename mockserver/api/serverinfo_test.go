@@ -80,3 +80,41 @@ func getJSON(t *testing.T, ts *mocktest.Mock, path string) map[string]any {
 	}
 	return m
 }
+
+// A flush right after a response is refused while SGLang's overlap
+// scheduler holds the last batch; releases before the speculative-overlap
+// rule (0.5.12) run DFLASH, NGRAM, FROZEN_KV_MTP and EAGLE with
+// eagle_topk > 1 without it, so there the same flush succeeds.
+func TestFlushRightAfterAResponseBySpeculativeAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		release, algorithm string
+		topk, draft        int
+		code               int
+	}{
+		{"0.5.18", "DFLASH", 1, 4, 400},
+		{"0.5.12", "DFLASH", 1, 4, 200},
+		{"0.5.12", "NGRAM", 1, 4, 200},
+		{"0.5.12", "EAGLE", 4, 8, 200},
+		{"0.5.12", "EAGLE", 1, 4, 400},
+		{"0.5.18", "EAGLE", 4, 8, 400},
+	} {
+		t.Run(tc.release+"/"+tc.algorithm, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mocktest.Profile(t, "llama-8b-eagle3-h100")
+				p.SGLangVersion = tc.release
+				p.Speculative.Algorithm, p.Speculative.EagleTopK, p.Speculative.NumDraftTokens = tc.algorithm, tc.topk, tc.draft
+				ts := mocktest.Start(t, api.Config{Profile: p})
+				if code, body, _ := ts.Do(t, "POST", "/generate", `{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}}`); code != 200 {
+					t.Fatalf("/generate: %d %s", code, body)
+				}
+				if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != tc.code {
+					t.Errorf("/flush_cache right after the response: got %d %q, want %d", code, body, tc.code)
+				}
+				want := tc.code == 200
+				if got := getJSON(t, ts, "/server_info")["disable_overlap_schedule"]; got != want {
+					t.Errorf("disable_overlap_schedule: got %v, want %v", got, want)
+				}
+			})
+		})
+	}
+}
