@@ -187,10 +187,15 @@ func TestDocsRouterConfigs(t *testing.T) {
 }
 
 // The metric mapping names series the mock exports, each a gauge: the
-// router's extractor finds them all (no extract error).
+// router's extractor finds them all (no extract error). SGLang's scheduler
+// sets its gauges at its first log point, which a served replica's warmup
+// request reaches before it is ready; here one request does.
 func TestSGLangMetricsExported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Speedup: 1, EnableMetrics: true})
+		if code, body, _ := m.Do(t, "POST", "/generate", `{"text": "The capital city of France is", "sampling_params": {"max_new_tokens": 8}}`); code != 200 {
+			t.Fatalf("/generate: %d %s", code, body)
+		}
 		code, body, _ := m.Do(t, "GET", "/metrics", "")
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)

@@ -53,15 +53,17 @@ func TestCheckSharedFloor(t *testing.T) {
 }
 
 // The harness must run against a real SGLang server: its non-test code
-// imports nothing of the mock.
+// imports nothing of the mock, only the JSON of /sim/ and the table of
+// SGLang's releases (compat).
 func TestImportsNoMock(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, imp := range pkg.Imports {
-		if strings.HasPrefix(imp, "github.com/sglmock/sglmock/") && imp != "github.com/sglmock/sglmock/sim" {
-			t.Errorf("harness imports %s; only sglmock/sim is allowed", imp)
+		if strings.HasPrefix(imp, "github.com/sglmock/sglmock/") && imp != "github.com/sglmock/sglmock/sim" &&
+			imp != "github.com/sglmock/sglmock/compat" {
+			t.Errorf("harness imports %s; only sglmock/sim and sglmock/compat are allowed", imp)
 		}
 	}
 }
@@ -116,7 +118,8 @@ func TestParseMethods(t *testing.T) {
 		{"naive,flush+nonce", "[naive flush+nonce]", ""},
 		{" nonce ", "[nonce]", ""},
 		{"naive,naive", "", "method naive is given twice (--repeat N measures a context N times)"},
-		{"fast", "", `method "fast": must be one of naive, flush, nonce, flush+nonce`},
+		{"fast", "", `method "fast": must be one of naive, flush, nonce, flush+nonce, salt`},
+		{"salt", "[salt]", ""},
 	} {
 		got, err := ParseMethods(tt.in)
 		if tt.err != "" {

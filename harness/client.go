@@ -154,10 +154,11 @@ type Client struct {
 }
 
 // Prompt is what one leg sends: text, or token ids when the client sends
-// input ids.
+// input ids, and the cache_salt it carries, if any.
 type Prompt struct {
-	Text string
-	IDs  []int
+	Text      string
+	IDs       []int
+	CacheSalt string
 	// DPRank, if set, pins the request to that DP rank (SGLang's
 	// routed_dp_rank): the harness's own probes on a deployment of
 	// several ranks.
@@ -206,6 +207,24 @@ type Event struct {
 	At               time.Duration
 	CompletionTokens int
 	CountKnown       bool
+}
+
+// SGLangVersion is the "version" SGLang's /server_info reports: "" when
+// the server has no such route, answers it with an error, or reports no
+// version as a string. Only a server that cannot be reached is an error.
+func (c *Client) SGLangVersion(ctx context.Context) (string, error) {
+	var info struct {
+		Version any `json:"version"`
+	}
+	if _, err := c.get(ctx, "/server_info", &info); err != nil {
+		var ce *ConnError
+		if errors.As(err, &ce) {
+			return "", err
+		}
+		return "", nil
+	}
+	v, _ := info.Version.(string)
+	return v, nil
 }
 
 // discoverModel sets Model to the first model GET /v1/models lists, as
@@ -355,6 +374,9 @@ func (c *Client) generateBody(p Prompt, maxNew int, rid string, stream bool) (st
 	}
 	if p.DPRank != nil {
 		body["routed_dp_rank"] = *p.DPRank
+	}
+	if p.CacheSalt != "" {
+		body["cache_salt"] = p.CacheSalt
 	}
 	if c.InputIDs {
 		body[idsKey] = p.IDs

@@ -3,7 +3,8 @@
 // against sglmock, reports each figure's error against the modelled truth.
 //
 // It talks HTTP only and imports nothing of the mock (only github.com/sglmock/sglmock/sim, the
-// JSON contract of /sim/): the same harness runs unchanged against a real
+// JSON contract of /sim/, and github.com/sglmock/sglmock/compat, SGLang's
+// releases and their rules): the same harness runs unchanged against a real
 // SGLang server, where the truth columns are simply absent.
 //
 // # Methods
@@ -13,8 +14,9 @@
 // tok/s = prompt_tok/t_a. Its variants keep the legs cold, or not: naive
 // (the same prompt twice: the original benchmark's bug), flush
 // (/flush_cache before each leg), nonce (a fresh nonce in each prompt, at
-// its start or, to show why not, its end) and flush+nonce (the original
-// benchmark's fix). Stream sends one
+// its start or, to show why not, its end), flush+nonce (the original
+// benchmark's fix) and salt (the same prompt with a fresh cache_salt on
+// each leg). Stream sends one
 // streaming request per context: TTFT from the first event, the decode
 // rate token-weighted from the cumulative completion tokens, and the
 // per-event ITL a script counting one token per event would report.
@@ -51,6 +53,13 @@
 // cold. The flush method asks /server_info for hicache_storage_backend:
 // on a server with a storage tier its rows are SUSPECT for that, whatever
 // they measured, since a flush leaves that tier (tiers.go).
+//
+// A method can rely on a rule of one SGLang release and not of another.
+// Against SGLang the harness reads the release /server_info reports and
+// asks package compat, SGLang's table of releases, whether it has the
+// rule: the salt method's row is SUSPECT when the server reports a release
+// before PR #30827 (its /generate ignores cache_salt, and leg b reuses leg
+// a), one the table cannot place, or none.
 //
 // Then the row's figures are checked against the truth and the method,
 // each against Tolerance (5 %, calibrate's own; see its doc for how each

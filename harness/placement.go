@@ -69,7 +69,7 @@ func probeRank(ranks int) *int {
 // ran. "" when there is nothing to say: one rank, the legs on one rank, or
 // leg b reused (the reuse check says so).
 func placementCause(m Method, r Run, ranks, floor, allow int) string {
-	if ranks <= 1 || m.nonces() || m.flushes() || r.B.CachedTokens == nil || *r.B.CachedTokens > max(floor, 0)+allow {
+	if ranks <= 1 || m.nonces() || m.Flushes() || m.salts() || r.B.CachedTokens == nil || *r.B.CachedTokens > max(floor, 0)+allow {
 		return ""
 	}
 	a, b := r.A.DPRank, r.B.DPRank

@@ -15,6 +15,7 @@ var methodTitles = map[Method]string{
 	Naive:       "the same prompt twice, no flush (the original benchmark's first run)",
 	FlushMethod: "POST /flush_cache before each leg, same prompt",
 	NonceMethod: "a fresh nonce in each leg's prompt, no flush",
+	SaltMethod:  "the same prompt with a fresh cache_salt on each leg, no flush",
 	FlushNonce:  "flush before each leg and a fresh nonce at the start of each prompt (the original benchmark's fix)",
 }
 

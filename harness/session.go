@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/sim"
 )
 
@@ -155,6 +156,10 @@ type Server struct {
 	// /flush_cache does not clear ("" for none, or not asked: only the
 	// flush method asks).
 	HiCacheStorage string `json:"hicache_storage_backend,omitempty"`
+	// SGLangVersion is the "version" an SGLang server's /server_info
+	// reports, "" when it reports none; the rules of that release decide
+	// what a method may rely on (package compat).
+	SGLangVersion string `json:"sglang_version,omitempty"`
 }
 
 // session is one run against one server: the client, the prompt builder,
@@ -270,6 +275,11 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	if ranks > 1 {
 		s.server.DPRanks = ranks
 	}
+	if c.Backend == SGLang {
+		if s.server.SGLangVersion, err = c.SGLangVersion(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if p != nil {
 		s.server.Mock, s.server.Speedup = p.Name, p.Speedup
 		s.prog.speedup = p.Speedup
@@ -282,6 +292,35 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 		}
 	}
 	return s, nil
+}
+
+// hasGenerateCacheSalt selects compat's rule that /generate takes
+// cache_salt (PR #30827).
+func hasGenerateCacheSalt(r compat.Rules) bool { return r.GenerateCacheSalt }
+
+// saltCause says why the salt method's legs may not be kept apart: an
+// SGLang server before PR #30827 ignores cache_salt on /generate, which
+// the method sends it to. The OpenAI routes, which the other backends use,
+// take it in every SGLang release.
+func (s *session) saltCause() (Cause, bool) {
+	if s.c.Backend != SGLang {
+		return Cause{}, false
+	}
+	v, first := s.server.SGLangVersion, compat.FirstWith(hasGenerateCacheSalt)
+	const fix = "keep the legs apart with nonce or flush+nonce"
+	switch compat.Has(v, hasGenerateCacheSalt) {
+	case compat.Yes:
+		return Cause{}, false
+	case compat.No:
+		return Cause{Suspect, fmt.Sprintf("the server reports SGLang %s, older than PR #30827 (first in %s): its /generate ignores cache_salt, "+
+			"so the salt keeps no leg cold; %s", v, first, fix)}, true
+	}
+	if v == "" {
+		return Cause{Suspect, fmt.Sprintf("the server reports no SGLang version (/server_info), so whether its /generate takes cache_salt "+
+			"(PR #30827, SGLang %s and later) is unknown; %s", first, fix)}, true
+	}
+	return Cause{Suspect, fmt.Sprintf("the server reports SGLang %s, which is not known to have PR #30827 (first known in %s): "+
+		"its /generate may ignore cache_salt; %s", v, first, fix)}, true
 }
 
 // seconds converts a wall duration to the server's seconds.

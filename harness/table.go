@@ -265,7 +265,7 @@ func (tw *TableWriter) streamCells(row StreamRow) []cell {
 // that sent no flush before leg a says it flushed only between the legs.
 func methodTitle(row Row) string {
 	title := methodTitles[row.Method]
-	if row.Method.flushes() && len(row.Runs) > 0 && row.Runs[0].A.Flush == nil {
+	if row.Method.Flushes() && len(row.Runs) > 0 && row.Runs[0].A.Flush == nil {
 		title = methodTitlesBetweenLegs[row.Method]
 	}
 	return noncePositionTitle(row, title)

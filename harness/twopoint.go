@@ -27,13 +27,22 @@ const (
 	NonceMethod Method = "nonce"
 	// FlushNonce does both: the original benchmark's fix.
 	FlushNonce Method = "flush+nonce"
+	// SaltMethod sends the same prompt with a fresh cache_salt on each
+	// leg: SGLang keys its radix cache on the salt from PR #30827 (0.5.17)
+	// on; before it /generate ignores the salt and leg b reuses leg a.
+	SaltMethod Method = "salt"
 )
 
 // Methods lists the two-point variants.
-var Methods = []Method{Naive, FlushMethod, NonceMethod, FlushNonce}
+var Methods = []Method{Naive, FlushMethod, NonceMethod, FlushNonce, SaltMethod}
 
-func (m Method) flushes() bool { return m == FlushMethod || m == FlushNonce }
+// methodNames is Methods for messages.
+const methodNames = "naive, flush, nonce, flush+nonce, salt"
+
+// Flushes tells whether the method flushes the cache before its legs.
+func (m Method) Flushes() bool { return m == FlushMethod || m == FlushNonce }
 func (m Method) nonces() bool  { return m == NonceMethod || m == FlushNonce }
+func (m Method) salts() bool   { return m == SaltMethod }
 
 // Point is one context of a sweep: the row's label and the server tokens
 // its prompt is sized to.
@@ -79,13 +88,13 @@ func (tp *TwoPoint) Validate() error {
 		return err
 	}
 	for _, m := range tp.Methods {
-		if tp.FlushOnlyBetweenLegs && !m.flushes() {
+		if tp.FlushOnlyBetweenLegs && !m.Flushes() {
 			return fmt.Errorf("method %s sends no flush, so flushing only between the legs means nothing: use flush or flush+nonce", m)
 		}
 		if !slices.Contains(Methods, m) {
-			return fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
+			return fmt.Errorf("method %q: must be one of %s", m, methodNames)
 		}
-		if m.flushes() && tp.Client != nil && !tp.Client.CanFlush() {
+		if m.Flushes() && tp.Client != nil && !tp.Client.CanFlush() {
 			return fmt.Errorf("method %s: %w", m, ErrNoFlush)
 		}
 	}
@@ -319,12 +328,15 @@ func (tp *TwoPoint) measure(ctx context.Context, s *session, m Method, p Point, 
 		if !s.c.InputIDs {
 			leg.SizedTokens = sized
 		}
+		if m.salts() {
+			prompt.CacheSalt = id
+		}
 		desc := fmt.Sprintf("%s ctx %d leg %s", m, p.CtxReq, leg.Name)
 		if tp.Repeat > 1 {
 			desc += fmt.Sprintf(" (run %d/%d)", i+1, tp.Repeat)
 		}
 		s.prog.Leg(desc)
-		if m.flushes() && (leg == &run.B || !tp.FlushOnlyBetweenLegs) {
+		if m.Flushes() && (leg == &run.B || !tp.FlushOnlyBetweenLegs) {
 			rec, err := s.flush(ctx)
 			if err != nil {
 				return run, err
@@ -496,6 +508,11 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 		row.Verdict.add(c.Level, c.Text)
 	}
 	storageCheck(&row.Verdict, row.Method, s.server)
+	if row.Method.salts() {
+		if c, ok := s.saltCause(); ok {
+			row.Verdict.add(c.Level, c.Text)
+		}
+	}
 	if note := retriedFlushes(row.Runs); note != "" {
 		row.Verdict.add(OK, note)
 	}
@@ -823,7 +840,7 @@ func ParseMethods(s string) ([]Method, error) {
 	for _, f := range strings.Split(s, ",") {
 		m := Method(strings.TrimSpace(f))
 		if !slices.Contains(Methods, m) {
-			return nil, fmt.Errorf("method %q: must be one of naive, flush, nonce, flush+nonce", m)
+			return nil, fmt.Errorf("method %q: must be one of %s", m, methodNames)
 		}
 		if slices.Contains(out, m) {
 			return nil, fmt.Errorf("method %s is given twice (--repeat N measures a context N times)", m)

@@ -57,7 +57,7 @@ func run(t *testing.T, method interface {
 }
 
 // On the original benchmark's profile and sizes, naive is poisoned at every size and
-// says why; flush, nonce and flush+nonce measure decode and TTFT with no
+// says why; flush, nonce, flush+nonce and salt measure decode and TTFT with no
 // error against the truth of the requests they sent (virtual time: the
 // client's clock is exact), and report the method's own bias.
 func TestMethodsAgainstTruth(t *testing.T) {
@@ -67,7 +67,7 @@ func TestMethodsAgainstTruth(t *testing.T) {
 		if rep.Server.Mock != "kimi-k2.6-rtx6000" || rep.Server.Speedup != 1 || rep.Server.SharedFloor != 0 {
 			t.Fatalf("server: got %+v", rep.Server)
 		}
-		if got, want := len(rep.Rows), 12; got != want {
+		if got, want := len(rep.Rows), 15; got != want {
 			t.Fatalf("rows: got %d, want %d", got, want)
 		}
 		for _, row := range rep.Rows {
@@ -93,7 +93,7 @@ func TestMethodsAgainstTruth(t *testing.T) {
 			}
 			want := fmt.Sprintf("SUSPECT: b-a = 16: only %d speculative rounds, and decode moves by a whole round (%s %%) from run to run: use --b 3249 (about 738 rounds of 4.40 tokens, which the scatter of the tokens a round accepts needs too)",
 				rounds, strconv.FormatFloat(math.Round(1000/float64(rounds))/10, 'f', -1, 64))
-			if row.Method != harness.NonceMethod {
+			if row.Method.Flushes() {
 				// Each flush comes right after a response, inside kimi's 50 ms
 				// settling window: refused once, accepted on the retry.
 				want += "; 2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries"

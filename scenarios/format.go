@@ -24,7 +24,7 @@ The actions, one a step:
 
 twopoint:    a two-point measurement (as sglmock bench twopoint), one method
   ctx: [1024:1407, 8192]   # TOKENS or REQ:TOKENS (the row's label)
-  method: naive            # naive, flush, nonce, flush+nonce
+  method: naive            # naive, flush, nonce, flush+nonce, salt
   a: 1, b: 17, repeat: 1, nonce_position: start, allow_shared_prefix: 0
   flush_only_between_legs: false   # a flush before leg b only
   flush: {retries: 3, retry_wait_s: 0.1, timeout_s: 0}   # the server's seconds

@@ -68,8 +68,10 @@ figure's error against the modelled truth.
             prefill tok/s = prompt_tok/t_a. --method picks how the legs are
             kept cold: naive (the same prompt twice, no flush: the original
             benchmark's bug), flush (POST /flush_cache before each leg),
-            nonce (a fresh nonce in each prompt), flush+nonce (its fix); a
-            comma list runs several.
+            nonce (a fresh nonce in each prompt), flush+nonce (its fix),
+            salt (a fresh cache_salt on each leg: SGLang reads it on
+            /generate from 0.5.17, and the row names the server's release
+            when it does not); a comma list runs several.
   stream    one streaming request per context: TTFT from the first event,
             decode tok/s token-weighted from meta_info.completion_tokens;
             also the per-event ITL a script counting one token per event
@@ -126,7 +128,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchOptions, error) {
 	if o.method == "twopoint" {
 		fs.IntVar(&o.a, "a", 1, "max_new_tokens of leg a")
 		fs.IntVar(&o.b, "b", 17, "max_new_tokens of leg b")
-		fs.StringVar(&methods, "method", "flush+nonce", "naive, flush, nonce or flush+nonce; a comma list runs each in turn")
+		fs.StringVar(&methods, "method", "flush+nonce", "naive, flush, nonce, flush+nonce or salt; a comma list runs each in turn")
 		fs.StringVar(&o.noncePos, "nonce-position", "start", "where the nonce goes: start, or end (everything before it stays shared: the checks flag it)")
 		fs.IntVar(&o.repeat, "repeat", 1, "measure each context this many times and report the medians and the spread")
 		fs.BoolVar(&o.dryRun, "dry-run", false, "send nothing: print each method's predicted time for the sweep on --profile")

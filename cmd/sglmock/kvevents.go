@@ -30,7 +30,7 @@ func startKVEvents(o *serveOptions, logger *slog.Logger) (publishers, error) {
 		cfg, err := o.kvEvents.ForRank(o.profile.AttnDPRank(r))
 		if err == nil {
 			var pub *kvevents.Publisher
-			if pub, err = kvevents.Start(cfg, topic, logger); err == nil {
+			if pub, err = kvevents.Start(cfg, topic, o.profile.Rules(), logger); err == nil {
 				pubs = append(pubs, pub)
 				logKVEvents(logger, cfg, topic, r, o.profile.Ranks())
 				continue

@@ -43,6 +43,9 @@ type serveOptions struct {
 	tokenizer                                                       *tokenizer.Tokenizer // nil: the profile's
 	readHeaderTimeout, idleTimeout, bodyTimeout, stallTimeout       time.Duration
 	profile                                                         *profile.Profile
+	// launched are the deployment flags SGLang leaves None unless given,
+	// for /server_info.
+	launched profile.Launched
 	// ignoredLaunchFlags are the flags of SGLang's launch_server given
 	// that sglmock does not model, named in one warning line.
 	ignoredLaunchFlags []string
@@ -171,6 +174,7 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		return nil, err
 	}
 	o.profile = p
+	o.launched = profileFlags.Launched()
 	if len(o.ignoredLaunchFlags) > 0 {
 		fmt.Fprintf(stderr, "%s: SGLang flags accepted and ignored (the profile stands for the deployment they describe): %s\n",
 			fs.Name(), strings.Join(o.ignoredLaunchFlags, " "))
@@ -280,7 +284,8 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	}
 	defer ln.Close()
 	args := api.ServerArgs{Host: o.host, Port: o.port, ModelPath: o.modelPath, ServedModelName: o.servedModelName, LogLevel: o.logLevel,
-		TokenizerPath: o.tokenizerPath}
+		TokenizerPath: o.tokenizerPath, ContextLength: o.launched.ContextLength, MaxTotalTokens: o.launched.MaxTotalTokens,
+		MaxRunningRequests: o.launched.MaxRunningRequests}
 	pubs, err := startKVEvents(o, logger)
 	if err != nil {
 		return err

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 func TestServeFlags(t *testing.T) {
@@ -45,6 +47,19 @@ func TestServeFlags(t *testing.T) {
 				s := o.profile.Speculative
 				return s.NumSteps == 2 && len(s.AcceptProbs) == 2 && s.AcceptProbs[1] == 0.9 && s.Algorithm == "DDTREE"
 			}},
+		{"the launch arguments /server_info reports as given", []string{"--context-length", "4096", "--max-running-requests", "64"}, "",
+			func(o *serveOptions) bool {
+				l := o.launched
+				return l.ContextLength != nil && *l.ContextLength == 4096 && l.MaxRunningRequests != nil && *l.MaxRunningRequests == 64 &&
+					l.MaxTotalTokens == nil && o.profile.ContextLength == 4096
+			}},
+		{"none given", nil, "", func(o *serveOptions) bool {
+			return o.launched == profile.Launched{}
+		}},
+		{"an SGLang release", []string{"--sglang-version", "v0.5.12"}, "", func(o *serveOptions) bool {
+			return o.profile.Release() == "0.5.12" && !o.profile.Rules().GenerateCacheSalt
+		}},
+		{"an unknown SGLang release", []string{"--sglang-version", "0.5.15"}, `--sglang-version "0.5.15": not a release sglmock follows: it follows SGLang 0.5.10,`, nil},
 		{"seed", []string{"--seed", "7"}, "", func(o *serveOptions) bool { return o.profile.Seed == 7 }},
 		{"random seed", []string{"--random-seed", "8"}, "", func(o *serveOptions) bool { return o.profile.Seed == 8 }},
 		{"fcfs", []string{"--schedule-policy", "fcfs"}, "", func(o *serveOptions) bool { return o.schedulePolicy == "fcfs" }},
@@ -431,7 +446,7 @@ func TestLaunchFlagTable(t *testing.T) {
 		byName[lf.name] = lf
 	}
 	sglmockOnly := []string{"profile", "speedup", "seed", "shutdown-grace", "max-body-bytes", "read-header-timeout",
-		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file"}
+		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file", "sglang-version"}
 	fs, _, _ := serveFlags(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		lf, ok := byName[f.Name]

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/api"
 )
 
@@ -59,9 +61,10 @@ func cmpOr(s, def string) string {
 
 const versionUsage = `Usage: sglmock version (or sglmock --version)
 
-Prints sglmock's version, the SGLang version whose API it follows (the
-"version" that /server_info and /v1/loads report), and what the binary was
-built from.
+Prints sglmock's version, the SGLang releases whose rules it can follow
+(serve --sglang-version; the one chosen is the "version" that /server_info
+and /v1/loads report), the rules in which they differ, and what the binary
+was built from.
 `
 
 // runVersion prints the versions.
@@ -76,7 +79,50 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 	}
 	bi, _ := debug.ReadBuildInfo()
 	fmt.Fprintf(stdout, "sglmock %s\n", sglmockVersion(version, bi))
-	fmt.Fprintf(stdout, "  follows SGLang %s (the version /server_info and /v1/loads report)\n", api.SGLangVersion)
+	writeReleases(stdout)
 	fmt.Fprintf(stdout, "  built from %s\n", buildSummary(bi))
 	return 0
+}
+
+// writeReleases lists the SGLang releases the mock follows, grouped by
+// their rules, and the rules that tell them apart.
+func writeReleases(w io.Writer) {
+	fmt.Fprintf(w, "  follows SGLang %s by default (the version /server_info and /v1/loads report); --sglang-version picks another:\n",
+		compat.Default)
+	rows := [][]string{}
+	for _, g := range compat.Groups() {
+		names := slices.Clone(g.Releases)
+		if i := slices.Index(names, compat.Default); i >= 0 {
+			names[i] += " (default)"
+		}
+		rows = append(rows, []string{strings.Join(names, ", "), g.Rules.Summary() + " below"})
+	}
+	writeColumns(w, "    ", rows)
+	fmt.Fprintln(w, "  rules that differ (docs/model.md has each one's old and new behaviour and its SGLang function):")
+	rows = rows[:0]
+	for _, r := range compat.Table() {
+		rows = append(rows, []string{r.Name, r.PRList(), "from " + r.Since, r.Title})
+	}
+	writeColumns(w, "    ", rows)
+}
+
+// writeColumns writes rows with their columns aligned, the last one as it
+// is.
+func writeColumns(w io.Writer, indent string, rows [][]string) {
+	var widths []int
+	for _, row := range rows {
+		for i, cell := range row[:len(row)-1] {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], len(cell))
+		}
+	}
+	for _, row := range rows {
+		line := indent
+		for i, cell := range row[:len(row)-1] {
+			line += cell + strings.Repeat(" ", widths[i]-len(cell)+2)
+		}
+		fmt.Fprintln(w, line+row[len(row)-1])
+	}
 }

@@ -15,9 +15,12 @@ import (
 // refused by SGLang's scheduler, which queues it already aborted with
 // status 400 and its prompt cut to one token: an OpenAI stream, already
 // started, answers HTTP 200 with an error event (type BAD_REQUEST), the
-// usage chunk if asked for and [DONE]. Refused before the stream starts
-// (past the context itself) or not streaming, it is HTTP 400, and
-// /generate is as it was.
+// usage chunk if asked for and [DONE]; a /generate stream yields the abort
+// as an ordinary event, finish_reason {"type": "abort", "status_code":
+// 400, "err_type": "BadRequestError"}, then [DONE] (the tokenizer
+// manager's _handle_abort_finish_reason returns it to a stream). Refused
+// before the stream starts (past the context itself) or not streaming, it
+// is HTTP 400.
 func TestNearContextLimitOnOpenAIStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
@@ -29,6 +32,8 @@ func TestNearContextLimitOnOpenAIStreams(t *testing.T) {
 				`{"model": "m", "prompt": ` + prompt + `, "max_tokens": 1, "stream": true, "stream_options": {"include_usage": true}, "rid": "w1"}`},
 			{"openai/chat_stream_near_limit.txt", "/v1/chat/completions",
 				`{"model": "m", "input_ids": ` + prompt + `, "max_tokens": 1, "stream": true, "rid": "w2"}`},
+			{"generate/stream_near_limit.txt", "/generate",
+				`{"input_ids": ` + prompt + `, "sampling_params": {"max_new_tokens": 1}, "stream": true, "rid": "w3"}`},
 		} {
 			code, body, _ := ts.Do(t, "POST", tt.path, tt.body)
 			if code != 200 {
@@ -38,6 +43,10 @@ func TestNearContextLimitOnOpenAIStreams(t *testing.T) {
 		}
 		if code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": `+jsonOf(ids(71, 1000))+`, "max_tokens": 1, "stream": true}`); code != 400 {
 			t.Errorf("a stream past the context: %d %s, want 400 before it starts", code, body)
+		}
+		want := `{"error":{"message":"Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."}}`
+		if code, body, _ := ts.Do(t, "POST", "/generate", `{"input_ids": `+prompt+`, "sampling_params": {"max_new_tokens": 1}}`); code != 400 || body != want {
+			t.Errorf("/generate, not streaming: %d %s, want 400 %s", code, body, want)
 		}
 		mocktest.CheckIdle(t, ts.Engine())
 	})

@@ -479,7 +479,14 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				`{"object":"error","message":"max_tokens must be positive, got 0.","type":"BadRequestError","param":null,"code":400}`},
 			{"v1 prompt too long", "POST", "/v1/completions", `{"prompt": ` + long + `}`, nil, 400, `"type":"BadRequestError"`},
 			{"v1 missing prompt", "POST", "/v1/completions", `{"model": "m"}`, nil, 400, `prompt: Field required`},
-			{"chat without messages", "POST", "/v1/chat/completions", `{"messages": []}`, nil, 400, `"type":"Bad Request"`},
+			{"chat with empty messages", "POST", "/v1/chat/completions", `{"messages": []}`, nil, 400,
+				`{"object":"error","message":"Messages cannot be empty.","type":"BadRequestError","param":null,"code":400}`},
+			{"chat without messages", "POST", "/v1/chat/completions", `{"model": "m"}`, nil, 400, `"message":"messages: Field required","type":"Bad Request"`},
+			{"v1 empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, nil, 400,
+				`{"object":"error","message":"Prompt cannot be empty","type":"BadRequestError","param":null,"code":400}`},
+			{"v1 empty prompt list", "POST", "/v1/completions", `{"prompt": []}`, nil, 400, `"message":"Prompt cannot be empty"`},
+			{"v1 prompts all empty", "POST", "/v1/completions", `{"prompt": ["", ""]}`, nil, 400, `"message":"Prompt cannot be empty"`},
+			{"v1 token prompts all empty", "POST", "/v1/completions", `{"prompt": [[], [ ]]}`, nil, 400, `"message":"Prompt cannot be empty"`},
 			{"chat bad content", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": 5}]}`, nil, 400, `content must be a string`},
 			{"chat bad tools", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hi"}], "tools": [1]}`, nil, 400, `tools: Input should be a valid list of tools`},
 			{"chat bad tool calls", "POST", "/v1/chat/completions", `{"messages": [{"role": "assistant", "content": "", "tool_calls": "x"}]}`, nil, 400, `messages.0.tool_calls: Input should be`},
@@ -647,20 +654,12 @@ func TestHealthAndStates(t *testing.T) {
 func TestInfoEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: 1})
-		decode := func(path string) map[string]any {
-			t.Helper()
-			code, body, _ := ts.Do(t, "GET", path, "")
-			var m map[string]any
-			if err := json.Unmarshal([]byte(body), &m); code != 200 || err != nil {
-				t.Fatalf("%s: %d %s", path, code, body)
-			}
-			return m
-		}
+		decode := func(path string) map[string]any { return getJSON(t, ts, path) }
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			info := decode(path)
 			states, _ := info["internal_states"].([]any)
-			if len(states) != 1 || info["version"] != api.SGLangVersion || info["max_total_num_tokens"] != 420000.0 ||
-				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != 200000.0 || info["api_key"] != nil ||
+			if len(states) != 1 || info["version"] != "0.5.18" || info["max_total_num_tokens"] != 420000.0 ||
+				info["speculative_algorithm"] != "DDTREE" || info["context_length"] != nil || info["api_key"] != nil ||
 				info["disable_overlap_schedule"] != false {
 				t.Fatalf("%s: %v", path, info)
 			}
@@ -807,26 +806,27 @@ func TestMetrics(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("/metrics: %d", code)
 		}
-		// The tokenizer manager's metrics carry the model; the scheduler's
-		// its labels (metrics_collector.py).
-		label := `{model_name="meta-llama/Llama-3.1-8B-Instruct"}`
+		// The tokenizer manager's metrics carry the model and the engine
+		// type; the scheduler's its labels (metrics_collector.py).
+		label := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct"}`
 		sched := `{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
 			"sglang:prompt_tokens_total" + label + " 900",
-			`sglang:cached_tokens_total{cache_source="device",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
+			`sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct"} 596`, // EAGLE3: bigram keys, 298 per repeat
 			"sglang:generation_tokens_total" + label + " 60",
 			"sglang:num_requests_total" + label + " 3",
 			"sglang:num_aborted_requests_total" + label + " 0",
 			`sglang:realtime_tokens_total{engine_type="unified",mode="prefill_cache",model_name="meta-llama/Llama-3.1-8B-Instruct",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 596`,
+			// As the last prefill batch logged them: the running batch before
+			// it joined, and the third request's 300 prompt tokens in use.
 			"sglang:num_running_reqs" + sched + " 0",
-			// The cached prompts are evictable: nothing is in use.
-			"sglang:num_used_tokens" + sched + " 0\n",
+			"sglang:num_used_tokens" + sched + " 300\n",
 			"sglang:token_usage" + sched + " 0\n",
 			"sglang:max_total_num_tokens" + sched + " 600000",
 			"sglang:time_to_first_token_seconds_count" + label + " 3",
 			"sglang:e2e_request_latency_seconds_count" + label + " 3",
 			"sglang:inter_token_latency_seconds_count" + label + " 57",
-			"sglang:queue_time_seconds_count" + label + " 3",
+			"sglang:queue_time_seconds_count" + sched + " 3",
 			"sglang:spec_accept_length" + sched,
 			"sglang:cache_hit_rate" + sched,
 		} {
@@ -858,7 +858,7 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 			}
 		}
 		_, body, _ := ts.Do(t, "GET", "/metrics", "")
-		label := `{model_name="sglmock/small-1b"}`
+		label := `{engine_type="unified",model_name="sglmock/small-1b"}`
 		for _, want := range []string{
 			"sglang:num_requests_total" + label + " 64",
 			"sglang:prompt_tokens_total" + label + " 3200",
@@ -948,7 +948,7 @@ func TestTwoServersCoexist(t *testing.T) {
 		if code, _, _ := a.Do(t, "GET", "/metrics", ""); code != 404 {
 			t.Fatalf("a has metrics off: got %d", code)
 		}
-		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{model_name="moonshotai/Kimi-K2.6"} 1`) {
+		if _, m, _ := b.Do(t, "GET", "/metrics", ""); !strings.Contains(m, `sglang:num_requests_total{engine_type="unified",model_name="moonshotai/Kimi-K2.6"} 1`) {
 			t.Fatalf("b's metrics count only b's request")
 		}
 	})
@@ -990,10 +990,11 @@ func TestAbortInQueueTimes(t *testing.T) {
 			t.Fatalf("b had no first token, yet: %s", body)
 		}
 		_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
-		label := `{model_name="sglmock/small-1b"}`
+		label := `{engine_type="unified",model_name="sglmock/small-1b"}`
+		sched := `{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		for _, want := range []string{
-			"sglang:queue_time_seconds_sum" + label + " 0\n", // a's
-			"sglang:queue_time_seconds_count" + label + " 1\n",
+			"sglang:queue_time_seconds_sum" + sched + " 0\n", // a's
+			"sglang:queue_time_seconds_count" + sched + " 1\n",
 			"sglang:e2e_request_latency_seconds_count" + label + " 2\n",
 		} {
 			if !strings.Contains(metrics, want) {

@@ -18,11 +18,7 @@ import (
 func TestCacheNamespaces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{EnableCacheReport: true})
-		prompt := jsonOf(ids(40, 500))
-		steps := []struct {
-			name, path, fields string
-			want               int
-		}{
+		steps := []namespaceStep{
 			{"cold", "/generate", ``, 0},
 			{"cache_salt partitions /generate", "/generate", `"cache_salt": "a"`, 0},
 			{"the same salt again", "/generate", `"cache_salt": "a"`, 499},
@@ -42,37 +38,76 @@ func TestCacheNamespaces(t *testing.T) {
 			{"the adapter's key without the salt", "/generate", `"extra_key": "y"`, 0},
 			{"the salted one again", "/generate", `"cache_salt": "x", "lora_path": "y"`, 499},
 		}
-		for _, st := range steps {
-			var body string
-			if st.path == "/generate" {
-				body = fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}`, prompt)
-			} else {
-				body = fmt.Sprintf(`{"prompt": %s, "max_tokens": 1`, prompt)
-			}
-			if st.fields != "" {
-				body += ", " + st.fields
-			}
-			code, resp, _ := ts.Do(t, "POST", st.path, body+"}")
-			var got struct {
-				MetaInfo struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"meta_info"`
-				Usage struct {
-					PromptTokensDetails *struct {
-						CachedTokens int `json:"cached_tokens"`
-					} `json:"prompt_tokens_details"`
-				} `json:"usage"`
-			}
-			if err := json.Unmarshal([]byte(resp), &got); code != 200 || err != nil {
-				t.Fatalf("%s: %d %s", st.name, code, resp)
-			}
-			cached := got.MetaInfo.CachedTokens
-			if d := got.Usage.PromptTokensDetails; d != nil {
-				cached = d.CachedTokens
-			}
-			if cached != st.want {
-				t.Errorf("%s: cached %d, want %d", st.name, cached, st.want)
-			}
+		checkNamespaces(t, ts, ids(40, 500), steps)
+	})
+}
+
+// namespaceStep sends the prompt to path with fields and expects its
+// cached tokens.
+type namespaceStep struct {
+	name, path, fields string
+	want               int
+}
+
+func checkNamespaces(t *testing.T, ts *mocktest.Mock, tokens []int32, steps []namespaceStep) {
+	t.Helper()
+	prompt := jsonOf(tokens)
+	for _, st := range steps {
+		var body string
+		if st.path == "/generate" {
+			body = fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 1}`, prompt)
+		} else {
+			body = fmt.Sprintf(`{"prompt": %s, "max_tokens": 1`, prompt)
 		}
+		if st.fields != "" {
+			body += ", " + st.fields
+		}
+		code, resp, _ := ts.Do(t, "POST", st.path, body+"}")
+		var got struct {
+			MetaInfo struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"meta_info"`
+			Usage struct {
+				PromptTokensDetails *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(resp), &got); code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", st.name, code, resp)
+		}
+		cached := got.MetaInfo.CachedTokens
+		if d := got.Usage.PromptTokensDetails; d != nil {
+			cached = d.CachedTokens
+		}
+		if cached != st.want {
+			t.Errorf("%s: cached %d, want %d", st.name, cached, st.want)
+		}
+	}
+}
+
+// Before PR #30827 (0.5.12) GenerateReqInput has no cache_salt: /generate
+// ignores it, whatever its value, so a salted leg reuses the cache; the
+// OpenAI routes join cache_salt and extra_key into one string
+// (_compute_extra_key), so salt "a" and extra_key "a" share a namespace,
+// and so do salt "a" with key "b" and key "ab".
+func TestCacheNamespacesBeforePR30827(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.SGLangVersion = "0.5.12"
+		ts := mocktest.Start(t, api.Config{Profile: p, EnableCacheReport: true})
+		checkNamespaces(t, ts, ids(40, 500), []namespaceStep{
+			{"cold", "/generate", ``, 0},
+			{"/generate ignores cache_salt", "/generate", `"cache_salt": "a"`, 499},
+			{"another salt is the same", "/generate", `"cache_salt": "b"`, 499},
+			{"even one that is no string", "/generate", `"cache_salt": [1, 2]`, 499},
+			{"OpenAI salt is a namespace", "/v1/completions", `"cache_salt": "a"`, 0},
+			{"the extra_key of the same text is that namespace", "/v1/completions", `"extra_key": "a"`, 499},
+			{"salt and key are one string", "/v1/completions", `"cache_salt": "a", "extra_key": "b"`, 0},
+			{"the key of their concatenation", "/v1/completions", `"extra_key": "ab"`, 499},
+			{"and on /generate", "/generate", `"extra_key": "ab"`, 499},
+			{"OpenAI's empty salt and key are no namespace", "/v1/completions", `"cache_salt": "", "extra_key": ""`, 499},
+			{"LoRA appends to the joined key", "/v1/completions", `"cache_salt": "a", "lora_path": "b"`, 499},
+		})
 	})
 }

@@ -115,11 +115,11 @@ func (s *Server) serverInfo(c *gin.Context) {
 	info := s.flatArgs()
 	// The scheduler's info, which SGLang merges in at launch.
 	info["status"] = "ready"
-	info["max_total_num_tokens"] = s.args.MaxTotalTokens
+	info["max_total_num_tokens"] = s.cfg.Profile.MaxTotalTokens
 	info["max_req_input_len"] = s.cfg.Profile.MaxReqInputLen()
 	info["kv_events"] = kvEventsBlock(s.cfg.KVEvents, s.args.PageSize, s.args.DPSize)
 	info["internal_states"] = s.internalStates()
-	info["version"] = SGLangVersion
+	info["version"] = s.cfg.Profile.Release()
 	info["sim"] = s.simInfo()
 	writeJSON(c, http.StatusOK, info)
 }
@@ -231,7 +231,7 @@ func (s *Server) tokenize(c *gin.Context) {
 	} else {
 		ids = tok.Encode(ids, text)
 	}
-	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.args.ContextLength})
+	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.Profile.ContextLength})
 }
 
 // maxTokenizeTokens bounds /tokenize and /detokenize: five times the

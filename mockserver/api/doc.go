@@ -38,7 +38,11 @@
 // (load, cache size and lifetime hit rate), with the
 // JSON of package sim. SGLang has none of these; the harness uses
 // them when present. /server_info carries the profile and speedup under
-// "sim"; SGLang's "status" ("ready"); kv_events_config, the
+// "sim"; the SGLang release the mock follows as "version" (as /v1/loads
+// does); the launch arguments as SGLang's ServerArgs holds them
+// (context_length, max_total_tokens and max_running_requests null unless
+// given, max_running_requests 48 under speculative decoding);
+// SGLang's "status" ("ready"); kv_events_config, the
 // --kv-events-config JSON as given (null without KV events), as SGLang's
 // server args do; and SGLang's kv_events descriptor (publisher,
 // endpoint_host, endpoint_port_base, topic, block_size, dp_size), null
@@ -203,13 +207,22 @@
 //     waiting client's when its 4 s wait on the request times out or its
 //     next 50-token output goes out; until then they run, hold their KV
 //     and batch slot, and keep the server busy.
-//   - /metrics (--enable-metrics) has SGLang's names and labels: the
-//     tokenizer manager's counters and histograms carry model_name, and
-//     cached_tokens_total its cache_source ("device"); the scheduler's
-//     gauges and realtime_tokens_total carry engine_type ("unified"),
-//     model_name, moe_ep_rank, pp_rank and tp_rank. The warmup request
-//     counts, an ordinary request on SGLang; /health_generate's does not
-//     (log_metrics=false). Neither is listed under /sim/requests.
+//   - /metrics (--enable-metrics) has SGLang's names, labels and buckets
+//     (metrics_collector.py): the tokenizer manager's counters and
+//     histograms (the latencies; prompt, uncached prompt and generation
+//     tokens per request; spec_verify_calls_total) carry model_name and
+//     engine_type ("unified"), cached_tokens_total its cache_source
+//     ("device"); the scheduler's gauges, counters (realtime tokens,
+//     retractions) and queue time carry engine_type, model_name,
+//     moe_ep_rank, pp_rank and tp_rank; the radix cache's
+//     evicted_tokens_total and eviction_duration_seconds carry cache_type
+//     ("RadixCache"), each eviction observed as 0 s (the model charges it
+//     nothing). The scheduler's gauges are what its metrics reporter last
+//     logged (each prefill batch, every decode-log interval), token_usage
+//     rounded to two decimals; a counter SGLang increments only by a
+//     positive amount has no series before its first increment. The warmup
+//     request counts, an ordinary request on SGLang; /health_generate's
+//     does not (log_metrics=false). Neither is listed under /sim/requests.
 //   - A client that stops reading its answer or stream is cut off once a
 //     write makes no progress for --stall-timeout (30 s, wall time), its
 //     requests aborted at once (a long answer goes out 64 KiB a write, so

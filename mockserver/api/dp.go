@@ -64,16 +64,12 @@ type rankCollector struct {
 	rank  int
 }
 
-func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range schedulerDescs {
-		ch <- d
-	}
-}
+func (c *rankCollector) Describe(ch chan<- *prometheus.Desc) { describeScheduler(ch) }
 
 func (c *rankCollector) Collect(ch chan<- prometheus.Metric) {
 	ranks := c.eng.RankStats()
 	tp := strconv.Itoa(engine.RankTPRank(c.eng.Profile(), c.rank))
-	collectScheduler(ch, ranks[c.rank], []string{"unified", c.model, "0", "0", tp})
+	collectScheduler(ch, ranks[c.rank], []string{engineType, c.model, "0", "0", tp})
 }
 
 // registerRankCollectors registers a rankCollector for each rank of a

@@ -180,7 +180,8 @@ func TestLoadsPerRank(t *testing.T) {
 
 // TestServerInfoPerRank: internal_states has one state a rank, each with
 // the requests a rank may run; the args say the parallelism, the chunked
-// prefill size as SGLang divides it, and kv_events the ranks a router
+// prefill size as SGLang divides it (max_running_requests, not given at
+// launch, is null as SGLang's argument), and kv_events the ranks a router
 // subscribes to.
 func TestServerInfoPerRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -193,7 +194,7 @@ func TestServerInfoPerRank(t *testing.T) {
 			Attention  bool   `json:"enable_dp_attention"`
 			Method     string `json:"load_balance_method"`
 			Chunked    int    `json:"chunked_prefill_size"`
-			MaxRunning int    `json:"max_running_requests"`
+			MaxRunning *int   `json:"max_running_requests"`
 			MaxTotal   int    `json:"max_total_num_tokens"`
 			KVEvents   struct {
 				DPSize int `json:"dp_size"`
@@ -209,7 +210,7 @@ func TestServerInfoPerRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		if info.TP != 2 || info.DP != 2 || !info.Attention || info.Method != "round_robin" || info.Chunked != 4096 ||
-			info.MaxRunning != 256 || info.MaxTotal != 262144 || info.KVEvents.DPSize != 2 || len(info.Internal) != 2 ||
+			info.MaxRunning != nil || info.MaxTotal != 262144 || info.KVEvents.DPSize != 2 || len(info.Internal) != 2 ||
 			info.Internal[1].PerDP != 128 || info.Internal[1].Capacity.Tokens != 262144 {
 			t.Fatalf("/server_info: %+v", info)
 		}
@@ -227,7 +228,7 @@ func TestMetricsPerRank(t *testing.T) {
 			`sglang:max_total_num_tokens{dp_rank="0",engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 262144`,
 			`sglang:realtime_tokens_total{dp_rank="1",engine_type="unified",mode="prefill_compute",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="1"} 40`,
 			`sglang:realtime_tokens_total{dp_rank="0",engine_type="unified",mode="prefill_compute",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 0`,
-			`sglang:prompt_tokens_total{model_name="sglmock/small-1b"} 40`,
+			`sglang:prompt_tokens_total{engine_type="unified",model_name="sglmock/small-1b"} 40`,
 		} {
 			if !strings.Contains(body, want+"\n") {
 				t.Fatalf("/metrics lacks %s:\n%s", want, body)

@@ -48,6 +48,13 @@ var (
 	errUnequalCopies = refusal("The parallel_sample_num should be the same for all samples in sample params.")
 )
 
+// The OpenAI routes' refusals of an empty input, with SGLang's messages
+// (the _validate_request of serving_completions.py and serving_chat.py).
+var (
+	errEmptyPrompt   = refusal("Prompt cannot be empty")
+	errEmptyMessages = refusal("Messages cannot be empty.")
+)
+
 // envelope is the shape of an endpoint's refusals.
 type envelope int
 

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"encoding/hex"
 	"errors"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 )
 
 func (s *Server) generate(c *gin.Context) {
@@ -64,6 +67,10 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 		return
 	}
 	streams, err := s.submit(c.Request.Context(), p, s.received(c))
+	if a, ok := schedulerRefusal(err); ok && !p.batch && c.Request.Context().Err() == nil {
+		s.streamSchedulerAbort(c, w, p.items[0], a)
+		return
+	}
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			streamError(w, err.Error())
@@ -76,4 +83,26 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 	if ok {
 		w.done()
 	}
+}
+
+// streamSchedulerAbort is the one event of a /generate stream whose prompt
+// SGLang's scheduler refuses as it queues it (validate_input_length, then
+// set_finish_with_abort): an ordinary output whose finish_reason is the
+// abort with status 400 and err_type BadRequestError, over the one token of
+// prompt SGLang leaves the request, which the tokenizer manager yields to a
+// stream (_handle_abort_finish_reason) where it raises for a plain answer;
+// then [DONE].
+func (s *Server) streamSchedulerAbort(c *gin.Context, w *sse, it item, a schedulerAbort) {
+	rid := it.req.RID
+	if rid == "" {
+		u := uuid.New()
+		rid = hex.EncodeToString(u[:])
+	}
+	code, errType := a.status, "BadRequestError"
+	now := realtime(time.Now())
+	meta := metaInfo{ID: rid, FinishReason: finishAbort{Type: "abort", Message: a.message, StatusCode: &code, ErrType: &errType},
+		PromptTokens: 1, WeightVersion: weightVersion, E2ELatency: (s.eng.Now() - s.received(c)).Seconds(),
+		ResponseSentToClientTS: &now}
+	w.add(marshal(generateResponse{Text: "", OutputIDs: []int32{}, MetaInfo: meta}))
+	w.done()
 }

@@ -3,20 +3,33 @@ package api
 import (
 	json "github.com/goccy/go-json"
 
+	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
 )
 
-// samplingParams are the sampling_params a mock honours; the rest are
-// accepted and ignored (the mock's output does not depend on sampling).
+// samplingParams are the sampling_params a mock honours, and those SGLang
+// verifies (SamplingParams.verify), which change nothing the mock
+// generates; the rest are accepted and ignored.
 type samplingParams struct {
-	MaxNewTokens   *integer     `json:"max_new_tokens"`
-	Temperature    *float64     `json:"temperature"`
-	Stop           stringOrList `json:"stop"`
-	StopTokenIDs   []int32      `json:"stop_token_ids"`
-	IgnoreEOS      bool         `json:"ignore_eos"`
-	N              *integer     `json:"n"`
-	StreamInterval *integer     `json:"stream_interval"`
-	NoStopTrim     bool         `json:"no_stop_trim"`
+	MaxNewTokens      *integer        `json:"max_new_tokens"`
+	Temperature       *number         `json:"temperature"`
+	TopP              *number         `json:"top_p"`
+	TopK              *number         `json:"top_k"`
+	MinP              *number         `json:"min_p"`
+	FrequencyPenalty  *number         `json:"frequency_penalty"`
+	PresencePenalty   *number         `json:"presence_penalty"`
+	RepetitionPenalty *number         `json:"repetition_penalty"`
+	MinNewTokens      *number         `json:"min_new_tokens"`
+	LogitBias         objectKeys      `json:"logit_bias"`
+	JSONSchema        json.RawMessage `json:"json_schema"`
+	Regex             json.RawMessage `json:"regex"`
+	EBNF              json.RawMessage `json:"ebnf"`
+	Stop              stringOrList    `json:"stop"`
+	StopTokenIDs      []int32         `json:"stop_token_ids"`
+	IgnoreEOS         bool            `json:"ignore_eos"`
+	N                 *integer        `json:"n"`
+	StreamInterval    *integer        `json:"stream_interval"`
+	NoStopTrim        bool            `json:"no_stop_trim"`
 }
 
 // generateBody is GenerateReqInput; unknown keys are ignored.
@@ -149,9 +162,13 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 	if err != nil {
 		return plan{}, err
 	}
-	salts, err := perItem(b.CacheSalt, n, "cache_salt", (*string)(nil))
-	if err != nil {
-		return plan{}, err
+	// Before the generate-cache-salt rule (PR #30827) GenerateReqInput has
+	// no cache_salt: the key is ignored, whatever its value.
+	salts := make([]*string, n)
+	if s.rules.GenerateCacheSalt {
+		if salts, err = perItem(b.CacheSalt, n, "cache_salt", (*string)(nil)); err != nil {
+			return plan{}, err
+		}
 	}
 	copies, err := copiesOf(params[0].N)
 	if err != nil {
@@ -204,6 +221,16 @@ func (s *Server) itemFrom(p samplingParams) item {
 	it.req.Stop = p.Stop
 	it.req.StopTokenIDs = p.StopTokenIDs
 	it.req.IgnoreEOS = p.IgnoreEOS
+	it.req.Sampling = engine.Sampling{
+		Temperature: p.Temperature.param(), TopP: p.TopP.param(), TopK: p.TopK.param(), MinP: p.MinP.param(),
+		FrequencyPenalty: p.FrequencyPenalty.param(), PresencePenalty: p.PresencePenalty.param(),
+		RepetitionPenalty: p.RepetitionPenalty.param(), MinNewTokens: p.MinNewTokens.param(), LogitBias: p.LogitBias,
+	}
+	for _, g := range []json.RawMessage{p.JSONSchema, p.Regex, p.EBNF} {
+		if !isNull(g) {
+			it.req.Sampling.Grammars++
+		}
+	}
 	if p.StreamInterval != nil && *p.StreamInterval > 0 {
 		it.streamInterval = int(*p.StreamInterval)
 	}

@@ -64,8 +64,8 @@ func TestHiCacheOverHTTP(t *testing.T) {
 		mustContain(t, "sglext on a device hit", body, `"sglext":{"cached_tokens_details":{"device":999,"host":0,"storage":0,"storage_backend":"HiCacheFile"}}`)
 		_, body, _ = m.Do(t, "GET", "/metrics", "")
 		mustContain(t, "metrics", body,
-			`sglang:cached_tokens_total{cache_source="device",model_name="sglmock/small-1b"} 999`,
-			`sglang:cached_tokens_total{cache_source="storage_HiCacheFile",model_name="sglmock/small-1b"} 999`,
+			`sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="sglmock/small-1b"} 999`,
+			`sglang:cached_tokens_total{cache_source="storage_HiCacheFile",engine_type="unified",model_name="sglmock/small-1b"} 999`,
 			`sglang:hicache_host_total_tokens{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 6001`,
 			`sglang:prefetched_tokens_total{attn_cp_rank="0",attn_cp_size="1",dp_rank="0",pp_rank="0",pp_size="1",storage_backend="file",tp_rank="0"} 1000`,
 			`sglang:load_back_tokens_total{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 999`)

@@ -70,12 +70,15 @@ func TestOpenAIOutputDefaults(t *testing.T) {
 	})
 }
 
-// Limits and their messages, as SGLang words them.
+// Limits and their messages, as SGLang words them. The server is launched
+// with --context-length 1000, which serving_chat.py checks
+// max_completion_tokens against.
 func TestLimitMessages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "default")
 		p.ContextLength = 1000
-		ts := mocktest.Start(t, api.Config{Profile: p})
+		launched := 1000
+		ts := mocktest.Start(t, api.Config{Profile: p, Args: api.ServerArgs{ContextLength: &launched}})
 		if _, body, _ := ts.Do(t, "GET", "/server_info", ""); !strings.Contains(body, `"max_req_input_len":994`) {
 			t.Fatalf("/server_info: want max_req_input_len = ctx - 6: %s", body)
 		}
@@ -156,8 +159,11 @@ func TestHugeOutputLengths(t *testing.T) {
 				openAIError(tooMany("9223372036854775808", "9223372036854775807"))},
 			{"completions, 2^63", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775808}`,
 				validationError("max_tokens must be at most 9223372036854775807, got 9223372036854775808.")},
+			// Without --context-length serving_chat.py has no context to
+			// check max_completion_tokens against: the tokenizer manager's
+			// check answers, for the templated prompt's 10 tokens.
 			{"chat, max int64", "/v1/chat/completions", chat("max_tokens", "9223372036854775807"),
-				openAIError("max_completion_tokens is too large: 9223372036854775807.This model supports at most 32768 completion tokens.")},
+				openAIError(strings.Replace(tooMany("9223372036854775817", "9223372036854775807"), " 1 tokens from", " 10 tokens from", 1))},
 			{"chat, 2^63", "/v1/chat/completions", chat("max_completion_tokens", "9223372036854775808"),
 				validationError("max_completion_tokens must be at most 9223372036854775807, got 9223372036854775808.")},
 			{"chat n, 2^63", "/v1/chat/completions", chat("n", "9223372036854775808"),

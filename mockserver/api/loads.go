@@ -183,7 +183,7 @@ func (s *Server) loads(c *gin.Context) {
 	}
 	writeJSON(c, http.StatusOK, orderedJSON{
 		{"timestamp", pyISOTime(now)},
-		{"version", SGLangVersion},
+		{"version", s.cfg.Profile.Release()},
 		{"dp_rank_count", len(ls)},
 		{"loads", loads},
 		{"aggregate", aggregateLoads(ls)},

@@ -25,6 +25,9 @@ type metrics struct {
 	itl      prometheus.Observer
 	e2e      prometheus.Observer
 	queue    prometheus.Observer
+	// The token counts of each finished request: its prompt, the part of
+	// it not served from the cache, and its output.
+	promptTokens, uncachedTokens, generationTokens prometheus.Observer
 
 	mu      sync.Mutex
 	pending []*engine.Truth
@@ -37,19 +40,32 @@ type metrics struct {
 	closing   sync.Once
 }
 
-// Bucket bounds as SGLang's collector defines them, in seconds.
+// Bucket bounds as SGLang's collectors define them (metrics_collector.py):
+// seconds, and tokens for the token histograms, which share
+// default_bucket_prompt_tokens.
 var (
 	ttftBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400}
 	itlBuckets  = []float64{0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
 		0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1, 2, 4, 6, 8}
-	e2eBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800,
-		1200, 1600, 2000, 2400}
+	e2eBuckets   = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400}
+	queueBuckets = []float64{0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70,
+		80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000}
+	tokenBuckets = []float64{100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500,
+		15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000, 200000, 300000, 400000,
+		600000, 800000, 1000000, 1100000}
+	evictionBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01, 0.02, 0.03, 0.04,
+		0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
 )
+
+// engineType is SGLang's engine_type label of a server that is neither the
+// prefill nor the decode half of a disaggregated pair.
+const engineType = "unified"
 
 func newMetrics(model string) *metrics {
 	reg := prometheus.NewRegistry()
-	labels := prometheus.Labels{"model_name": model}
-	hist := func(name, help string, buckets []float64) prometheus.Observer {
+	tokenizer := prometheus.Labels{"model_name": model, "engine_type": engineType}
+	scheduler := prometheus.Labels{"engine_type": engineType, "model_name": model, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
+	hist := func(labels prometheus.Labels, name, help string, buckets []float64) prometheus.Observer {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 		reg.MustRegister(h)
 		return h
@@ -57,13 +73,18 @@ func newMetrics(model string) *metrics {
 	m := &metrics{
 		registry: reg,
 		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		ttft:     hist("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
-		itl:      hist("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
-		e2e:      hist("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
-		queue:    hist("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", e2eBuckets),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		ttft:     hist(tokenizer, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
+		itl:      hist(tokenizer, "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
+		e2e:      hist(tokenizer, "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
+		// The queue time is the scheduler's, observed as a request enters
+		// its first prefill batch (req_time_stats.py).
+		queue:            hist(scheduler, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", queueBuckets),
+		promptTokens:     hist(tokenizer, "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", tokenBuckets),
+		uncachedTokens:   hist(tokenizer, "sglang:uncached_prompt_tokens_histogram", "Histogram of uncached (compute) prompt token length.", tokenBuckets),
+		generationTokens: hist(tokenizer, "sglang:generation_tokens_histogram", "Histogram of generation token length.", tokenBuckets),
+		wake:             make(chan struct{}, 1),
+		stop:             make(chan struct{}),
+		stopped:          make(chan struct{}),
 	}
 	go m.run()
 	return m
@@ -128,6 +149,11 @@ func (m *metrics) serve(w http.ResponseWriter, r *http.Request) {
 // shared among the tokens the round gave.
 func (m *metrics) observe(t *engine.Truth) {
 	m.e2e.Observe(t.E2E().Seconds())
+	// observe_one_finished_request's token histograms, aborted requests
+	// included, as num_requests_total counts them.
+	m.promptTokens.Observe(float64(t.PromptTokens))
+	m.uncachedTokens.Observe(float64(t.PromptTokens - t.CachedTokens))
+	m.generationTokens.Observe(float64(t.CompletionTokens))
 	if t.Scheduled() {
 		// SGLang observes the queue time as a request enters its first
 		// prefill batch: never for one aborted while it waited.
@@ -149,12 +175,20 @@ func (m *metrics) observe(t *engine.Truth) {
 }
 
 // engineCollector exposes the engine's counters and gauges, with the
-// labels of the SGLang collector that keeps each: the tokenizer manager's
-// counters carry model_name; the scheduler's gauges and counters carry
-// its labels too (engine_type "unified": neither prefill nor decode of a
-// disaggregated pair; tp_rank the scheduler's, 0 on one rank). With
-// several DP ranks it is the tokenizer manager's alone, and each rank's
-// scheduler has a rankCollector (metrics_dp.go).
+// labels of the SGLang collector that keeps each (metrics_collector.py):
+// the tokenizer manager's counters carry model_name and engine_type; the
+// scheduler's its labels too (engine_type "unified": neither prefill nor
+// decode of a disaggregated pair; tp_rank the scheduler's, 0 on one rank);
+// the radix cache's cache_type alone. With several DP ranks it is the
+// tokenizer manager's alone, and each rank's scheduler has a rankCollector
+// (dp.go).
+//
+// Counters are read at scrape time, so no update is lost. SGLang creates a
+// labelled counter's series at its first increment, so those it only
+// increments when there is something to count (retractions, speculative
+// rounds, evictions) appear from the first one. The scheduler's gauges are
+// what its metrics reporter last logged (engine.SchedulerStats: each
+// prefill batch, every decode-log interval), absent before the first log.
 type engineCollector struct {
 	eng   *engine.Engine
 	model string
@@ -163,32 +197,69 @@ type engineCollector struct {
 }
 
 var (
-	tokenizerLabels = []string{"model_name"}
+	tokenizerLabels = []string{"engine_type", "model_name"}
 	schedulerLabels = []string{"engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"}
+	radixCacheLabel = []string{"cache_type"}
 	desc            = func(labels []string, name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append(slices.Clone(labels), extra...), nil)
 	}
 	descPromptTokens     = desc(tokenizerLabels, "sglang:prompt_tokens_total", "Number of prefill tokens processed.")
 	descGenerationTokens = desc(tokenizerLabels, "sglang:generation_tokens_total", "Number of generation tokens processed.")
+	descSpecVerifyCalls  = desc(tokenizerLabels, "sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.")
 	descCachedTokens     = desc(tokenizerLabels, "sglang:cached_tokens_total", "Number of cached prompt tokens by source (device/host/storage).", "cache_source")
 	descRequests         = desc(tokenizerLabels, "sglang:num_requests_total", "Number of requests processed.")
 	descAborted          = desc(tokenizerLabels, "sglang:num_aborted_requests_total", "Number of requests aborted.")
 	descRealtimeTokens   = desc(schedulerLabels, "sglang:realtime_tokens_total", "Total number of tokens processed, by mode.", "mode")
-	descRunning          = desc(schedulerLabels, "sglang:num_running_reqs", "The number of running requests.")
-	descQueued           = desc(schedulerLabels, "sglang:num_queue_reqs", "The number of requests in the waiting queue.")
-	descUsedTokens       = desc(schedulerLabels, "sglang:num_used_tokens", "The number of used tokens.")
-	descTokenUsage       = desc(schedulerLabels, "sglang:token_usage", "The token usage.")
-	descGenThroughput    = desc(schedulerLabels, "sglang:gen_throughput", "The generation throughput (token/s).")
-	descCacheHitRate     = desc(schedulerLabels, "sglang:cache_hit_rate", "The prefix cache hit rate of the last prefill batch.")
 	descMaxTotalTokens   = desc(schedulerLabels, "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.")
-	descSpecAcceptLength = desc(schedulerLabels, "sglang:spec_accept_length", "The average acceptance length of speculative decoding.")
-	descSpecAcceptRate   = desc(schedulerLabels, "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.")
+	descRetracted        = desc(schedulerLabels, "sglang:num_retracted_requests_total", "Total number of retracted requests.")
+	descRetractedInput   = desc(schedulerLabels, "sglang:num_retracted_input_tokens_total", "Total number of retracted input tokens.")
+	descRetractedOutput  = desc(schedulerLabels, "sglang:num_retracted_output_tokens_total", "Total number of retracted output tokens.")
+	descEvictedTokens    = desc(radixCacheLabel, "sglang:evicted_tokens_total", "The number of tokens evicted from GPU to CPU.")
+	descEvictionDuration = desc(radixCacheLabel, "sglang:eviction_duration_seconds", "Time taken to evict memory from GPU to CPU in seconds.")
+
+	// The gauges of SGLang's log_stats, each with what it reads of the
+	// logged stats.
+	loggedGauges = []struct {
+		desc  *prometheus.Desc
+		value func(engine.SchedulerStats) float64
+	}{
+		{desc(schedulerLabels, "sglang:num_running_reqs", "The number of running requests."),
+			func(l engine.SchedulerStats) float64 { return float64(l.Running) }},
+		{desc(schedulerLabels, "sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+			func(l engine.SchedulerStats) float64 { return float64(l.Queued) }},
+		{desc(schedulerLabels, "sglang:gen_throughput", "The generation throughput (token/s)."),
+			func(l engine.SchedulerStats) float64 { return l.GenThroughput }},
+		{desc(schedulerLabels, "sglang:cache_hit_rate", "The prefix cache hit rate."),
+			func(l engine.SchedulerStats) float64 { return l.CacheHitRate }},
+		{desc(schedulerLabels, "sglang:decode_sum_seq_lens", "The sum of all sequence lengths in decode."),
+			func(l engine.SchedulerStats) float64 { return float64(l.DecodeSumSeqLens) }},
+		{desc(schedulerLabels, "sglang:token_usage", "The token usage."),
+			func(l engine.SchedulerStats) float64 { return l.TokenUsage }},
+		{desc(schedulerLabels, "sglang:full_token_usage", "The token usage for full attention layers."),
+			func(l engine.SchedulerStats) float64 { return l.FullTokenUsage }},
+		{desc(schedulerLabels, "sglang:num_used_tokens", "The number of used tokens."),
+			func(l engine.SchedulerStats) float64 { return float64(l.UsedTokens) }},
+		{desc(schedulerLabels, "sglang:kv_available_tokens", "Number of free token slots in the KV cache pool."),
+			func(l engine.SchedulerStats) float64 { return float64(l.AvailableTokens) }},
+		{desc(schedulerLabels, "sglang:kv_evictable_tokens", "Number of evictable (radix-cached) token slots in the KV cache pool."),
+			func(l engine.SchedulerStats) float64 { return float64(l.EvictableTokens) }},
+		{desc(schedulerLabels, "sglang:kv_used_tokens", "Number of actively used token slots in the KV cache pool."),
+			func(l engine.SchedulerStats) float64 { return float64(l.UsedTokens) }},
+		{desc(schedulerLabels, "sglang:spec_accept_length", "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward)."),
+			func(l engine.SchedulerStats) float64 { return l.SpecAcceptLength }},
+		{desc(schedulerLabels, "sglang:spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch)."),
+			func(l engine.SchedulerStats) float64 { return l.SpecAcceptRate }},
+		{desc(schedulerLabels, "sglang:num_retracted_reqs", "The number of retracted requests."),
+			func(l engine.SchedulerStats) float64 { return float64(l.RetractedReqs) }},
+		{desc(schedulerLabels, "sglang:new_token_ratio", "The new token ratio."),
+			func(l engine.SchedulerStats) float64 { return l.NewTokenRatio }},
+	}
 )
 
 var (
-	tokenizerDescs = []*prometheus.Desc{descPromptTokens, descGenerationTokens, descCachedTokens, descRequests, descAborted}
-	schedulerDescs = []*prometheus.Desc{descRealtimeTokens, descRunning, descQueued, descUsedTokens, descTokenUsage,
-		descGenThroughput, descCacheHitRate, descMaxTotalTokens, descSpecAcceptLength, descSpecAcceptRate}
+	tokenizerDescs = []*prometheus.Desc{descPromptTokens, descGenerationTokens, descSpecVerifyCalls, descCachedTokens, descRequests, descAborted}
+	schedulerDescs = []*prometheus.Desc{descRealtimeTokens, descMaxTotalTokens, descRetracted, descRetractedInput, descRetractedOutput,
+		descEvictedTokens, descEvictionDuration}
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -196,53 +267,76 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	if c.schedulers {
-		for _, d := range schedulerDescs {
-			ch <- d
-		}
+		describeScheduler(ch)
+	}
+}
+
+// describeScheduler describes a scheduler's metrics.
+func describeScheduler(ch chan<- *prometheus.Desc) {
+	for _, d := range schedulerDescs {
+		ch <- d
+	}
+	for _, g := range loggedGauges {
+		ch <- g.desc
 	}
 }
 
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.eng.Stats() // with one rank, its own; with several, their sums
-	counter := func(d *prometheus.Desc, v int64, extra ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{c.model}, extra...)...)
-	}
-	counter(descPromptTokens, st.PromptTokens)
-	counter(descGenerationTokens, st.GenerationTokens)
-	counter(descCachedTokens, st.CachedDevice, "device")
+	tokenizer := []string{engineType, c.model}
+	counter(ch, descPromptTokens, st.PromptTokens, tokenizer)
+	counter(ch, descGenerationTokens, st.GenerationTokens, tokenizer)
+	lazyCounter(ch, descSpecVerifyCalls, st.SpecVerifyCalls, tokenizer)
+	counter(ch, descCachedTokens, st.CachedDevice, tokenizer, "device")
 	// SGLang's series for another source appears with its first token.
-	if st.CachedHost > 0 {
-		counter(descCachedTokens, st.CachedHost, "host")
-	}
+	lazyCounter(ch, descCachedTokens, st.CachedHost, tokenizer, "host")
 	if st.CachedStorage > 0 {
-		counter(descCachedTokens, st.CachedStorage, "storage_"+c.eng.HiCache().StorageClass)
+		counter(ch, descCachedTokens, st.CachedStorage, tokenizer, "storage_"+c.eng.HiCache().StorageClass)
 	}
-	counter(descRequests, st.Requests)
-	counter(descAborted, st.Aborted)
+	counter(ch, descRequests, st.Requests, tokenizer)
+	counter(ch, descAborted, st.Aborted, tokenizer)
 	if c.schedulers {
-		collectScheduler(ch, st, []string{"unified", c.model, "0", "0", "0"})
+		collectScheduler(ch, st, []string{engineType, c.model, "0", "0", "0"})
+	}
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v int64, labels []string, extra ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(slices.Clone(labels), extra...)...)
+}
+
+// lazyCounter is a counter SGLang increments only by a positive amount:
+// its series appears with the first.
+func lazyCounter(ch chan<- prometheus.Metric, d *prometheus.Desc, v int64, labels []string, extra ...string) {
+	if v > 0 {
+		counter(ch, d, v, labels, extra...)
 	}
 }
 
 // collectScheduler reports one rank's scheduler metrics with its labels
 // (schedulerLabels' values).
 func collectScheduler(ch chan<- prometheus.Metric, st engine.Stats, scheduler []string) {
-	schedulerCounter := func(d *prometheus.Desc, v int64, mode string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append(slices.Clone(scheduler), mode)...)
+	counter(ch, descRealtimeTokens, st.PromptTokens-st.CachedTokens, scheduler, "prefill_compute")
+	counter(ch, descRealtimeTokens, st.CachedTokens, scheduler, "prefill_cache")
+	counter(ch, descRealtimeTokens, st.GenerationTokens, scheduler, "decode")
+	ch <- prometheus.MustNewConstMetric(descMaxTotalTokens, prometheus.GaugeValue, float64(st.KVCapacity), scheduler...)
+	lazyCounter(ch, descRetracted, st.RetractedRequests, scheduler)
+	lazyCounter(ch, descRetractedInput, st.RetractedInputTokens, scheduler)
+	lazyCounter(ch, descRetractedOutput, st.RetractedOutputTokens, scheduler)
+	if st.Evictions > 0 {
+		// The radix cache's (RadixCache). The mock's evictions take no
+		// modelled time, so each is observed as 0 s: the count is the
+		// evictions, the sum 0.
+		cache := []string{"RadixCache"}
+		counter(ch, descEvictedTokens, st.EvictedTokens, cache)
+		buckets := make(map[float64]uint64, len(evictionBuckets))
+		for _, b := range evictionBuckets {
+			buckets[b] = uint64(st.Evictions)
+		}
+		ch <- prometheus.MustNewConstHistogram(descEvictionDuration, uint64(st.Evictions), 0, buckets, cache...)
 	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, scheduler...)
+	if st.Logged.Logged {
+		for _, g := range loggedGauges {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(st.Logged), scheduler...)
+		}
 	}
-	schedulerCounter(descRealtimeTokens, st.PromptTokens-st.CachedTokens, "prefill_compute")
-	schedulerCounter(descRealtimeTokens, st.CachedTokens, "prefill_cache")
-	schedulerCounter(descRealtimeTokens, st.GenerationTokens, "decode")
-	gauge(descRunning, float64(st.Running))
-	gauge(descQueued, float64(st.Queued))
-	gauge(descUsedTokens, float64(st.KVUsed))
-	gauge(descTokenUsage, float64(st.KVUsed)/float64(st.KVCapacity))
-	gauge(descGenThroughput, st.LastGenThroughput)
-	gauge(descCacheHitRate, st.LastCacheHitRate)
-	gauge(descMaxTotalTokens, float64(st.KVCapacity))
-	gauge(descSpecAcceptLength, st.SpecAcceptLength)
-	gauge(descSpecAcceptRate, st.SpecAcceptRate)
 }

@@ -10,21 +10,24 @@ import (
 // start with "sglmock:".
 type mockCollector struct{ s *Server }
 
+// mockLabels label the mock's own metrics.
+var mockLabels = []string{"model_name"}
+
 var (
-	descStalled = desc(tokenizerLabels, "sglmock:stalled_streams_aborted_total",
+	descStalled = desc(mockLabels, "sglmock:stalled_streams_aborted_total",
 		"Clients cut off, their requests aborted, because they stopped reading an answer or a stream.")
-	descKVBatches   = desc(tokenizerLabels, "sglmock:kv_events_batches_total", "KV event batches the engine published.")
-	descKVPublished = desc(tokenizerLabels, "sglmock:kv_events_published_total", "KV event batches sent on the socket.")
-	descKVDropped   = desc(tokenizerLabels, "sglmock:kv_events_dropped_total",
+	descKVBatches   = desc(mockLabels, "sglmock:kv_events_batches_total", "KV event batches the engine published.")
+	descKVPublished = desc(mockLabels, "sglmock:kv_events_published_total", "KV event batches sent on the socket.")
+	descKVDropped   = desc(mockLabels, "sglmock:kv_events_dropped_total",
 		"KV event batches dropped because the publisher's queue was full (in batches or bytes).")
-	descKVSubscribers    = desc(tokenizerLabels, "sglmock:kv_events_subscribers", "KV event subscribers connected.")
-	descKVSubscriberDrop = desc(tokenizerLabels, "sglmock:kv_events_subscriber_drops_total",
+	descKVSubscribers    = desc(mockLabels, "sglmock:kv_events_subscribers", "KV event subscribers connected.")
+	descKVSubscriberDrop = desc(mockLabels, "sglmock:kv_events_subscriber_drops_total",
 		"KV event messages not sent to a subscriber whose queue was full.")
-	descKVSubscribersCut = desc(tokenizerLabels, "sglmock:kv_events_subscribers_cut_total",
+	descKVSubscribersCut = desc(mockLabels, "sglmock:kv_events_subscribers_cut_total",
 		"KV event subscribers disconnected: stopped reading, subscribed past the bounds, or too many at once.")
-	descKVReplayCut = desc(tokenizerLabels, "sglmock:kv_events_replay_clients_cut_total",
+	descKVReplayCut = desc(mockLabels, "sglmock:kv_events_replay_clients_cut_total",
 		"KV event replay clients disconnected: stopped reading, or too many at once.")
-	descKVReplayBytes = desc(tokenizerLabels, "sglmock:kv_events_replay_buffer_bytes", "Bytes the KV event replay buffer holds.")
+	descKVReplayBytes = desc(mockLabels, "sglmock:kv_events_replay_buffer_bytes", "Bytes the KV event replay buffer holds.")
 )
 
 func (c *mockCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -78,8 +78,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if body.InputIDs != nil {
 		prompt.InputIDs = body.InputIDs
 	} else {
-		if len(body.Messages) == 0 {
-			writeValidationError(c, "messages: Field required: a chat needs at least one message")
+		switch {
+		case body.Messages == nil:
+			writeValidationError(c, "messages: Field required")
+			return
+		case len(body.Messages) == 0:
+			writeRefusal(c, openAIEnvelope, errEmptyMessages)
 			return
 		}
 		var err error
@@ -95,9 +99,12 @@ func (s *Server) chatCompletions(c *gin.Context) {
 	if maxTokens == nil || *maxTokens == 0 {
 		maxTokens = body.MaxTokens.ptr()
 	}
-	if ctxLen := s.cfg.Profile.ContextLength; maxTokens != nil && *maxTokens > ctxLen {
+	// serving_chat.py checks server_args.context_length: the launch's, so
+	// only when --context-length was given; otherwise the tokenizer
+	// manager's context check answers.
+	if ctxLen := s.args.ContextLength; ctxLen != nil && maxTokens != nil && *maxTokens > *ctxLen {
 		writeOpenAIError(c, fmt.Sprintf("max_completion_tokens is too large: %d.This model supports at most %d completion tokens.",
-			*maxTokens, ctxLen))
+			*maxTokens, *ctxLen))
 		return
 	}
 	maxNew := func(*engine.Request) (int, error) { return *maxTokens, nil }
@@ -299,12 +306,13 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 	}
 	if ext := sglextOf(r.common, outs); ext != nil {
 		// A chunk of its own, before the usage chunk (_generate_chat_stream,
-		// _generate_completion_stream).
+		// _generate_completion_stream): a stream response dumped whole, so
+		// with "usage": null; the chat's is stamped when it is made.
+		at := created
 		if r.chat {
-			w.add(marshal(openAIResponse{ID: lastRID, Object: object, Created: time.Now().Unix(), Model: model, Choices: []any{}, Sglext: ext}))
-		} else {
-			w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: created, Model: model, Choices: []any{}, Sglext: ext}))
+			at = time.Now().Unix()
 		}
+		w.add(marshal(streamChunk{ID: lastRID, Object: object, Created: at, Model: model, Choices: []any{}, Sglext: ext}))
 	}
 	if opts != nil && opts.IncludeUsage {
 		r.addUsage(w, lastRID, created, r.s.usageOf(outs, r.plan.copies, true))
@@ -357,7 +365,7 @@ func (s *Server) modelCard() gin.H {
 		"owned_by":      "sglang",
 		"root":          s.args.ServedModelName,
 		"parent":        nil,
-		"max_model_len": s.args.ContextLength,
+		"max_model_len": s.cfg.Profile.ContextLength,
 	}
 }
 

@@ -2,6 +2,8 @@ package api
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	json "github.com/goccy/go-json"
 
@@ -29,7 +31,19 @@ type openAICommon struct {
 	ExtraKey      *string        `json:"extra_key"`
 	CacheSalt     *string        `json:"cache_salt"`
 	LoraPath      *string        `json:"lora_path"`
-	Temperature   *float64       `json:"temperature"`
+	// The sampling parameters SGLang verifies (SamplingParams.verify):
+	// pydantic's float fields print as floats, its int fields as ints.
+	Temperature       *number         `json:"temperature"`
+	TopP              *number         `json:"top_p"`
+	TopK              *integer        `json:"top_k"`
+	MinP              *number         `json:"min_p"`
+	FrequencyPenalty  *number         `json:"frequency_penalty"`
+	PresencePenalty   *number         `json:"presence_penalty"`
+	RepetitionPenalty *number         `json:"repetition_penalty"`
+	MinTokens         *integer        `json:"min_tokens"`
+	LogitBias         objectKeys      `json:"logit_bias"`
+	Regex             json.RawMessage `json:"regex"`
+	EBNF              json.RawMessage `json:"ebnf"`
 	// ReturnCachedTokensDetails adds SGLang's sglext.cached_tokens_details
 	// to the response (a chunk of its own in a stream), with or without
 	// --enable-cache-report.
@@ -59,14 +73,46 @@ type chatBody struct {
 	TopLogprobs         *integer `json:"top_logprobs"`
 }
 
-// openAIExtraKey is the extra_key the OpenAI routes pass on: an empty one
-// is none (serving_base.py's _compute_extra_key). cache_salt goes beside
-// it, not into it (PR #30827).
-func openAIExtraKey(extraKey *string) *string {
-	if deref(extraKey) == "" {
-		return nil
+// openAINamespace is the cache namespace of an OpenAI request, as
+// serving_base.py's _compute_extra_key passes extra_key on (an empty one is
+// none): with the generate-cache-salt rule (PR #30827) cache_salt goes
+// beside it; before it, cache_salt and extra_key, each when not empty, are
+// joined into one extra_key, salt first, so salt "ab", salt "a" with
+// extra_key "b", and extra_key "ab" share a namespace.
+func (s *Server) openAINamespace(extraKey, lora, cacheSalt *string) string {
+	if s.rules.GenerateCacheSalt {
+		if deref(extraKey) == "" {
+			extraKey = nil
+		}
+		return cacheNamespace(extraKey, deref(lora), cacheSalt)
 	}
-	return extraKey
+	joined := deref(cacheSalt) + deref(extraKey)
+	if joined == "" {
+		return cacheNamespace(nil, deref(lora), nil)
+	}
+	return cacheNamespace(&joined, deref(lora), nil)
+}
+
+// sampling are the OpenAI request's sampling parameters as SGLang's
+// to_sampling_params passes them on (min_tokens as min_new_tokens).
+func (b *openAICommon) sampling() engine.Sampling {
+	asInt := func(n *integer) *engine.Number {
+		if n == nil {
+			return nil
+		}
+		return &engine.Number{Value: float64(*n), Text: strconv.Itoa(int(*n))}
+	}
+	sp := engine.Sampling{
+		Temperature: b.Temperature.asFloat(), TopP: b.TopP.asFloat(), TopK: asInt(b.TopK), MinP: b.MinP.asFloat(),
+		FrequencyPenalty: b.FrequencyPenalty.asFloat(), PresencePenalty: b.PresencePenalty.asFloat(),
+		RepetitionPenalty: b.RepetitionPenalty.asFloat(), MinNewTokens: asInt(b.MinTokens), LogitBias: b.LogitBias,
+	}
+	for _, g := range []json.RawMessage{b.Regex, b.EBNF} {
+		if !isNull(g) {
+			sp.Grammars++
+		}
+	}
+	return sp
 }
 
 // prepareOpenAI validates the shared fields and plans copies of each
@@ -79,7 +125,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 	if err := checkSequences(len(prompts), copies); err != nil {
 		return plan{}, err
 	}
-	ns := cacheNamespace(openAIExtraKey(b.ExtraKey), deref(b.LoraPath), b.CacheSalt)
+	ns := s.openAINamespace(b.ExtraKey, b.LoraPath, b.CacheSalt)
 	p := plan{copies: copies, batch: len(prompts)*copies > 1}
 	for i, prompt := range prompts {
 		limit, err := maxNew(&prompt)
@@ -101,6 +147,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			it.req.Stop = b.Stop
 			it.req.StopTokenIDs = b.StopTokenIDs
 			it.req.IgnoreEOS = b.IgnoreEOS
+			it.req.Sampling = b.sampling()
 			it.req.Namespace = ns
 			it.req.RoutedDPRank = b.headerDPRank
 			if it.req.RoutedDPRank == nil {
@@ -123,6 +170,9 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 // parsePrompt reads a completions prompt: a string, a list of strings, a
 // list of token ids or a list of such lists.
 func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
+	if emptyPrompt(raw) {
+		return nil, errEmptyPrompt
+	}
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
 		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
@@ -148,6 +198,26 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 		return out, nil
 	}
 	return nil, malformed("prompt: must be a string, a list of strings, a list of token ids or a list of such lists")
+}
+
+// emptyPrompt is serving_completions.py's _validate_request: a prompt that
+// is empty, or a list whose every item is ("", [] or []), is refused.
+func emptyPrompt(raw json.RawMessage) bool {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return strings.TrimSpace(string(raw)) == `""`
+	}
+	for _, it := range items {
+		if t := strings.TrimSpace(string(it)); t != `""` && !isEmptyList(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// isEmptyList tells whether a JSON value is [] (spaces allowed inside).
+func isEmptyList(t string) bool {
+	return strings.HasPrefix(t, "[") && strings.TrimSpace(t[1:]) == "]"
 }
 
 // chatBudget is the output of a chat completion without max_tokens: SGLang

@@ -94,11 +94,11 @@ func TestParallelSamplingCachesThePromptFirst(t *testing.T) {
 					return
 				}
 				_, metrics, _ := ts.Do(t, "GET", "/metrics", "")
-				label := `{model_name="sglmock/small-1b"}`
+				label := `{engine_type="unified",model_name="sglmock/small-1b"}`
 				for _, want := range []string{
 					"sglang:num_requests_total" + label + " 4",
 					"sglang:prompt_tokens_total" + label + " 1600",
-					fmt.Sprintf(`sglang:cached_tokens_total{cache_source="device",model_name="sglmock/small-1b"} %d`, 3*tt.wantCached),
+					fmt.Sprintf(`sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="sglmock/small-1b"} %d`, 3*tt.wantCached),
 				} {
 					if !strings.Contains(metrics, want) {
 						t.Errorf("/metrics lacks %q: the prefill counts as a request", want)

@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	json "github.com/goccy/go-json"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
@@ -33,34 +34,43 @@ func init() {
 	}
 }
 
-// SGLangVersion is the SGLang version the mock speaks, reported as
-// "version" by /server_info and /v1/loads (clients compare it); SimVersion
-// is sglmock's own, under "sim".
+// SimVersion is sglmock's own version, under /server_info's "sim"; the
+// SGLang release the mock follows (the profile's, compat.Default unless
+// --sglang-version or sglang_version says otherwise) is its "version", and
+// /v1/loads', which clients compare.
 const (
-	SGLangVersion  = "0.5.23"
 	SimVersion     = "0.1.0"
 	weightVersion  = "default"
 	defaultMaxBody = 256 << 20 // a 200k-token prompt as input_ids is about 2 MB
 )
 
 // ServerArgs are the launch arguments, named as SGLang's server args, that
-// /server_info reports flattened. The simulation fills those SGLang infers
-// from the GPU.
+// /server_info reports flattened, as SGLang dumps its ServerArgs: those
+// SGLang leaves None unless the launch gives them (context_length,
+// max_total_tokens, max_running_requests) are null unless given, and
+// max_running_requests is 48 under speculative decoding, as SGLang's
+// post-init sets it. The simulation fills those SGLang infers from the
+// GPU (page_size, chunked_prefill_size). The effective values are where
+// SGLang reports them: max_total_num_tokens, max_req_input_len,
+// internal_states' effective_max_running_requests_per_dp, /v1/models'
+// max_model_len.
 type ServerArgs struct {
 	Host               string `json:"host"`
 	Port               int    `json:"port"`
 	ModelPath          string `json:"model_path"`
 	TokenizerPath      string `json:"tokenizer_path"`
 	ServedModelName    string `json:"served_model_name"`
-	ContextLength      int    `json:"context_length"`
+	ContextLength      *int   `json:"context_length"`
 	PageSize           int    `json:"page_size"`
 	ChunkedPrefillSize int    `json:"chunked_prefill_size"`
 	MaxPrefillTokens   int    `json:"max_prefill_tokens"`
-	MaxRunningRequests int    `json:"max_running_requests"`
-	MaxTotalTokens     int    `json:"max_total_tokens"`
+	MaxRunningRequests *int   `json:"max_running_requests"`
+	MaxTotalTokens     *int   `json:"max_total_tokens"`
 	DisableRadixCache  bool   `json:"disable_radix_cache"`
-	// DisableOverlapSchedule is true when the profile has no flush window
-	// (flush_busy_after_finish_s 0, as --disable-overlap-schedule sets):
+	// DisableOverlapSchedule is true when SGLang runs the deployment
+	// without its overlap scheduler (profile.OverlapOff): the profile has
+	// no flush window (--disable-overlap-schedule), or its release turns
+	// the scheduler off for its speculative algorithm. The flush window is
 	// the overlap scheduler's only effect the mock models.
 	DisableOverlapSchedule    bool    `json:"disable_overlap_schedule"`
 	EnableCacheReport         bool    `json:"enable_cache_report"`
@@ -159,6 +169,7 @@ const (
 type Server struct {
 	cfg     Config
 	args    ServerArgs
+	rules   compat.Rules // the profile's SGLang release's
 	eng     *engine.Engine
 	router  *gin.Engine
 	state   atomic.Int32
@@ -198,7 +209,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	s := &Server{cfg: cfg, stalls: &stallGuard{timeout: cfg.StallTimeout}}
+	if err := cfg.Profile.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, rules: cfg.Profile.Rules(), stalls: &stallGuard{timeout: cfg.StallTimeout}}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
@@ -257,14 +271,16 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 	if a.TokenizerPath == "" {
 		a.TokenizerPath = a.ModelPath
 	}
-	a.ContextLength = p.ContextLength
 	a.PageSize = p.PageSize
 	a.ChunkedPrefillSize = p.RankChunkedPrefillSize() // SGLang divides it under DP attention
 	a.MaxPrefillTokens = p.MaxPrefillTokens
-	a.MaxRunningRequests = p.MaxRunningRequests
-	a.MaxTotalTokens = p.MaxTotalTokens
+	if a.MaxRunningRequests == nil && p.Speculative != nil {
+		// speculative_hook.py sets it when the launch does not.
+		n := p.MaxRunningRequests
+		a.MaxRunningRequests = &n
+	}
 	a.DisableRadixCache = s.cfg.DisableRadixCache
-	a.DisableOverlapSchedule = p.FlushBusyAfterFinishS == 0
+	a.DisableOverlapSchedule = p.OverlapOff() != ""
 	a.EnableCacheReport = s.cfg.EnableCacheReport
 	a.EnableMetrics = s.cfg.EnableMetrics
 	a.APIKey = nil

@@ -16,7 +16,7 @@ func (s *scheduler) requestAbort(r *req, at time.Duration) {
 		r.abortMsg = AbortedMessage
 		s.aborts++
 	}
-	if s.inflight == nil || !r.inFlight(s.inflight) {
+	if (s.inflight == nil || !r.inFlight(s.inflight)) && !s.keepsChunking(r) {
 		// Finished now, between boundaries: stamped with its own time.
 		s.finishAborted(r, max(s.now, at))
 		s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
@@ -31,6 +31,16 @@ func (s *scheduler) finishAborted(r *req, at time.Duration) {
 		return
 	}
 	s.finish(r, Finish{Reason: FinishAbort, Message: r.abortMsg}, nil, at)
+}
+
+// keepsChunking tells whether r, aborted, still has its prompt prefilled to
+// the end: in releases without the abort-pending-chunk rule (PR #28086)
+// SGLang's abort_request only sets to_finish on the request being
+// prefilled in chunks, which update_finish_state reads after its last
+// chunk, so every chunk runs, one token is sampled and the whole prompt is
+// cached. A stopping engine ends it all the same.
+func (s *scheduler) keepsChunking(r *req) bool {
+	return r == s.chunked && !s.rules.AbortPendingChunk && !s.stopping
 }
 
 func (r *req) inFlight(it *iteration) bool {
@@ -56,7 +66,7 @@ func (s *scheduler) reapAborted() {
 	}
 	var aborted []*req
 	for _, r := range s.active {
-		if r.abortMsg != "" {
+		if r.abortMsg != "" && !s.keepsChunking(r) {
 			aborted = append(aborted, r)
 		}
 	}

@@ -258,10 +258,17 @@ func (s *scheduler) retractDecode() {
 		maxNew += r.maxNew
 	}
 	s.ratio.current = min(1, float64(decoded+retractDecodeSteps*len(s.running))/float64(maxNew+1))
+	// SGLang's update_running_batch: the counters grow by the retracted
+	// requests, their prompts and their outputs; the reporter keeps how
+	// many this retraction freed for its next log point.
+	s.report.retracted = len(retracted)
 	for _, r := range retracted {
 		r.truth.Retractions++
 		s.waiting = append(s.waiting, r)
 		s.startPrefetch(r, s.now) // _add_request_to_queue prefetches it again
+		s.counters.RetractedRequests++
+		s.counters.RetractedInputTokens += int64(len(r.tokens))
+		s.counters.RetractedOutputTokens += int64(len(r.outputs))
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))
@@ -277,9 +284,14 @@ const OutOfMemoryMessage = "Out of memory even after retracting all other reques
 // abortOutOfMemory ends r, the one request left after retract_decode, which
 // still lacks its decode KV (under speculative decoding, the draft
 // reserve): SGLang aborts it with status 500 rather than run out of
-// memory. Its committed KV goes into the cache as any finish's does.
+// memory, and releases it as a retracted request (release_req:
+// release_kv_cache with is_insert=False): the prompt its prefill inserted
+// stays in the cache, unlocked, and its outputs are not cached.
 func (s *scheduler) abortOutOfMemory(r *req) {
 	s.log.Warn(OutOfMemoryMessage)
+	if r.node != nil {
+		s.unlock(r)
+	}
 	s.finish(r, Finish{Reason: FinishAbort, Message: OutOfMemoryMessage, StatusCode: 500}, nil, s.now)
 	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }

@@ -192,6 +192,12 @@ func TestRetraction(t *testing.T) {
 		if len(out) != 6000 || ta.CompletionTokens != 6000 {
 			t.Fatalf("a: %d tokens streamed, %d reported, want 6000", len(out), ta.CompletionTokens)
 		}
+		// SGLang's retraction counters: one request, its 40 prompt tokens
+		// and the 4971 outputs it had.
+		if st := e.Stats(); st.RetractedRequests != 1 || st.RetractedInputTokens != 40 || st.RetractedOutputTokens != 4971 {
+			t.Fatalf("retraction counters: %d requests, %d input, %d output tokens; want 1, 40, 4971",
+				st.RetractedRequests, st.RetractedInputTokens, st.RetractedOutputTokens)
+		}
 		const warn = "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 4970, #new_token_ratio: 0.0980 -> 0.8317"
 		if !strings.Contains(buf.String(), warn) {
 			t.Fatalf("log lacks %q", warn)
@@ -292,7 +298,7 @@ func TestSpeculativeRetractionTakesTheBackOfTheBatch(t *testing.T) {
 // 100-token prompt in a 1000-token pool asks for 898 tokens, all the pool
 // allows (init_req_max_new_tokens), but once fewer than 8 slots are free,
 // at 894 or more outputs, the next round does not fit and nothing is left
-// to retract.
+// to retract. Its KV is freed without caching its output.
 func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
@@ -314,6 +320,12 @@ func TestLoneRequestOutOfMemoryIsAborted(t *testing.T) {
 		}
 		if st := e.Stats(); st.Aborted != 1 || st.Requests != 1 {
 			t.Fatalf("counters: %d aborted of %d, want 1 of 1", st.Aborted, st.Requests)
+		}
+		// Its KV is released without being cached (release_req, is_insert
+		// False): the prompt its prefill inserted stays (99 bigrams, EAGLE3
+		// keying the tree on them), its outputs do not.
+		if st := e.Stats(); st.CacheTokens != 99 {
+			t.Fatalf("cache after the abort: %d tokens, want the prompt's 99 bigrams", st.CacheTokens)
 		}
 		if !strings.Contains(buf.String(), OutOfMemoryMessage) {
 			t.Fatalf("log lacks %q", OutOfMemoryMessage)
@@ -363,4 +375,27 @@ func TestIgnoreEOSAdmissionWithoutRadixCache(t *testing.T) {
 		}
 		checkDrained(t, e)
 	})
+}
+
+// A log point takes the KV pool's split and the last retraction's count,
+// which it then clears, as SGLang's metrics reporter does; token_usage is
+// rounded to two decimals, the unrounded ratio kept beside it.
+func TestLogPointTakesPoolAndRetractions(t *testing.T) {
+	p := loadProfile(t, "default")
+	p.ContextLength, p.MaxTotalTokens = 1000, 1000
+	s := newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40, 0)
+	s.tree.Insert("", prompt(1, 300), "a") // cached, unlocked: evictable
+	s.privateKV = 125                      // held by requests
+	s.report.retracted = 2
+	s.logPool()
+	got := s.report.logged
+	want := SchedulerStats{Logged: true, UsedTokens: 125, AvailableTokens: 575, EvictableTokens: 300, FullTokenUsage: 0.125,
+		TokenUsage: 0.12, RetractedReqs: 2}
+	if got != want {
+		t.Fatalf("logged %+v, want %+v", got, want)
+	}
+	s.logPool()
+	if s.report.logged.RetractedReqs != 0 {
+		t.Fatalf("a second log point: %d retracted, want 0", s.report.logged.RetractedReqs)
+	}
 }

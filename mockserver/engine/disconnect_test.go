@@ -151,33 +151,69 @@ func TestAbortMatchesRIDPrefixes(t *testing.T) {
 // #28086, process_pending_chunked_abort): no later chunk runs, the chunk in
 // flight is freed without being cached, and the chunks that finished stay
 // cached. Kimi prefills a 45507-token prompt in 16384-token chunks; aborted
-// during its second chunk, a resend reuses the first chunk only.
-func TestAbortDuringChunkedPrefillCachesOnlyFinishedChunks(t *testing.T) {
+// during its second chunk, a resend reuses the first chunk only. Before
+// the PR (0.5.12) abort_request only sets to_finish on the request: every
+// chunk runs, the last one samples a token, and the request finishes
+// aborted with its whole prompt cached, so a resend reuses 45506 tokens.
+func TestAbortDuringChunkedPrefill(t *testing.T) {
+	for _, tc := range []struct {
+		release           string
+		chunks            []int
+		completion, cache int
+		resend            int
+	}{
+		{"0.5.18", []int{16384, 16384}, 0, 16384, 16384},
+		{"0.5.12", []int{16384, 16384, 12739}, 1, 45507, 45506},
+	} {
+		t.Run(tc.release, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := loadProfile(t, "kimi-k2.6-rtx6000")
+				p.SGLangVersion = tc.release
+				e := startEngine(t, Config{Profile: p})
+				defer e.Close()
+				ids := prompt(1, 45507)
+				a := submit(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 10})
+				time.Sleep(8 * time.Second) // the first chunk ends at 5.97 s, the second at 14.8 s
+				if !e.Abort("a") {
+					t.Fatal("a was not active")
+				}
+				evs := drain(t, a)
+				tr := evs[len(evs)-1].Truth
+				var chunks []int
+				for _, c := range tr.Prefill {
+					chunks = append(chunks, c.Tokens)
+				}
+				if !slices.Equal(chunks, tc.chunks) || tr.Finish.Reason != FinishAbort || tr.Finish.Message != AbortedMessage ||
+					tr.CompletionTokens != tc.completion {
+					t.Fatalf("aborted during chunk 2: chunks %v, finish %+v, %d tokens; want %v, Aborted, %d",
+						chunks, tr.Finish, tr.CompletionTokens, tc.chunks, tc.completion)
+				}
+				if st := e.Stats(); st.CacheTokens != tc.cache {
+					t.Fatalf("cache after the abort: %d tokens, want %d", st.CacheTokens, tc.cache)
+				}
+				again, _ := run(t, e, Request{RID: "again", InputIDs: ids, MaxNewTokens: 1})
+				if again.CachedTokens != tc.resend {
+					t.Fatalf("resend: cached %d, want %d", again.CachedTokens, tc.resend)
+				}
+				checkDrained(t, e)
+			})
+		})
+	}
+}
+
+// A closing engine ends a request it would keep prefilling after an abort.
+func TestCloseEndsAnAbortedChunkedPrefillBeforePR28086(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := startEngine(t, Config{Profile: loadProfile(t, "kimi-k2.6-rtx6000")})
-		defer e.Close()
-		ids := prompt(1, 45507)
-		a := submit(t, e, Request{RID: "a", InputIDs: ids, MaxNewTokens: 10})
-		time.Sleep(8 * time.Second) // the first chunk ends at 5.97 s, the second at 14.8 s
-		if !e.Abort("a") {
-			t.Fatal("a was not active")
-		}
+		p := loadProfile(t, "kimi-k2.6-rtx6000")
+		p.SGLangVersion = "0.5.12"
+		e := startEngine(t, Config{Profile: p})
+		a := submit(t, e, Request{RID: "a", InputIDs: prompt(1, 45507), MaxNewTokens: 10})
+		time.Sleep(8 * time.Second)
+		e.Abort("a")
+		e.Close()
 		evs := drain(t, a)
-		tr := evs[len(evs)-1].Truth
-		var chunks []int
-		for _, c := range tr.Prefill {
-			chunks = append(chunks, c.Tokens)
+		if fin := evs[len(evs)-1].Finish; fin == nil || fin.Reason != FinishAbort {
+			t.Fatalf("closed: last event %+v, want an abort", fin)
 		}
-		if !slices.Equal(chunks, []int{16384, 16384}) || tr.Finish.Reason != FinishAbort || tr.CompletionTokens != 0 {
-			t.Fatalf("aborted during chunk 2: chunks %v, finish %q, %d tokens; want [16384 16384], abort, 0", chunks, tr.Finish.Reason, tr.CompletionTokens)
-		}
-		if st := e.Stats(); st.CacheTokens != 16384 {
-			t.Fatalf("cache after the abort: %d tokens, want the first chunk's 16384", st.CacheTokens)
-		}
-		again, _ := run(t, e, Request{RID: "again", InputIDs: ids, MaxNewTokens: 1})
-		if again.CachedTokens != 16384 {
-			t.Fatalf("resend: cached %d, want 16384", again.CachedTokens)
-		}
-		checkDrained(t, e)
 	})
 }

@@ -120,7 +120,8 @@
 //     ratio becomes the remaining requests' (output + 20 each) /
 //     (max_new_tokens + 1). A last request that still does not fit is
 //     aborted with status 500 and SGLang's "Out of memory even after
-//     retracting all other requests..." (OutOfMemoryMessage).
+//     retracting all other requests..." (OutOfMemoryMessage), its KV freed
+//     as a retracted request's, without caching its output.
 //   - The first output token comes out of prefill. Each decode round gives
 //     every running request one token, or k tokens (1 <= k <= num_steps+1)
 //     under speculative decoding, drawn from the request's own RNG seeded by

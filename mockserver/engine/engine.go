@@ -511,15 +511,13 @@ const (
 )
 
 // validate applies SGLang's checks, with its messages: the tokenizer
-// manager's (vocabulary, context length), then the scheduler's
-// max_req_input_len (validate_input_length); then the mock's own bounds.
+// manager's (vocabulary, context length, then the sampling parameters'
+// SamplingParams.verify), then the scheduler's max_req_input_len
+// (validate_input_length); then the mock's own bounds.
 func (e *Engine) validate(r Request, tokens []int32) error {
 	ctxLen := e.prof.ContextLength
-	switch {
-	case len(tokens) == 0:
+	if len(tokens) == 0 {
 		return &InvalidRequestError{Message: "The input is empty: it must have at least one token."}
-	case r.MaxNewTokens < 0:
-		return &InvalidRequestError{Message: fmt.Sprintf("max_new_tokens must be at least 0, got %d.", r.MaxNewTokens)}
 	}
 	for _, id := range tokens {
 		if id < 0 {
@@ -531,7 +529,7 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), e.tok.VocabSize())}
 		}
 	}
-	switch maxInput := e.prof.MaxReqInputLen(); {
+	switch {
 	case len(tokens) >= ctxLen:
 		return inputTooLong(len(tokens), ctxLen)
 	case r.MaxNewTokens > ctxLen-len(tokens):
@@ -543,7 +541,11 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 				"You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the completion. "+
 				"Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
 			ctxLen, uint64(len(tokens))+uint64(r.MaxNewTokens), len(tokens), r.MaxNewTokens)}
-	case len(tokens) >= maxInput:
+	}
+	if err := r.Sampling.verify(r.MaxNewTokens, e.tok.VocabSize()); err != nil {
+		return err
+	}
+	if maxInput := e.prof.MaxReqInputLen(); len(tokens) >= maxInput {
 		return &InvalidRequestError{Scheduler: true, Message: fmt.Sprintf(
 			"Input length (%d tokens) exceeds the maximum allowed length (%d tokens). "+
 				"Use a shorter input or enable --allow-auto-truncate.", len(tokens), maxInput)}
@@ -897,6 +899,7 @@ func (e *Engine) servePending() bool {
 
 func (e *Engine) shutdown() {
 	for _, s := range e.ranks {
+		s.stopping = true
 		s.abortActive()
 	}
 	for _, s := range e.ranks {

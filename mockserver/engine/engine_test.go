@@ -356,33 +356,46 @@ func smallPool(t *testing.T) *profile.Profile {
 }
 
 func TestEvictionUnderASmallPool(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := startEngine(t, Config{Profile: smallPool(t)})
-		defer e.Close()
-		// Three 300-token prompts fill the cache with 3 x 300 tokens.
-		for i := range 3 {
-			run(t, e, Request{RID: string(rune('a' + i)), InputIDs: prompt(int32(i), 300), MaxNewTokens: 1})
-		}
-		if st := e.Stats(); st.CacheTokens != 900 {
-			t.Fatalf("cache after three prompts: got %d tokens, want 900", st.CacheTokens)
-		}
-		// Touch a: b is now least recently used.
-		run(t, e, Request{RID: "a2", InputIDs: prompt(0, 300), MaxNewTokens: 1})
+	for _, tc := range []struct {
+		release string
+		cachedC int // c's reuse after d's prefill
+	}{
 		// 400 new tokens need 300 evicted: b goes, a and c stay. SGLang
-		// evicts the shortfall (PR #32016); evicting the whole allocation
-		// (399) would take c as well.
-		run(t, e, Request{RID: "d", InputIDs: prompt(9, 399), MaxNewTokens: 1})
-		for _, tt := range []struct {
-			seed   int32
-			cached int
-		}{{2, 299}, {0, 299}, {1, 0}} { // b last: its own prefill evicts
-			last, _ := run(t, e, Request{RID: "probe", InputIDs: prompt(tt.seed, 300), MaxNewTokens: 0})
-			if last.CachedTokens != tt.cached {
-				t.Errorf("prompt %d after eviction: cached %d, want %d", tt.seed, last.CachedTokens, tt.cached)
-			}
-		}
-		checkDrained(t, e)
-	})
+		// evicts the shortfall (PR #32016).
+		{"0.5.18", 299},
+		// Before it, evict_from_tree_cache evicts the whole allocation
+		// (400 tokens): b and c go.
+		{"0.5.12", 0},
+	} {
+		t.Run(tc.release, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := smallPool(t)
+				p.SGLangVersion = tc.release
+				e := startEngine(t, Config{Profile: p})
+				defer e.Close()
+				// Three 300-token prompts fill the cache with 3 x 300 tokens.
+				for i := range 3 {
+					run(t, e, Request{RID: string(rune('a' + i)), InputIDs: prompt(int32(i), 300), MaxNewTokens: 1})
+				}
+				if st := e.Stats(); st.CacheTokens != 900 {
+					t.Fatalf("cache after three prompts: got %d tokens, want 900", st.CacheTokens)
+				}
+				// Touch a: b is now least recently used, then c.
+				run(t, e, Request{RID: "a2", InputIDs: prompt(0, 300), MaxNewTokens: 1})
+				run(t, e, Request{RID: "d", InputIDs: prompt(9, 399), MaxNewTokens: 1})
+				for _, tt := range []struct {
+					seed   int32
+					cached int
+				}{{2, tc.cachedC}, {0, 299}, {1, 0}} { // b last: its own prefill evicts
+					last, _ := run(t, e, Request{RID: "probe", InputIDs: prompt(tt.seed, 300), MaxNewTokens: 0})
+					if last.CachedTokens != tt.cached {
+						t.Errorf("prompt %d after eviction: cached %d, want %d", tt.seed, last.CachedTokens, tt.cached)
+					}
+				}
+				checkDrained(t, e)
+			})
+		})
+	}
 }
 
 func TestLockedPrefixSurvivesAndBigPromptWaits(t *testing.T) {

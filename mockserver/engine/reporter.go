@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 )
 
@@ -27,6 +28,22 @@ type reporter struct {
 	specAcceptLength    float64 // of the last interval
 	specAcceptRate      float64
 	lastInputThroughput float64
+	// retracted is how many requests the last retraction freed, until the
+	// next log point takes it (SGLang's num_retracted_reqs).
+	retracted int
+	logged    SchedulerStats
+}
+
+// logPool takes the KV pool's figures into the logged stats, as SGLang's
+// PoolStats.update_scheduler_stats, and the retraction count, which it
+// then clears.
+func (s *scheduler) logPool() {
+	l := &s.report.logged
+	l.Logged = true
+	l.UsedTokens, l.AvailableTokens, l.EvictableTokens = s.used(), s.free(), s.treeStats().Evictable
+	l.FullTokenUsage = s.tokenUsage()
+	l.TokenUsage, _ = strconv.ParseFloat(strconv.FormatFloat(l.FullTokenUsage, 'f', 2, 64), 64)
+	l.RetractedReqs, s.report.retracted = s.report.retracted, 0
 }
 
 // resetOnFlush is SGLang's reset_metrics.
@@ -82,6 +99,10 @@ func (s *scheduler) recordPrefill(it *iteration, running int) prefillLog {
 	if total := effectiveNew + effectiveCached; total > 0 {
 		rep.cacheHitRate = float64(effectiveCached) / float64(total)
 	}
+	logged := &rep.logged
+	logged.Running, logged.Queued, logged.CacheHitRate = running, len(s.waiting), rep.cacheHitRate
+	logged.NewTokenRatio = s.ratio.current
+	s.logPool()
 	return l
 }
 
@@ -139,6 +160,14 @@ func (s *scheduler) recordDecode(it *iteration) (decodeLog, bool) {
 	}
 	rep.cacheHitRate = 0
 	l.genThroughput = rep.genThroughput
+	logged := &rep.logged
+	logged.Running, logged.Queued, logged.GenThroughput, logged.CacheHitRate = l.running, l.queued, l.genThroughput, 0
+	logged.DecodeSumSeqLens = 0
+	for _, g := range it.decode {
+		logged.DecodeSumSeqLens += g.ctx
+	}
+	logged.SpecAcceptLength, logged.SpecAcceptRate = l.acceptLength, l.acceptRate
+	s.logPool()
 	return l, true
 }
 

@@ -39,6 +39,9 @@ type Request struct {
 	// LogprobStartLen tokens, as SGLang does: those logprobs need computing.
 	ReturnLogprob   bool
 	LogprobStartLen int
+	// Sampling are the sampling parameters SGLang verifies; they change
+	// nothing the mock generates.
+	Sampling Sampling
 	// Internal marks the server's own requests (health checks, warmup):
 	// they run like any other but stay out of Truths (/sim/requests), which
 	// lists the clients' requests.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/radixcache"
@@ -95,6 +96,8 @@ func (it *iteration) end() time.Duration { return it.start + it.dur }
 // concurrent use: the engine loop owns it.
 type scheduler struct {
 	prof        *profile.Profile
+	rules       compat.Rules  // the profile's SGLang release's
+	flushBusy   time.Duration // the profile's flush window after a finish
 	tok         *tokenizer.Tokenizer
 	tree        *radixcache.Tree[string] // nil when the radix cache is disabled; a node's value is the rid of the request that inserted it
 	log         *slog.Logger
@@ -113,6 +116,7 @@ type scheduler struct {
 	flushes     []FlushRecord
 	settledAt   time.Duration // a flush finds the server idle from here on
 	departed    []*req        // requests whose client left, abort due
+	stopping    bool          // the engine is closing: every abort ends its request
 	ratio       tokenRatio
 	batchFull   bool // no prefill until a request finishes or is retracted
 	onFinish    func(*Truth)
@@ -145,6 +149,8 @@ const jitterStream = 0x6a09e667f3bcc909
 func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache bool, log *slog.Logger, logInterval, rank int) *scheduler {
 	s := &scheduler{
 		prof:        p,
+		rules:       p.Rules(),
+		flushBusy:   p.FlushBusyAfterFinish(),
 		tok:         tok,
 		log:         log,
 		logInterval: logInterval,
@@ -202,16 +208,24 @@ func (s *scheduler) idle() bool {
 	return len(s.waiting) == 0 && s.chunked == nil && len(s.running) == 0 && s.inflight == nil
 }
 
-// ensureFree evicts cached prefixes until n KV slots are free, if it can. It
-// evicts the shortfall, not the whole allocation, as SGLang's
-// evict_from_tree_cache does for a standard allocator (sgl-project/sglang
-// PR #32016), for prefill and decode alike.
+// ensureFree evicts cached prefixes until n KV slots are free, if it can,
+// as SGLang's evict_from_tree_cache does for a standard allocator, for
+// prefill and decode alike: for the shortfall (the evict-shortfall rule,
+// PR #32016), or in releases before it for the whole allocation.
 func (s *scheduler) ensureFree(n int) {
-	if short := n - s.free(); short > 0 && s.tree != nil {
-		s.tree.Evict(short)
-		if s.hi != nil {
-			s.takeHostWrites() // write-backs of what it evicted
-		}
+	short := n - s.free()
+	if short <= 0 || s.tree == nil {
+		return
+	}
+	if !s.rules.EvictShortfall {
+		short = n
+	}
+	if freed := s.tree.Evict(short); freed > 0 {
+		s.counters.Evictions++
+		s.counters.EvictedTokens += int64(freed)
+	}
+	if s.hi != nil {
+		s.takeHostWrites() // write-backs of what it evicted
 	}
 }
 
@@ -573,7 +587,7 @@ func (s *scheduler) completePrefill(it *iteration) {
 			Start: it.start, Duration: it.dur, Cost: c.cost, Prefix: c.prefix, Tokens: c.tokens, Batch: len(it.prefill),
 			LoadBack: c.loaded,
 		})
-		if r.abortMsg != "" && r.kvLen+c.tokens < len(r.fill()) {
+		if r.abortMsg != "" && r.kvLen+c.tokens < len(r.fill()) && s.rules.AbortPendingChunk {
 			// Aborted while a chunk that is not its last ran: SGLang's
 			// process_pending_chunked_abort releases it before that chunk
 			// is cached (release_kv_cache with is_insert=False, PR #28086),
@@ -771,7 +785,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 	if len(r.truth.Prefill) > 0 {
 		// The request was in a batch: the server settles only after it,
 		// and the batch has room again.
-		s.settledAt = max(s.settledAt, at+s.prof.FlushBusyAfterFinish())
+		s.settledAt = max(s.settledAt, at+s.flushBusy)
 		s.batchFull = false
 	}
 	if s.tree != nil && r.admitted() {
@@ -812,6 +826,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		default:
 			s.counters.CachedDevice += int64(r.cached)
 		}
+		s.counters.SpecVerifyCalls += int64(r.spec.VerifyCt)
 		if fin.Reason == FinishAbort {
 			s.counters.Aborted++
 		}

@@ -15,6 +15,69 @@ type Counters struct {
 	// cached tokens, its cached_tokens_details (all device without
 	// HiCache).
 	CachedDevice, CachedHost, CachedStorage int64
+	// SpecVerifyCalls sums the finished requests' speculative rounds
+	// (spec_verify_ct).
+	SpecVerifyCalls int64
+	// RetractedRequests counts the requests retract_decode freed, and
+	// RetractedInputTokens and RetractedOutputTokens their prompts' and
+	// outputs' tokens at the time (SGLang's increment_retracted_reqs).
+	RetractedRequests, RetractedInputTokens, RetractedOutputTokens int64
+	// Evictions counts the radix cache's evictions that freed tokens, and
+	// EvictedTokens the tokens they freed (update_eviction_metrics).
+	Evictions, EvictedTokens int64
+}
+
+// add adds o's counts to c's: a deployment's are its ranks' sums.
+func (c *Counters) add(o Counters) {
+	c.Requests += o.Requests
+	c.Aborted += o.Aborted
+	c.PromptTokens += o.PromptTokens
+	c.CachedTokens += o.CachedTokens
+	c.GenerationTokens += o.GenerationTokens
+	c.CachedDevice += o.CachedDevice
+	c.CachedHost += o.CachedHost
+	c.CachedStorage += o.CachedStorage
+	c.SpecVerifyCalls += o.SpecVerifyCalls
+	c.RetractedRequests += o.RetractedRequests
+	c.RetractedInputTokens += o.RetractedInputTokens
+	c.RetractedOutputTokens += o.RetractedOutputTokens
+	c.Evictions += o.Evictions
+	c.EvictedTokens += o.EvictedTokens
+}
+
+// SchedulerStats are the scheduler's figures as SGLang's metrics reporter
+// last logged them (SchedulerStats): report_prefill_stats sets them at
+// every prefill batch, report_decode_stats every decode-log interval, and
+// its Prometheus gauges hold them in between. A prefill batch leaves the
+// decode figures (GenThroughput, DecodeSumSeqLens, the speculative ones)
+// as they were, and a decode log the new-token ratio. Logged is false
+// before the first log point.
+type SchedulerStats struct {
+	Logged bool
+	// Running is the running batch: before the prefill batch joins it, at
+	// a prefill log. Queued is the waiting queue.
+	Running, Queued int
+	GenThroughput   float64
+	// CacheHitRate is the prefill batch's; a decode log zeroes it.
+	CacheHitRate float64
+	// DecodeSumSeqLens sums the decode batch's sequence lengths.
+	DecodeSumSeqLens int
+	// TokenUsage is UsedTokens over the pool, rounded to two decimals as
+	// SGLang rounds token_usage; FullTokenUsage is the same unrounded.
+	TokenUsage, FullTokenUsage float64
+	// UsedTokens, AvailableTokens and EvictableTokens split the KV pool:
+	// held by requests, free, and cached but evictable (kv_used_tokens,
+	// kv_available_tokens, kv_evictable_tokens).
+	UsedTokens, AvailableTokens, EvictableTokens int
+	// SpecAcceptLength and SpecAcceptRate are the decode-log interval's, 0
+	// without speculative rounds.
+	SpecAcceptLength, SpecAcceptRate float64
+	// RetractedReqs is how many requests the last retraction since the
+	// previous log point freed (num_retracted_reqs; 0 when none came).
+	RetractedReqs int
+	// NewTokenRatio is the token ratio the prefill batch was admitted
+	// with.
+	NewTokenRatio float64
 }
 
 // Stats is a snapshot of the engine's state.
@@ -51,7 +114,9 @@ type Stats struct {
 	// SpecAcceptLength and SpecAcceptRate are the last decode-log
 	// interval's (SGLang's spec_accept_length and spec_accept_rate gauges).
 	SpecAcceptLength, SpecAcceptRate float64
-	Idle                             bool
+	// Logged is what SGLang's metrics reporter last logged.
+	Logged SchedulerStats
+	Idle   bool
 }
 
 func (s *scheduler) stats() Stats {
@@ -86,6 +151,7 @@ func (s *scheduler) stats() Stats {
 		AvgSpecAcceptLength: s.report.avgSpecAcceptLength(),
 		SpecAcceptLength:    s.report.specAcceptLength,
 		SpecAcceptRate:      s.report.specAcceptRate,
+		Logged:              s.report.logged,
 		Idle:                s.idle(),
 	}
 }
@@ -102,11 +168,7 @@ func sumStats(ranks []Stats) Stats {
 	t.Idle = true
 	var specTokens float64
 	for _, st := range ranks {
-		t.Requests += st.Requests
-		t.Aborted += st.Aborted
-		t.PromptTokens += st.PromptTokens
-		t.CachedTokens += st.CachedTokens
-		t.GenerationTokens += st.GenerationTokens
+		t.Counters.add(st.Counters)
 		t.Now = max(t.Now, st.Now)
 		t.Running += st.Running
 		t.Queued += st.Queued

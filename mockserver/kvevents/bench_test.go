@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
@@ -88,7 +89,7 @@ func BenchmarkPublisherAtC64(b *testing.B) {
 		ln := freePort(b)
 		cfg := Config{Publisher: "zmq", Endpoint: fmt.Sprintf("tcp://*:%d", ln), BufferSteps: DefaultBufferSteps, HWM: DefaultHWM, MaxQueueSize: DefaultMaxQueueSize}
 		topic := RouterTopic("127.0.0.1", ln, "bench")
-		pub, err := Start(cfg, topic, nil)
+		pub, err := Start(cfg, topic, compat.Rules{}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

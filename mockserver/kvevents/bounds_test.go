@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
@@ -70,7 +71,7 @@ func bigBatch(p *Publisher, n int) {
 func TestSilentSubscriberIsBoundedAndStarvesNoOne(t *testing.T) {
 	cfg, addr := loopbackConfig(t)
 	topic := "kv@t"
-	p, err := Start(cfg, topic, nil)
+	p, err := Start(cfg, topic, compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestSilentSubscriberIsBoundedAndStarvesNoOne(t *testing.T) {
 // disconnected and counted.
 func TestStalledSubscriberIsCut(t *testing.T) {
 	cfg, addr := loopbackConfig(t)
-	p, err := Start(cfg, "kv@t", nil)
+	p, err := Start(cfg, "kv@t", compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestReplayClientsAreIsolated(t *testing.T) {
 	rep := fmt.Sprintf("tcp://127.0.0.1:%d", rport)
 	cfg.ReplayEndpoint = &rep
 	var logs lockedBuffer
-	p, err := Start(cfg, "kv@t", slog.New(slog.NewTextHandler(&logs, nil)))
+	p, err := Start(cfg, "kv@t", compat.Rules{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestReplayBufferIsBoundedInBytes(t *testing.T) {
 func TestQueueIsBoundedInBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := &stuckTransport{release: make(chan struct{}), sent: make(chan uint64, 16)}
-		p := NewPublisher(Config{MaxQueueSize: 100}, "t", out, nil)
+		p := NewPublisher(Config{MaxQueueSize: 100}, "t", compat.Rules{}, out, nil)
 		p.maxBytes = 3 * eventBytes(1000)
 		bigBatch(p, 1000)
 		synctest.Wait() // batch 0 is in Send, stuck
@@ -244,7 +245,7 @@ func TestIdlePublisherHoldsLittle(t *testing.T) {
 	base := liveHeap()
 	var ps []*Publisher
 	for range 50 {
-		p, err := Start(cfg, "t", nil)
+		p, err := Start(cfg, "t", compat.Rules{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +264,7 @@ func TestIdlePublisherHoldsLittle(t *testing.T) {
 // without its memory or goroutines growing.
 func TestDialRetriesHoldNothing(t *testing.T) {
 	cfg := testConfig(fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)))
-	p, err := Start(cfg, "t", nil)
+	p, err := Start(cfg, "t", compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestStaleIPCSocketIsReplaced(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close() // the socket file stays, as after a kill
-	p, err := Start(testConfig("ipc://"+path), "t", nil)
+	p, err := Start(testConfig("ipc://"+path), "t", compat.Rules{}, nil)
 	if err != nil {
 		t.Fatalf("bind over a stale socket: %v", err)
 	}
@@ -309,17 +310,17 @@ func TestStaleIPCSocketIsReplaced(t *testing.T) {
 	s.Close()
 	p.Close()
 	// A live socket is not taken over, and a plain file is not removed.
-	live, err := Start(testConfig("ipc://"+path), "t", nil)
+	live, err := Start(testConfig("ipc://"+path), "t", compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	if _, err := Start(testConfig("ipc://"+path), "t", nil); err == nil {
+	if _, err := Start(testConfig("ipc://"+path), "t", compat.Rules{}, nil); err == nil {
 		t.Fatal("a second bind of a live socket succeeded")
 	}
 	plain := filepath.Join(dir, "plain")
 	os.WriteFile(plain, []byte("x"), 0o600)
-	if _, err := Start(testConfig("ipc://"+plain), "t", nil); err == nil {
+	if _, err := Start(testConfig("ipc://"+plain), "t", compat.Rules{}, nil); err == nil {
 		t.Fatal("bind over a plain file succeeded")
 	}
 	if _, err := os.Stat(plain); err != nil {
@@ -347,7 +348,7 @@ func TestBindRules(t *testing.T) {
 	}
 	port := freePort(t)
 	var logs lockedBuffer
-	p, err := Start(testConfig(fmt.Sprintf("tcp://0.0.0.0:%d", port)), "t", slog.New(slog.NewTextHandler(&logs, nil)))
+	p, err := Start(testConfig(fmt.Sprintf("tcp://0.0.0.0:%d", port)), "t", compat.Rules{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

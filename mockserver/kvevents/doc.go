@@ -13,7 +13,10 @@
 // coalesces them since PR #31479 (KVCacheEventRecorder.enqueue): a radix
 // node's pages are one event, a store whose first page hangs from the last
 // page of the store just before it (pages of the same size) extends that
-// event, and removals in a row are one event:
+// event, and removals in a row are one event. A server that follows an
+// older release (compat.Rules) sends what it sent: 0.5.17, one
+// BlockRemoved per removed node (PR #29265) and one BlockStored per page;
+// 0.5.12 and older, one event per page, stored or removed:
 //
 //	["BlockStored", [hash...], parent_hash | nil, [token...], block_size, nil, "GPU"]
 //	["BlockRemoved", [hash...], "GPU"]

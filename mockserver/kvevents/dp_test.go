@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"github.com/sglmock/sglmock/compat"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -64,7 +65,7 @@ func TestBatchesCarryTheRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := &payloadTransport{sent: make(chan []byte, 1)}
-		p := NewPublisher(cfg, "", out, nil)
+		p := NewPublisher(cfg, "", compat.Rules{}, out, nil)
 		defer p.Close()
 		p.Stored(0, false, []radixcache.Page{{Hash: 1, Tokens: []int32{1}}})
 		p.Publish(time.Now())

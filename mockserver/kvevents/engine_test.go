@@ -105,14 +105,17 @@ func TestReplayedEventsMatchTheCache(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
 		page    int
-	}{{"default", 1}, {"default", 4}, {"llama-8b-eagle3-h100", 1}, {"llama-8b-eagle3-h100", 2}} {
-		t.Run(fmt.Sprintf("%s/page=%d", tc.profile, tc.page), func(t *testing.T) {
+		release string
+	}{{"default", 1, ""}, {"default", 4, ""}, {"llama-8b-eagle3-h100", 1, ""}, {"llama-8b-eagle3-h100", 2, ""},
+		{"default", 4, "0.5.12"}, {"llama-8b-eagle3-h100", 2, "0.5.17"}} {
+		t.Run(fmt.Sprintf("%s/page=%d/%s", tc.profile, tc.page, tc.release), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := Config{Publisher: "zmq", Endpoint: DefaultEndpoint, BufferSteps: 8, MaxQueueSize: DefaultMaxQueueSize}
 				capture := &captureTransport{}
 				const topic = "kv@sglmock.test:30000@m"
-				pub := NewPublisher(cfg, topic, capture, nil)
 				p := kvProfile(t, tc.profile, tc.page)
+				p.SGLangVersion = tc.release
+				pub := NewPublisher(cfg, topic, p.Rules(), capture, nil)
 				m := mocktest.Start(t, api.Config{Profile: p, CacheEvents: pub})
 				t.Cleanup(func() { pub.Close() })
 				var rep replayer

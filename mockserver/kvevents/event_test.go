@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 	"github.com/sglmock/sglmock/radixcache"
 )
@@ -85,46 +86,76 @@ func TestDecodeRefuses(t *testing.T) {
 // #31479): a node's pages are one event; a store that hangs from the last
 // page of the store just gathered, with pages of the same size, extends it;
 // removals in a row are one event; anything else starts a new event.
+// Before it (0.5.17) a removed node's pages are one event (PR #29265), and
+// before that (0.5.12) every page is an event of its own.
 func TestPublisherCoalesces(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		out := &captureTransport{}
-		p := NewPublisher(Config{MaxQueueSize: 4}, "t", out, nil)
-		page := func(h int64, tokens ...int32) radixcache.Page { return radixcache.Page{Hash: h, Tokens: tokens} }
-		p.Cleared()
-		p.Stored(0, false, []radixcache.Page{page(1, 10, 11), page(2, 12, 13)}) // a node of two pages
-		p.Stored(2, true, []radixcache.Page{page(3, 14, 15)})                   // hangs from 2: extends
-		p.Stored(1, true, []radixcache.Page{page(4, 20, 21)})                   // hangs from 1: a new event
-		p.Stored(4, true, []radixcache.Page{page(5, 22)})                       // another block size: a new event
-		p.Removed([]radixcache.Page{{Hash: 5}})
-		p.Removed([]radixcache.Page{{Hash: 3}, {Hash: 2}}) // removals in a row: one event
-		p.Stored(0, false, []radixcache.Page{page(6, 30, 31)})
-		p.Removed([]radixcache.Page{{Hash: 6}})
-		p.Publish(time.Unix(1, 0))
-		p.Close()
-		msgs := out.take()
-		if len(msgs) != 1 {
-			t.Fatalf("%d messages, want one batch", len(msgs))
-		}
-		b, err := Decode(msgs[0].Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []Event{
+	stored := func(parent int64, hashes []int64, tokens []int32, size int) Event {
+		return Event{Kind: BlockStored, Hashes: hashes, Parent: parent, HasParent: parent != 0, Tokens: tokens, BlockSize: size}
+	}
+	removed := func(hashes ...int64) Event { return Event{Kind: BlockRemoved, Hashes: hashes} }
+	perPageStores := []Event{
+		{Kind: AllBlocksCleared},
+		stored(0, []int64{1}, []int32{10, 11}, 2),
+		stored(1, []int64{2}, []int32{12, 13}, 2),
+		stored(2, []int64{3}, []int32{14, 15}, 2),
+		stored(1, []int64{4}, []int32{20, 21}, 2),
+		stored(4, []int64{5}, []int32{22}, 1),
+	}
+	for _, tc := range []struct {
+		release string
+		want    []Event
+	}{
+		{"0.5.18", []Event{
 			{Kind: AllBlocksCleared},
-			{Kind: BlockStored, Hashes: []int64{1, 2, 3}, Tokens: []int32{10, 11, 12, 13, 14, 15}, BlockSize: 2},
-			{Kind: BlockStored, Hashes: []int64{4}, Parent: 1, HasParent: true, Tokens: []int32{20, 21}, BlockSize: 2},
-			{Kind: BlockStored, Hashes: []int64{5}, Parent: 4, HasParent: true, Tokens: []int32{22}, BlockSize: 1},
-			{Kind: BlockRemoved, Hashes: []int64{5, 3, 2}},
-			{Kind: BlockStored, Hashes: []int64{6}, Tokens: []int32{30, 31}, BlockSize: 2},
-			{Kind: BlockRemoved, Hashes: []int64{6}},
-		}
-		if !reflect.DeepEqual(b.Events, want) {
-			t.Errorf("events:\n got %+v\nwant %+v", b.Events, want)
-		}
-		if st := p.Stats(); st.Events != 1+6+4 {
-			t.Errorf("changes gathered: %d, want 11 (a clear, six pages stored, four removed)", st.Events)
-		}
-	})
+			stored(0, []int64{1, 2, 3}, []int32{10, 11, 12, 13, 14, 15}, 2),
+			stored(1, []int64{4}, []int32{20, 21}, 2),
+			stored(4, []int64{5}, []int32{22}, 1),
+			removed(5, 3, 2),
+			stored(0, []int64{6}, []int32{30, 31}, 2),
+			removed(6),
+		}},
+		{"0.5.17", append(slices.Clone(perPageStores),
+			removed(5), removed(3, 2), stored(0, []int64{6}, []int32{30, 31}, 2), removed(6))},
+		{"0.5.12", append(slices.Clone(perPageStores),
+			removed(5), removed(3), removed(2), stored(0, []int64{6}, []int32{30, 31}, 2), removed(6))},
+	} {
+		t.Run(tc.release, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rules, err := compat.For(tc.release)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := &captureTransport{}
+				p := NewPublisher(Config{MaxQueueSize: 4}, "t", rules, out, nil)
+				page := func(h int64, tokens ...int32) radixcache.Page { return radixcache.Page{Hash: h, Tokens: tokens} }
+				p.Cleared()
+				p.Stored(0, false, []radixcache.Page{page(1, 10, 11), page(2, 12, 13)}) // a node of two pages
+				p.Stored(2, true, []radixcache.Page{page(3, 14, 15)})                   // hangs from 2: extends
+				p.Stored(1, true, []radixcache.Page{page(4, 20, 21)})                   // hangs from 1: a new event
+				p.Stored(4, true, []radixcache.Page{page(5, 22)})                       // another block size: a new event
+				p.Removed([]radixcache.Page{{Hash: 5}})
+				p.Removed([]radixcache.Page{{Hash: 3}, {Hash: 2}}) // removals in a row: one event
+				p.Stored(0, false, []radixcache.Page{page(6, 30, 31)})
+				p.Removed([]radixcache.Page{{Hash: 6}})
+				p.Publish(time.Unix(1, 0))
+				p.Close()
+				msgs := out.take()
+				if len(msgs) != 1 {
+					t.Fatalf("%d messages, want one batch", len(msgs))
+				}
+				b, err := Decode(msgs[0].Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(b.Events, tc.want) {
+					t.Errorf("events:\n got %+v\nwant %+v", b.Events, tc.want)
+				}
+				if st := p.Stats(); st.Events != 1+6+4 {
+					t.Errorf("changes gathered: %d, want 11 (a clear, six pages stored, four removed)", st.Events)
+				}
+			})
+		})
+	}
 }
 
 // A coalesced store owns its tokens: a page's tokens may be a view of the
@@ -132,7 +163,7 @@ func TestPublisherCoalesces(t *testing.T) {
 func TestCoalescingCopiesTokens(t *testing.T) {
 	key := []int32{1, 2, 3, 4, 99, 99}
 	out := &captureTransport{}
-	p := NewPublisher(Config{MaxQueueSize: 4}, "t", out, nil)
+	p := NewPublisher(Config{MaxQueueSize: 4}, "t", compat.Rules{CoalesceKVEvents: true}, out, nil)
 	p.Stored(0, false, []radixcache.Page{{Hash: 1, Tokens: key[0:2]}})
 	p.Stored(1, true, []radixcache.Page{{Hash: 2, Tokens: []int32{7, 8}}})
 	p.Publish(time.Unix(1, 0))

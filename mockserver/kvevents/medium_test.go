@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"bytes"
+	"github.com/sglmock/sglmock/compat"
 	"reflect"
 	"testing"
 	"testing/synctest"
@@ -17,7 +18,11 @@ import (
 func TestHostMedium(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := &captureTransport{}
-		p := NewPublisher(Config{MaxQueueSize: 4}, "t", out, nil)
+		rules, err := compat.For(compat.Default)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := NewPublisher(Config{MaxQueueSize: 4}, "t", rules, out, nil)
 		tr, err := radixcache.New[string](2)
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
@@ -69,6 +70,9 @@ type Publisher struct {
 	out    Transport
 	log    *slog.Logger
 	dpRank int // every batch's DPRank (Config.ForRank)
+	// rules are the server's SGLang release's: they say how events are
+	// coalesced (the batch-removed-pages and coalesce-kv-events rules).
+	rules compat.Rules
 
 	// Engine goroutine only.
 	pending      []Event
@@ -103,12 +107,13 @@ func eventBytes(tokens int) int { return 48 + 5*tokens }
 
 // NewPublisher starts a publisher that sends on out with the given topic,
 // keeping the last cfg.BufferSteps messages (at most MaxReplayBytes) for
-// Replay.
-func NewPublisher(cfg Config, topic string, out Transport, log *slog.Logger) *Publisher {
+// Replay, and gathering events as rules' SGLang release does.
+func NewPublisher(cfg Config, topic string, rules compat.Rules, out Transport, log *slog.Logger) *Publisher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Publisher{
+		rules:    rules,
 		topic:    []byte(topic),
 		out:      out,
 		log:      log,
@@ -129,7 +134,8 @@ func (p *Publisher) Topic() string { return string(p.topic) }
 // Stored implements radixcache.Observer: the node's pages are one
 // BlockStored, or extend the BlockStored just gathered when they hang from
 // its last page with pages of the same size (SGLang's coalescing, PR
-// #31479).
+// #31479). Before that rule each page is an event of its own, hanging
+// from the page before it (KVCacheEventMixin._record_store_event).
 func (p *Publisher) Stored(parent int64, hasParent bool, pages []radixcache.Page) {
 	p.StoredOn(radixcache.Device, parent, hasParent, pages)
 }
@@ -143,19 +149,28 @@ func (p *Publisher) StoredOn(medium radixcache.Medium, parent int64, hasParent b
 	for _, pg := range pages {
 		p.pendingBytes += eventBytes(len(pg.Tokens)) // a page's own event, at most: coalescing only saves
 	}
+	p.events.Add(int64(len(pages)))
+	if !p.rules.CoalesceKVEvents {
+		for _, pg := range pages {
+			e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pg.Bigram, Medium: mediumOf(medium)}
+			e.BlockSize = len(pg.Tokens) / e.unit()
+			e.addPages([]radixcache.Page{pg})
+			p.pending = append(p.pending, e)
+			parent, hasParent = pg.Hash, true
+		}
+		return
+	}
 	e := Event{Kind: BlockStored, Parent: parent, HasParent: hasParent, Bigram: pages[0].Bigram, Medium: mediumOf(medium)}
 	e.BlockSize = len(pages[0].Tokens) / e.unit()
 	if n := len(p.pending); n > 0 && hasParent {
 		if tail := &p.pending[n-1]; tail.Kind == BlockStored && tail.BlockSize == e.BlockSize && tail.Bigram == e.Bigram &&
 			tail.Medium == e.Medium && tail.Hashes[len(tail.Hashes)-1] == parent {
 			tail.addPages(pages)
-			p.events.Add(int64(len(pages)))
 			return
 		}
 	}
 	e.addPages(pages)
 	p.pending = append(p.pending, e)
-	p.events.Add(int64(len(pages)))
 }
 
 // addPages appends pages to a BlockStored event. The event owns its
@@ -174,7 +189,8 @@ func (e *Event) addPages(pages []radixcache.Page) {
 
 // Removed implements radixcache.Observer: the node's pages are one
 // BlockRemoved, or extend the BlockRemoved just gathered (SGLang's
-// coalescing).
+// coalescing, PR #31479). Before that rule the node's pages are one event
+// (PR #29265), and before that each page is one.
 func (p *Publisher) Removed(pages []radixcache.Page) { p.RemovedFrom(radixcache.Device, pages) }
 
 // RemovedFrom implements radixcache.TierObserver: Removed, from the medium
@@ -183,9 +199,17 @@ func (p *Publisher) RemovedFrom(medium radixcache.Medium, pages []radixcache.Pag
 	if len(pages) == 0 {
 		return
 	}
+	p.pendingBytes += len(pages) * eventBytes(0)
+	p.events.Add(int64(len(pages)))
 	m := mediumOf(medium)
+	if !p.rules.BatchRemovedPages {
+		for _, pg := range pages {
+			p.pending = append(p.pending, Event{Kind: BlockRemoved, Hashes: []int64{pg.Hash}, Medium: m})
+		}
+		return
+	}
 	n := len(p.pending)
-	if n == 0 || p.pending[n-1].Kind != BlockRemoved || p.pending[n-1].Medium != m {
+	if n == 0 || p.pending[n-1].Kind != BlockRemoved || p.pending[n-1].Medium != m || !p.rules.CoalesceKVEvents {
 		p.pending = append(p.pending, Event{Kind: BlockRemoved, Medium: m})
 		n++
 	}
@@ -193,8 +217,6 @@ func (p *Publisher) RemovedFrom(medium radixcache.Medium, pages []radixcache.Pag
 	for _, pg := range pages {
 		tail.Hashes = append(tail.Hashes, pg.Hash)
 	}
-	p.pendingBytes += len(pages) * eventBytes(0)
-	p.events.Add(int64(len(pages)))
 }
 
 // Cleared implements radixcache.Observer: AllBlocksCleared.

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
@@ -29,7 +30,7 @@ func (s *stuckTransport) Close() error            { return nil }
 func TestPublishNeverBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := &stuckTransport{release: make(chan struct{}), sent: make(chan uint64, 16)}
-		p := NewPublisher(Config{MaxQueueSize: 2}, "t", out, nil)
+		p := NewPublisher(Config{MaxQueueSize: 2}, "t", compat.Rules{}, out, nil)
 		publish := func() {
 			p.Stored(0, false, []radixcache.Page{{Hash: 1, Tokens: []int32{1}}})
 			p.Publish(time.Now())

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // debianPython finds a Python with Debian's python3-zmq and python3-msgpack:
@@ -117,7 +119,7 @@ func TestPythonDecodesEvents(t *testing.T) {
 			replayEP := fmt.Sprintf("tcp://*:%d", replayPort)
 			cfg.ReplayEndpoint = &replayEP
 			topic := RouterTopic("127.0.0.2", port, "org/"+t.Name())
-			p, err := Start(cfg, topic, nil)
+			p, err := Start(cfg, topic, compat.Rules{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // endSeq is the replay socket's end-of-replay marker: -1 as 8 bytes,
@@ -22,25 +24,26 @@ var endSeq = binary.BigEndian.AppendUint64(nil, ^uint64(0))
 // is not up yet, or gone: libzmq's default reconnect interval is 100 ms.
 const dialRetry = 100 * time.Millisecond
 
-// Start opens the sockets cfg names and starts a publisher on them:
+// Start opens the sockets cfg names and starts a publisher on them that
+// gathers events as rules' SGLang release does:
 // "null" sends nothing; "zmq" binds or connects the PUB socket (Binds) and
 // binds the replay ROUTER socket if one is configured. A connecting socket
 // keeps trying in the background until the subscriber is up, and
 // reconnects when it goes, as libzmq's connect does. A binding socket on
 // every interface is logged as a warning: its events carry the prompts'
 // token ids.
-func Start(cfg Config, topic string, logger *slog.Logger) (*Publisher, error) {
+func Start(cfg Config, topic string, rules compat.Rules, logger *slog.Logger) (*Publisher, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Publisher == "null" {
-		return NewPublisher(cfg, topic, nullTransport{}, logger), nil
+		return NewPublisher(cfg, topic, rules, nullTransport{}, logger), nil
 	}
 	t, err := openZMQ(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
-	p := NewPublisher(cfg, topic, t, logger)
+	p := NewPublisher(cfg, topic, rules, t, logger)
 	if t.replayLn != nil {
 		t.replay = newReplaySocket(p.ring, logger)
 		t.replay.serve(t.replayLn)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
@@ -81,7 +82,7 @@ func TestZMQBothModes(t *testing.T) {
 			topic := RouterTopic("127.0.0.1", port, t.Name())
 			// In connect mode the publisher starts first and waits for the
 			// router: the connection is retried in the background.
-			p, err := Start(cfg, topic, nil)
+			p, err := Start(cfg, topic, compat.Rules{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +112,7 @@ func TestZMQReconnectsAfterRouterRestart(t *testing.T) {
 	port := freePort(t)
 	ep := fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	topic := RouterTopic("127.0.0.1", port, t.Name())
-	p, err := Start(testConfig(ep), topic, nil)
+	p, err := Start(testConfig(ep), topic, compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestZMQReplay(t *testing.T) {
 	cfg := testConfig(fmt.Sprintf("tcp://*:%d", port))
 	replayEP := fmt.Sprintf("tcp://*:%d", replayPort)
 	cfg.ReplayEndpoint = &replayEP
-	p, err := Start(cfg, "kv@a:1@m", nil)
+	p, err := Start(cfg, "kv@a:1@m", compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestZMQHighWaterMarkDrops(t *testing.T) {
 	cfg := testConfig(fmt.Sprintf("tcp://*:%d", port))
 	cfg.HWM = 1
 	topic := RouterTopic("127.0.0.1", port, t.Name())
-	p, err := Start(cfg, topic, nil)
+	p, err := Start(cfg, topic, compat.Rules{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

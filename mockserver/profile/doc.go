@@ -60,8 +60,23 @@
 // request before it is idle. Each built-in profile sets one decode round of
 // a lone short request of its model (default 4 ms, llama-8b-eagle3-h100
 // 7.5 ms, kimi-k2.6-rtx6000 33 ms); --disable-overlap-schedule sets 0, as
-// SGLang's flag removes the window. /server_info reports
-// disable_overlap_schedule true when the window is 0.
+// SGLang's flag removes the window; so does a release before the
+// speculative-overlap rule (compat) for the algorithms it ran without the
+// overlap scheduler: DFLASH, NGRAM, FROZEN_KV_MTP, and the EAGLE family with
+// eagle_topk > 1 (OverlapOff). /server_info reports
+// disable_overlap_schedule true when the overlap scheduler is off.
+//
+// # SGLang release
+//
+// sglang_version (or --sglang-version) names the SGLang release the
+// deployment runs, one of compat.Known (compat.Default when absent); its
+// compat.Rules decide the behaviours that changed between releases, and
+// /server_info reports it. Under any speculative algorithm SGLang runs 48
+// requests at once unless the launch gives a bound
+// (SpeculativeMaxRunningRequests): a speculative profile without
+// max_running_requests gets 48, and --speculative-algorithm on a profile
+// without speculative decoding replaces the profile's bound (what SGLang
+// derives without it) by 48 unless --max-running-requests is given.
 //
 // # Output without max_tokens
 //

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // A profile file's fields are the Profile type's YAML fields: Fields walks
@@ -24,14 +26,14 @@ var fieldDocs = map[string]string{
 	"page_size":            "the radix cache's page in tokens (SGLang's --page-size): a prefix is reused in whole pages",
 	"chunked_prefill_size": "the most prompt tokens one request prefills in one iteration (SGLang's --chunked-prefill-size); -1 prefills a prompt whole; a multiple of page_size",
 	"max_prefill_tokens":   "the most new tokens one prefill batch takes (SGLang's --max-prefill-tokens); at least page_size",
-	"max_running_requests": "the most requests decoding at once (SGLang's --max-running-requests); more wait in the queue",
+	"max_running_requests": "the most requests decoding at once (SGLang's --max-running-requests); more wait in the queue. Required without speculative decoding (what SGLang derives for the deployment); under it, absent means 48, as SGLang sets when the launch gives none",
 	"max_output_tokens":    "the output of a chat completion without max_tokens, which a real model ends when it samples EOS; 0 or absent: 4096",
 	"tp_size":              "GPUs of one tensor-parallel group (SGLang's --tp-size); with enable_dp_attention, a multiple of dp_size; 0 or absent: 1",
 	"dp_size":              "DP ranks (SGLang's --dp-size), each a scheduler with its own queue, running batch, KV pool of max_total_tokens and radix cache, behind a controller that sends each request to one; 0 or absent: 1",
 	"enable_dp_attention":  "DP attention (SGLang's --enable-dp-attention): the ranks share one tensor-parallel group and run every iteration together, each divides chunked_prefill_size and max_running_requests by dp_size, and admits with a token ratio scaled by 0.3",
 	"load_balance_method":  "how the controller picks a rank (SGLang's --load-balance-method): auto (round_robin), round_robin, total_requests or total_tokens",
 	"add_bos_token":        "begin every text prompt with a BOS token, as a Llama tokenizer does (prompts sent as input_ids are taken as they are)",
-	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1 or kimi-k2; a loaded tokenizer brings its own",
+	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1, kimi-k2 or kimi-k2.6 (a thinking model: the generation prompt opens <think>); a loaded tokenizer brings its own",
 	"tokenizer_path":       "a Hugging Face model directory whose tokenizer and chat template replace the built-in ones (--tokenizer-path overrides it); relative to the profile file",
 
 	"prefill":             "the cost of a prefill chunk of m new tokens over p cached ones: overhead_s + per_token_s*m + attention_s*m*(p+m/2), or with table: overhead_s + table(p+m) - table(p)",
@@ -77,6 +79,7 @@ var fieldDocs = map[string]string{
 	"hicache.storage_page_overhead_s":      "seconds each page read from or written to storage costs besides its bytes",
 
 	"flush_busy_after_finish_s": "simulated seconds the server stays busy for /flush_cache after an iteration that finished a request, as SGLang's overlap scheduler does; 0: idle at once",
+	"sglang_version":            "the SGLang release whose rules the deployment follows (sglmock version lists them; --sglang-version overrides it); absent: " + compat.Default,
 	"seed":                      "seeds the speculative acceptance draws (with each request's rid) and the cost jitter: the same seed gives the same timings",
 	"jitter":                    "relative standard deviation of seeded noise on each iteration's cost, in [0, 1); 0: exact",
 

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // Modelling defaults for speculative decoding switched on by a flag on a
@@ -27,7 +29,7 @@ type Flags struct {
 	fs                                                       *flag.FlagSet
 	contextLength, pageSize, chunked, maxPrefill, maxRunning int
 	maxTotal, specSteps, specTopK, specDraft                 int
-	specAlgorithm                                            string
+	specAlgorithm, sglangVersion                             string
 	seed                                                     uint64
 	disableOverlap                                           bool
 	tpSize, dpSize                                           int
@@ -59,11 +61,40 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		"running requests divided by --dp-size (SGLang's rule; needs --tp-size a multiple of --dp-size)")
 	fs.StringVar(&f.loadBalance, "load-balance-method", "", "how the controller picks a DP rank: auto (round_robin), round_robin, "+
 		"total_requests or total_tokens (default: the profile's, else auto; SGLang's follow_bootstrap_room needs PD disaggregation, which is not modelled)")
+	fs.StringVar(&f.sglangVersion, "sglang-version", "", "the SGLang `release` whose rules to follow, one of "+
+		strings.Join(compat.Known(), ", ")+" (default: the profile's sglang_version, else "+compat.Default+
+		"); /server_info and /v1/loads report it, and 'sglmock version' lists the rules that differ")
 	seedUsage := "override the profile's seed (acceptance draws, jitter)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
 	f.hicache = registerHiCacheFlags(fs)
 	return f
+}
+
+// Launched are the deployment flags given at launch among the ServerArgs
+// fields SGLang leaves None unless given: nil for a flag that was not set.
+// /server_info reports them as given.
+type Launched struct {
+	ContextLength, MaxTotalTokens, MaxRunningRequests *int
+}
+
+// Launched returns the launch flags among context_length,
+// max_total_tokens and max_running_requests that were set. Call it after
+// the flag set is parsed.
+func (f *Flags) Launched() Launched {
+	var l Launched
+	given := func(v int) *int { return &v }
+	f.fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "context-length":
+			l.ContextLength = given(f.contextLength)
+		case "max-total-tokens":
+			l.MaxTotalTokens = given(f.maxTotal)
+		case "max-running-requests":
+			l.MaxRunningRequests = given(f.maxRunning)
+		}
+	})
+	return l
 }
 
 // Apply overrides p's fields with the flags that were set, then validates
@@ -99,6 +130,13 @@ func (f *Flags) Apply(p *Profile) error {
 	if set["load-balance-method"] {
 		p.LoadBalanceMethod = f.loadBalance
 	}
+	if set["sglang-version"] {
+		release, err := compat.Canonical(f.sglangVersion)
+		if err != nil {
+			return fmt.Errorf("--sglang-version %w", err)
+		}
+		p.SGLangVersion = release
+	}
 	if f.disableOverlap {
 		p.FlushBusyAfterFinishS = 0
 	}
@@ -108,6 +146,12 @@ func (f *Flags) Apply(p *Profile) error {
 				return errors.New("--speculative-num-steps/-eagle-topk/-num-draft-tokens need --speculative-algorithm (the profile has no speculative decoding)")
 			}
 			p.Speculative = &Speculative{NumSteps: defaultSpecSteps, EagleTopK: 1, RoundCostFactor: DefaultRoundCostFactor}
+			// The profile's bound is the one SGLang derives without
+			// speculative decoding; with it SGLang uses 48 unless the
+			// launch gives one.
+			if !set["max-running-requests"] {
+				p.MaxRunningRequests = SpeculativeMaxRunningRequests
+			}
 		} else {
 			p.Speculative = p.Clone().Speculative // the caller's profile may share the original
 		}

@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/radixcache"
 )
@@ -31,7 +32,12 @@ type Profile struct {
 	PageSize           int    `yaml:"page_size" json:"page_size"`                       // radix cache granularity
 	ChunkedPrefillSize int    `yaml:"chunked_prefill_size" json:"chunked_prefill_size"` // -1 disables chunking
 	MaxPrefillTokens   int    `yaml:"max_prefill_tokens" json:"max_prefill_tokens"`     // tokens per prefill batch
-	MaxRunningRequests int    `yaml:"max_running_requests" json:"max_running_requests"`
+	// MaxRunningRequests bounds the running batch. Without speculative
+	// decoding it is what SGLang derives for the deployment; under it,
+	// SGLang uses SpeculativeMaxRunningRequests unless the launch gives a
+	// bound, so a speculative profile without the key gets 48, and one with
+	// it models a deployment launched with that bound.
+	MaxRunningRequests int `yaml:"max_running_requests,omitempty" json:"max_running_requests"`
 	// MaxOutputTokens caps a chat completion that sets no max_tokens. SGLang
 	// generates to the context budget then, until the model samples EOS;
 	// the mock never samples EOS, so the cap stands in for where a real
@@ -54,7 +60,7 @@ type Profile struct {
 	AddBOSToken bool `yaml:"add_bos_token,omitempty" json:"add_bos_token"`
 	// ChatTemplate names the built-in chat template the built-in
 	// tokenizer renders chats with (tokenizer.ChatTemplates: chatml,
-	// llama-3.1, kimi-k2); empty is ChatML. A loaded tokenizer uses its
+	// llama-3.1, kimi-k2, kimi-k2.6); empty is ChatML. A loaded tokenizer uses its
 	// own.
 	ChatTemplate string `yaml:"chat_template,omitempty" json:"chat_template,omitempty"`
 	// TokenizerPath is a Hugging Face model directory whose tokenizer and
@@ -77,6 +83,11 @@ type Profile struct {
 	// refused. Each built-in profile sets about one decode step of its
 	// model; 0 is SGLang with --disable-overlap-schedule.
 	FlushBusyAfterFinishS float64 `yaml:"flush_busy_after_finish_s,omitempty" json:"flush_busy_after_finish_s"`
+
+	// SGLangVersion is the SGLang release whose rules the deployment
+	// follows (compat.Known); empty is compat.Default. /server_info and
+	// /v1/loads report it.
+	SGLangVersion string `yaml:"sglang_version,omitempty" json:"sglang_version,omitempty"`
 
 	Seed   uint64  `yaml:"seed" json:"seed"`
 	Jitter float64 `yaml:"jitter" json:"jitter"` // relative std-dev of seeded cost noise; 0 = exact
@@ -321,6 +332,9 @@ func Parse(r io.Reader, defaultName string) (*Profile, error) {
 	if p.Name == "" {
 		p.Name = defaultName
 	}
+	if p.Speculative != nil && p.MaxRunningRequests == 0 {
+		p.MaxRunningRequests = SpeculativeMaxRunningRequests
+	}
 	if err := wholeNumbers(doc.Content[0], reflect.TypeFor[Profile](), "", p.Name); err != nil {
 		return nil, err
 	}
@@ -360,8 +374,67 @@ func (p *Profile) YAML() []byte {
 	return b
 }
 
-// FlushBusyAfterFinish is flush_busy_after_finish_s as a Duration.
-func (p *Profile) FlushBusyAfterFinish() time.Duration { return Duration(p.FlushBusyAfterFinishS) }
+// SpeculativeMaxRunningRequests is the running-batch bound SGLang sets
+// under any speculative algorithm when the launch gives none
+// (arg_groups/speculative_hook.py, every _handle_* of an algorithm).
+const SpeculativeMaxRunningRequests = 48
+
+// Release is the SGLang release the profile follows, as compat.Known
+// spells it (compat.Default when sglang_version is absent).
+func (p *Profile) Release() string {
+	r, err := compat.Canonical(p.SGLangVersion)
+	if err != nil {
+		panic(err) // Validate refuses an unknown release
+	}
+	return r
+}
+
+// Rules are the rules of the profile's SGLang release.
+func (p *Profile) Rules() compat.Rules {
+	r, err := compat.For(p.SGLangVersion)
+	if err != nil {
+		panic(err) // Validate refuses an unknown release
+	}
+	return r
+}
+
+// OverlapOff says why SGLang runs this deployment without its overlap
+// scheduler, "" when it runs with it: flush_busy_after_finish_s 0 (what
+// --disable-overlap-schedule sets), or, in a release without the
+// speculative-overlap rule, a speculative algorithm that SGLang's
+// speculative_hook.py runs without it: DFLASH, NGRAM and FROZEN_KV_MTP
+// always, the EAGLE family (EAGLE, its alias NEXTN, EAGLE3, STANDALONE)
+// with eagle_topk > 1. DDTREE is in no SGLang release; the mock keeps the
+// overlap scheduler on for it, as the merged algorithms have it.
+func (p *Profile) OverlapOff() string {
+	if p.FlushBusyAfterFinishS == 0 {
+		return "flush_busy_after_finish_s is 0 (--disable-overlap-schedule)"
+	}
+	spec := p.Speculative
+	if spec == nil || p.Rules().SpecOverlap {
+		return ""
+	}
+	switch spec.Algorithm {
+	case "DFLASH", "NGRAM", "FROZEN_KV_MTP":
+		return fmt.Sprintf("SGLang %s runs %s without the overlap scheduler", p.Release(), spec.Algorithm)
+	case "EAGLE", "NEXTN", "EAGLE3", "STANDALONE":
+		if spec.EagleTopK > 1 {
+			return fmt.Sprintf("SGLang %s runs %s with --speculative-eagle-topk %d without the overlap scheduler",
+				p.Release(), spec.Algorithm, spec.EagleTopK)
+		}
+	}
+	return ""
+}
+
+// FlushBusyAfterFinish is how long the server stays busy for /flush_cache
+// after an iteration that finished a request: flush_busy_after_finish_s,
+// or 0 when the overlap scheduler is off (OverlapOff).
+func (p *Profile) FlushBusyAfterFinish() time.Duration {
+	if p.OverlapOff() != "" {
+		return 0
+	}
+	return Duration(p.FlushBusyAfterFinishS)
+}
 
 // maxFlushBusyS bounds flush_busy_after_finish_s: a real server settles in
 // milliseconds, and a bound keeps the simulated deadline far from overflow.
@@ -385,7 +458,11 @@ func (p *Profile) Validate() error {
 	}
 	v.check(p.MaxPrefillTokens >= max(p.PageSize, 1), "max_prefill_tokens", p.MaxPrefillTokens,
 		fmt.Sprintf("must be >= page_size (%d): a prefill batch takes whole pages", max(p.PageSize, 1)))
-	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests, "must be >= 1")
+	v.check(p.MaxRunningRequests >= 1, "max_running_requests", p.MaxRunningRequests,
+		"must be >= 1 (without speculative decoding the profile must give it: SGLang derives it from the deployment's memory)")
+	if _, err := compat.For(p.SGLangVersion); err != nil {
+		v.check(false, "sglang_version", p.SGLangVersion, err.Error())
+	}
 	v.validateDP(p)
 	v.check(p.MaxOutputTokens >= 0, "max_output_tokens", p.MaxOutputTokens, "must be >= 0 (0: the default)")
 	v.check(p.ChatTemplate == "" || slices.Contains(tokenizer.ChatTemplates(), p.ChatTemplate), "chat_template", p.ChatTemplate,

@@ -52,6 +52,9 @@ const (
 	IMUser      int32 = 264
 	IMAssistant int32 = 265
 	IMMiddle    int32 = 266
+	// The reasoning block of the thinking models' templates (Kimi K2.6).
+	Think    int32 = 267
+	ThinkEnd int32 = 268
 
 	firstPiece  = 1024
 	maxLetters  = 6
@@ -73,6 +76,8 @@ var specials = []struct {
 	{IMUser, "<|im_user|>"},
 	{IMAssistant, "<|im_assistant|>"},
 	{IMMiddle, "<|im_middle|>"},
+	{Think, "<think>"},
+	{ThinkEnd, "</think>"},
 }
 
 // The built-in BOS and EOS texts, the chat templates' bos_token and

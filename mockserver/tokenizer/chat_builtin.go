@@ -61,6 +61,25 @@ var builtinTemplates = map[string]string{
 {{- m.content + '<|im_end|>' -}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}{%- endif -%}`,
+
+	// Kimi K2.6, a thinking model: K2-Instruct's turns, an earlier
+	// assistant turn with an empty reasoning block before its content,
+	// and a generation prompt that opens the reasoning block ("<think>"),
+	// or closes it at once with chat_template_kwargs {"thinking": false}.
+	KimiK26: `{%- for m in messages -%}
+{%- if loop.first and m.role != 'system' -%}
+{{- '<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>' -}}
+{%- endif -%}
+{%- if m.role == 'user' -%}{{- '<|im_user|>user<|im_middle|>' -}}
+{%- elif m.role == 'assistant' -%}{{- '<|im_assistant|>assistant<|im_middle|><think></think>' -}}
+{%- else -%}{{- '<|im_system|>' + m.role + '<|im_middle|>' -}}
+{%- endif -%}
+{%- if m.role == 'tool' -%}{{- '## Return of \n' -}}{%- endif -%}
+{{- m.content + '<|im_end|>' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}
+{%- if thinking is defined and thinking is false -%}{{- '<think></think>' -}}{%- else -%}{{- '<think>' -}}{%- endif -%}
+{%- endif -%}`,
 }
 
 // The built-in chat templates' names.
@@ -68,6 +87,7 @@ const (
 	ChatML  = "chatml"
 	Llama31 = "llama-3.1"
 	KimiK2  = "kimi-k2"
+	KimiK26 = "kimi-k2.6"
 )
 
 // ChatTemplates lists the built-in chat templates' names, sorted.

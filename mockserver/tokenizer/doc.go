@@ -15,7 +15,8 @@
 //   - 256..1023: special tokens; see EOS, IMStart, IMEnd, BOS (259,
 //     "<|begin_of_text|>", which EncodePrompt puts before a text prompt
 //     when BuiltinOptions.AddBOS says so; plain text never produces it)
-//     and the markers of the Llama 3 and Kimi K2 chat templates.
+//     and the markers of the Llama 3 and Kimi K2 chat templates, with the
+//     reasoning block of K2.6's (Think, ThinkEnd).
 //   - 1024 and up: a run of 1 to 6 ASCII letters, all lower case but maybe the
 //     first, with or without one leading space. The id encodes the run itself
 //     (bijective base 26, a capital flag and a space flag), so decoding needs
@@ -75,7 +76,8 @@
 // ChatContentFormat is how SGLang hands the template content parts
 // ("string" or "openai"), from the template's source as SGLang detects
 // it. The built-in tokenizer renders the template its profile names
-// (chatml, llama-3.1, kimi-k2: ChatTemplates), a loaded one its model's.
+// (chatml, llama-3.1, kimi-k2, kimi-k2.6: ChatTemplates), a loaded one its
+// model's.
 //
 // # Output tokens
 //
