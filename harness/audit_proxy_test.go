@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -109,6 +110,23 @@ func TestProxyServerWithoutCacheReport(t *testing.T) {
 		if rep.Checked || !strings.HasPrefix(rep.Verdict.String(), want) || rep.Floors[0].Floor != -1 {
 			t.Fatalf("checked %v, floors %+v, verdict %q: want unchecked and %q", rep.Checked, rep.Floors, rep.Verdict, want)
 		}
+		// Nothing was checked of any request, the warm-up's repeat
+		// included: each is unchecked, in the JSON and in the table.
+		for _, r := range rep.Requests {
+			if got := r.Verdict.String(); got != "unchecked: the server reported no cached tokens for it: its reuse was not checked" {
+				t.Errorf("%s: %q, want unchecked", r.RID, got)
+			}
+		}
+		var js bytes.Buffer
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(js.String(), `"text": "unchecked: `); n != 5 || strings.Contains(js.String(), `"level": "ok"`) {
+			t.Errorf("the JSON has %d requests unchecked, want 5 and none ok:\n%s", n, js.String())
+		}
+		if out := text(t, rep); strings.Count(out, "/v1/completions") < 5 || !strings.Contains(out, " unchecked\n") {
+			t.Errorf("the table does not list the 5 unchecked requests:\n%s", out)
+		}
 	})
 }
 
@@ -179,7 +197,7 @@ func TestProxyBoundsWhatItReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "SUSPECT: its answer could not be read (HTTP 200: compressed, or a line or body past the proxy's bound)"
+		want := "unchecked: its answer could not be read (HTTP 200: compressed, or a line or body past the proxy's bound)"
 		if got := rep.Requests[0].Verdict.String(); got != want || rep.Checked {
 			t.Fatalf("got %q (checked %v), want %q, unchecked", got, rep.Checked, want)
 		}

@@ -23,7 +23,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	opt = opt.withDefaults()
 	got := rec.recording()
 	rep := &AuditReport{Upstream: rec.Upstream(), Speedup: 1, MinImpact: opt.MinImpact, AllowSharedPrefix: opt.AllowSharedPrefix,
-		Flushes: got.flushes, Checked: true}
+		MinRunImpact: opt.MinRunImpact, Strict: opt.Strict, Flushes: got.flushes, Checked: true}
 	var rs []AuditRequest
 	var usage []bool
 	var keys []string
@@ -38,7 +38,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 		r := AuditRequest{RequestSummary: sim.RequestSummary{Route: v.route, PromptHash: v.hash, Arrival: v.start.Seconds()}}
 		if !v.readable {
 			unread++
-			r.Verdict.add(Suspect, "its answer could not be read ("+v.unread+")")
+			r.Verdict.add(Unchecked, "its answer could not be read ("+v.unread+")")
 		} else {
 			c := v.counts
 			r.Finished, r.E2E = v.end.Seconds(), (v.end - v.start).Seconds()
@@ -84,6 +84,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			r.CachedReported = true
 		default:
 			silent++
+			r.Verdict.add(Unchecked, "the server reported no cached tokens for it: its reuse was not checked")
 		}
 	}
 	m := fitPrefill(rs)

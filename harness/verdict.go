@@ -15,6 +15,10 @@ type Level int
 // Levels, from good to bad.
 const (
 	OK Level = iota
+	// Unchecked: nothing was checked (an audited request whose server
+	// reported no cached tokens, or whose answer could not be read); never
+	// ok, and no finding against the figure either.
+	Unchecked
 	// Suspect: something the harness cannot rule out may have distorted
 	// the figure (a refused flush, no cache report, a short output).
 	Suspect
@@ -25,6 +29,8 @@ const (
 
 func (l Level) String() string {
 	switch l {
+	case Unchecked:
+		return "unchecked"
 	case Suspect:
 		return "SUSPECT"
 	case Poisoned:
@@ -38,13 +44,13 @@ func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
 // UnmarshalText reads a level's name.
 func (l *Level) UnmarshalText(b []byte) error {
-	for _, c := range []Level{OK, Suspect, Poisoned} {
+	for _, c := range []Level{OK, Unchecked, Suspect, Poisoned} {
 		if string(b) == c.String() {
 			*l = c
 			return nil
 		}
 	}
-	return fmt.Errorf("verdict level %q: want ok, SUSPECT or POISONED", b)
+	return fmt.Errorf("verdict level %q: want ok, unchecked, SUSPECT or POISONED", b)
 }
 
 // Cause is one finding of the checks.
