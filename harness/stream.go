@@ -146,7 +146,15 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		v.add(Suspect, fmt.Sprintf("the request generated %d of %d tokens", leg.CompletionTokens, st.MaxNewTokens))
 	}
 	if !first.CountKnown {
-		v.add(Suspect, "the events carry no token counts, so one token per event is assumed")
+		// One token an event is then assumed, which the final usage checks.
+		switch {
+		case !g.CountsReported:
+			v.add(Suspect, fmt.Sprintf("the events carry no token counts and no final usage says how many tokens came, so one token per event is assumed (%d events)", len(g.Events)))
+		case g.CompletionTokens != len(g.Events):
+			v.add(Suspect, fmt.Sprintf("the events carry no token counts, and the final usage says %d tokens for %d events: the decode rate assumes one token per event", g.CompletionTokens, len(g.Events)))
+		default:
+			v.add(OK, fmt.Sprintf("the events carry no token counts; the final usage's %d tokens are the %d events: one token per event", g.CompletionTokens, len(g.Events)))
+		}
 	}
 	span, tokens := s.seconds(last.At-first.At), last.CompletionTokens-first.CompletionTokens
 	if len(g.Events) < 2 || span <= 0 || tokens <= 0 {
