@@ -424,7 +424,9 @@ func TestStreamEventsWithoutCounts(t *testing.T) {
 			st := &harness.Stream{Client: &harness.Client{HTTP: srv.Client, BaseURL: srv.URL, Backend: harness.OpenAI},
 				Points: []harness.Point{{CtxReq: 1024, Tokens: 1024}}, MaxNewTokens: 257, Options: harness.Options{NewID: counter()}}
 			row := run(t, st).Stream[0]
-			if row.Verdict.Level() != tt.level || !slices.Contains(row.Verdict.Causes, harness.Cause{Level: tt.level, Text: tt.want}) {
+			if row.Verdict.Level() != tt.level || !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool {
+				return c.Level == tt.level && c.Text == tt.want && slices.Equal(c.Figures, []harness.Figure{harness.FigureDecode})
+			}) {
 				t.Errorf("verdict %q, want %s with %q", row.Verdict, tt.level, tt.want)
 			}
 		})

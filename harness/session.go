@@ -304,7 +304,7 @@ func (s *session) measureFloor(ctx context.Context) error {
 	for i, g := range gens {
 		if bad := impossibleCounts(g); len(bad) > 0 {
 			s.server.SharedFloor = -1
-			s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe %d: the server reported impossible counts: %s, so the shared floor is unknown and reuse is checked against 0", i+1, strings.Join(bad, ", "))})
+			s.notes = append(s.notes, Cause{Level: Suspect, Text: fmt.Sprintf("floor probe %d: the server reported impossible counts: %s, so the shared floor is unknown and reuse is checked against 0", i+1, strings.Join(bad, ", "))})
 			return nil
 		}
 	}
@@ -314,7 +314,7 @@ func (s *session) measureFloor(ctx context.Context) error {
 		// Two prompts that share nothing but a BOS or a template's head
 		// cannot share half their tokens.
 		s.server.SharedFloor = -1
-		s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe: two unrelated prompts reportedly share %d of %d tokens, which no cache does, so the shared floor is unknown and reuse is checked against 0", gens[1].CachedTokens, gens[1].PromptTokens)})
+		s.notes = append(s.notes, Cause{Level: Suspect, Text: fmt.Sprintf("floor probe: two unrelated prompts reportedly share %d of %d tokens, which no cache does, so the shared floor is unknown and reuse is checked against 0", gens[1].CachedTokens, gens[1].PromptTokens)})
 	case gens[1].CachedKnown:
 		s.server.SharedFloor = gens[1].CachedTokens
 	case s.reportsCached:
