@@ -166,8 +166,13 @@ type AuditRequest struct {
 	Group int `json:"group"`
 	// WarmUp: a request the tool sent before its measured run, which its
 	// figures leave out; its reuse never fails the run.
-	WarmUp  bool    `json:"warm_up"`
-	Verdict Verdict `json:"verdict"`
+	WarmUp bool `json:"warm_up"`
+	// ImpactRange is the impact at either end of the timing fit's 95 %
+	// interval (through the proxy); Uncertain says it straddles
+	// --min-impact, so the reuse is neither poison nor chance.
+	ImpactRange *[2]float64 `json:"impact_range_pct,omitempty"`
+	Uncertain   bool        `json:"uncertain,omitempty"`
+	Verdict     Verdict     `json:"verdict"`
 }
 
 // RouteFloor is what two unrelated prompts share on one route, measured
@@ -326,6 +331,12 @@ type impactModel interface {
 	saved(ctx context.Context, r *AuditRequest) (seconds float64, ok bool, err error)
 }
 
+// rangedImpact is an impact model that knows its error: the seconds saved
+// at either end of its 95 % interval.
+type rangedImpact interface {
+	savedRange(r *AuditRequest) (lo, hi float64)
+}
+
 // modelImpact is the mock's model: what prefilling the prompt with only
 // the floor cached costs (the profile's evaluator, /sim/expect), against
 // what the request's own prefill cost as it ran.
@@ -394,6 +405,17 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			r.Saved = saved
 		}
 		r.Material = r.Impact >= opt.MinImpact
+		if rm, ranged := m.(rangedImpact); ranged && ok {
+			// The cached tokens are the prompt's first, which cost no more
+			// to prefill than the later ones it computed (attention grows
+			// with the position): the reuse saved at most its share of the
+			// prompt's prefill, so the impact is at most the token share.
+			lo, hi := rm.savedRange(r)
+			r.ImpactRange = &[2]float64{impactOf(r, lo, true), min(impactOf(r, hi, true), impactOf(r, 0, false))}
+			if r.ImpactRange[0] < opt.MinImpact && opt.MinImpact <= r.ImpactRange[1] {
+				r.Uncertain, r.Material = true, false
+			}
+		}
 	}
 	markWarmUps(rs, opt.Measured, rep.Flushes)
 	classify(rs, page)
@@ -405,7 +427,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 	counts := map[Pattern]int{}
 	copySets := map[string]bool{} // prompt hashes of poisoned copies
 	firstRepeat := false          // a repeat of the run's first prompt poisons
-	tolerated, samples, warm := 0, 0, 0
+	tolerated, samples, warm, uncertain := 0, 0, 0, 0
 	for i := range rs {
 		r := &rs[i]
 		if r.Pattern == "" {
@@ -416,6 +438,17 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			r.Material = false // whatever it saved, the server's design saved it
 			r.Verdict.add(OK, fmt.Sprintf("a parallel sample (n > 1): reused %d of %d prompt tokens that the server prefilled for its n copies first (rid %s), as SGLang does",
 				r.CachedTokens, r.PromptTokens, r.SampleOf))
+			continue
+		}
+		if r.Uncertain {
+			cause := reuseCause(r, byRID[r.Source], rs[0].PromptHash, rep.Flushes) +
+				fmt.Sprintf("; by the timing fit's 95 %% interval %.1f-%.1f %%, across --min-impact %s %%: uncertain", r.ImpactRange[0], r.ImpactRange[1], trimFloat(opt.MinImpact))
+			if r.WarmUp {
+				r.Verdict.add(OK, cause+"; a warm-up, which the tool's figures leave out")
+				continue
+			}
+			uncertain++
+			r.Verdict.add(Suspect, cause)
 			continue
 		}
 		if !r.Material {
@@ -465,6 +498,10 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 	}
 	if warm > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%s of the tool's warm-up reused a prompt: its figures leave %s out", plural(warm, "request"), pronoun(warm)))
+	}
+	if uncertain > 0 {
+		rep.uncheck(fmt.Sprintf("%s reused a prefix whose impact is within the timing fit's error of --min-impact %s %%: uncertain, neither POISONED nor ok "+
+			"(a fit from more requests that met an idle server, or the server's own times with --enable-metrics, narrows it)", plural(uncertain, "request"), trimFloat(opt.MinImpact)))
 	}
 	if samples > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d requests are parallel samples (n > 1) of a prompt the server prefilled for them first, as SGLang does: not a benchmark's reuse", samples))

@@ -486,6 +486,11 @@ type proxyAnswer struct {
 		CachedTokens     *int            `json:"cached_tokens"`
 		FinishReason     json.RawMessage `json:"finish_reason"`
 		E2ELatency       *float64        `json:"e2e_latency"`
+		// SGLang's time stats under --enable-metrics: when the request
+		// entered its prefill batch and when the batch finished, in
+		// seconds since the epoch.
+		ForwardEntryTime    *float64 `json:"forward_entry_time"`
+		PrefillFinishedTime *float64 `json:"prefill_finished_time"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -519,6 +524,9 @@ type proxyCounts struct {
 	prompt, completion, cached int
 	usage, cachedKnown         bool
 	finish, id                 string
+	// prefillEntry and prefillDone are the server's own times of the
+	// request's prefill batch (0 when it reports none).
+	prefillEntry, prefillDone float64
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -533,6 +541,9 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		}
 		if a.MetaInfo.ID != "" {
 			c.id = a.MetaInfo.ID
+		}
+		if e, d := a.MetaInfo.ForwardEntryTime, a.MetaInfo.PrefillFinishedTime; e != nil && d != nil {
+			c.prefillEntry, c.prefillDone = *e, *d
 		}
 		var fr struct {
 			Type string `json:"type"`

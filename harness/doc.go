@@ -189,11 +189,16 @@
 //     TTFT with only the floor cached at the same moment: on the mock from
 //     the model (the request's own prefill cost as run, and the profile's
 //     cost of the prompt after the floor, /sim/expect); through the proxy
-//     from a prefill cost per token fitted by least squares to the TTFTs
-//     it saw, or, with no timing to fit, the share of the prompt the cache
-//     served;
+//     from a prefill cost per token fitted by least squares to the
+//     server's own prefill times when it reports them (SGLang's meta_info
+//     under --enable-metrics: one point a prefill batch), else to the TTFTs
+//     it saw of the requests that met an idle server (a queued TTFT would
+//     put its wait on the prompt's tokens), or, with no timing to fit, the
+//     share of the prompt the cache served, which bounds the impact;
 //   - reuse poisons only when it cut the TTFT by MinImpact percent or more;
-//     the rest is counted as chance;
+//     the rest is counted as chance, and a reuse whose impact the fit's
+//     95 % interval puts on both sides of MinImpact is uncertain (SUSPECT,
+//     the run unchecked);
 //   - its pattern: a repeat (the same prompt as an earlier one, by hash),
 //     one of several identical copies in flight together (whichever the
 //     server served first: it may be the later arrival), a near-repeat
