@@ -837,14 +837,17 @@ func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, 
 	var names []string
 	largest := parts[0]
 	for _, p := range parts {
+		if math.Abs(p.Share) > math.Abs(largest.Share) {
+			largest = p
+		}
+		if math.Abs(p.Share) < 0.0005 {
+			continue // in the bound, too small to name at one decimal
+		}
 		share := pctSigned(p.Share)
 		if p.What == partScatter || p.What == partSpread || p.What == partRounds {
 			share = "±" + pctPlain(math.Abs(p.Share))
 		}
 		names = append(names, p.What+" "+share)
-		if math.Abs(p.Share) > math.Abs(largest.Share) {
-			largest = p
-		}
 	}
 	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s), each within %s alone",
 		name, 100*sum, strings.Join(names, ", "), pctPlain(Tolerance))
