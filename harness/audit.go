@@ -404,14 +404,19 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		if ok {
 			r.Saved = saved
 		}
-		r.Material = r.Impact >= opt.MinImpact
-		if rm, ranged := m.(rangedImpact); ranged && ok {
+		rm, ranged := m.(rangedImpact)
+		if ranged && ok {
 			// The cached tokens are the prompt's first, which cost no more
 			// to prefill than the later ones it computed (attention grows
 			// with the position): the reuse saved at most its share of the
-			// prompt's prefill, so the impact is at most the token share.
+			// prompt's prefill, so a fitted impact is at most the token
+			// share.
+			r.Impact = min(r.Impact, impactOf(r, 0, false))
+		}
+		r.Material = r.Impact >= opt.MinImpact
+		if ranged && ok {
 			lo, hi := rm.savedRange(r)
-			r.ImpactRange = &[2]float64{impactOf(r, lo, true), min(impactOf(r, hi, true), impactOf(r, 0, false))}
+			r.ImpactRange = &[2]float64{min(impactOf(r, lo, true), r.Impact), min(impactOf(r, hi, true), impactOf(r, 0, false))}
 			if r.ImpactRange[0] < opt.MinImpact && opt.MinImpact <= r.ImpactRange[1] {
 				r.Uncertain, r.Material = true, false
 			}

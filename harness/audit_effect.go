@@ -153,30 +153,62 @@ type RunImpact struct {
 // runImpact computes the poisoned requests' effect on the measured run's
 // figures; nil when none poisoned, or when a poisoned request's saved time
 // is not known (its impact stood for by the share of the prompt cached).
+// A poisoned request's longer prefill would have held up the server for
+// its saved time, so the requests in flight at its first token (in its
+// prefill batch, or waiting behind it) would have waited as long: those
+// whose first token came with or after it in their TTFT, those that
+// finished after it in their E2E (FCFS with prefill first, as
+// SGLang schedules; batched prefills overlap, so this bounds the effect
+// from above).
 func runImpact(rs []AuditRequest, speedup float64) *RunImpact {
-	var ttft, ttftWithout, e2e, e2eWithout []float64
 	ri := &RunImpact{}
+	firstToken := func(r *AuditRequest) float64 {
+		if r.TTFT != nil {
+			return r.Arrival + *r.TTFT
+		}
+		return r.Arrival + r.E2E
+	}
+	ttftAdd, e2eAdd := make([]float64, len(rs)), make([]float64, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		if r.WarmUp || impossibleAudit(r) != "" || r.Verdict.Level() != Poisoned {
+			continue
+		}
+		if r.Saved <= 0 {
+			return nil
+		}
+		ri.Poisoned++
+		t0 := firstToken(r)
+		for j := range rs {
+			q := &rs[j]
+			switch {
+			case j == i:
+				ttftAdd[j] += r.Saved
+				e2eAdd[j] += r.Saved
+			case q.Arrival < t0:
+				if firstToken(q) >= t0 { // in its prefill batch, or waiting behind it
+					ttftAdd[j] += r.Saved
+				}
+				if q.Arrival+q.E2E >= t0 {
+					e2eAdd[j] += r.Saved
+				}
+			}
+		}
+	}
+	if ri.Poisoned == 0 {
+		return nil
+	}
+	var ttft, ttftWithout, e2e, e2eWithout []float64
 	for i := range rs {
 		r := &rs[i]
 		if r.WarmUp || impossibleAudit(r) != "" {
 			continue
 		}
-		saved := 0.0
-		if r.Verdict.Level() == Poisoned {
-			if r.Saved <= 0 {
-				return nil
-			}
-			saved = r.Saved
-			ri.Poisoned++
-		}
 		ri.Requests++
 		if r.TTFT != nil {
-			ttft, ttftWithout = append(ttft, *r.TTFT), append(ttftWithout, *r.TTFT+saved)
+			ttft, ttftWithout = append(ttft, *r.TTFT), append(ttftWithout, *r.TTFT+ttftAdd[i])
 		}
-		e2e, e2eWithout = append(e2e, r.E2E), append(e2eWithout, r.E2E+saved)
-	}
-	if ri.Poisoned == 0 {
-		return nil
+		e2e, e2eWithout = append(e2e, r.E2E), append(e2eWithout, r.E2E+e2eAdd[i])
 	}
 	ri.TTFT = effectFigure(ttft, ttftWithout, speedup).LowerPct
 	ri.E2E = effectFigure(e2e, e2eWithout, speedup).LowerPct

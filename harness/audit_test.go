@@ -572,3 +572,30 @@ func TestDetectTool(t *testing.T) {
 		}
 	}
 }
+
+// Under concurrency the poisoned request's longer prefill would have held
+// up the requests in its prefill batch or waiting behind it: each whose
+// first token came with or after its own, having arrived before, would
+// have had its TTFT longer by the same saved time, and the run's impact
+// counts them.
+func TestAuditRunImpactHoldsUpTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
+		concurrentLoad(t, m, load{route: "/generate", prompts: randomPrompts(20, 1), output: 32}, 4)
+		rep := audit(t, m, harness.AuditOptions{})
+		r := request(t, rep, "req-00")
+		t0 := r.Arrival + *r.TTFT
+		held, sum := 0, 0.0
+		for _, q := range rep.Requests[1:] {
+			sum += *q.TTFT
+			if q.RID == r.RID || q.Arrival < t0 && q.Arrival+*q.TTFT >= t0 {
+				held++
+			}
+		}
+		ri := rep.RunImpact
+		want := 100 * float64(held) * r.Saved / (sum + float64(held)*r.Saved)
+		if ri == nil || held < 2 || math.Abs(ri.TTFT.Mean-want) > 1e-9 {
+			t.Fatalf("run impact %+v: want the mean TTFT %v %% lower (req-00 and %d held up behind it)", ri, want, held-1)
+		}
+	})
+}

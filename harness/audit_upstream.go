@@ -314,6 +314,11 @@ func leastSquares(xs, ys []float64) *prefillFit {
 	if n > 2 {
 		f.half = studentT95(n-2) * math.Sqrt(ssr/float64(n-2)/sxx)
 	}
+	if f.half >= f.perToken {
+		// Its interval holds a cost of 0: the timings cannot tell what a
+		// token costs, and the share of the prompt stands for the impact.
+		return nil
+	}
 	return f
 }
 
@@ -354,7 +359,7 @@ func (f *prefillFit) describe() (string, string) {
 			what = fmt.Sprintf("%s reported the server's own prefill times", plural(f.candidates, "batch"))
 		}
 		return ImpactTokenShare, fmt.Sprintf("no prefill cost could be fitted: %s with cached tokens reported, where %d "+
-			"of two sizes computed or more are needed; the cache's effect on the run is not known", what, minFit)
+			"of two sizes computed or more are needed, and a cost whose 95 %% interval excludes 0; the cache's effect on the run is not known", what, minFit)
 	}
 	interval := ""
 	if f.half > 0 {

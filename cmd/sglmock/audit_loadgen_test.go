@@ -385,7 +385,7 @@ func TestLoadgenTwoWarmups(t *testing.T) {
 // run's figures by 1 %: the run exits 0 with the finding and its fix;
 // --strict fails it.
 func TestLoadgenDefaultSize(t *testing.T) {
-	load := []string{"--backend", "sglang", "--num-prompts", "300", "--concurrency", "16", "--output-len", "8"}
+	load := []string{"--backend", "sglang", "--num-prompts", "1000", "--concurrency", "16", "--output-len", "8"}
 	for _, strict := range []bool{false, true} {
 		args := []string{"--profile", "kimi-k2.6-rtx6000", "--speedup", "200"}
 		want := 0
