@@ -491,6 +491,7 @@ type proxyAnswer struct {
 		// seconds since the epoch.
 		ForwardEntryTime    *float64 `json:"forward_entry_time"`
 		PrefillFinishedTime *float64 `json:"prefill_finished_time"`
+		RequestReceivedTS   *float64 `json:"request_received_ts"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -525,8 +526,9 @@ type proxyCounts struct {
 	usage, cachedKnown         bool
 	finish, id                 string
 	// prefillEntry and prefillDone are the server's own times of the
-	// request's prefill batch (0 when it reports none).
-	prefillEntry, prefillDone float64
+	// request's prefill batch, received when it got the request (0 when
+	// it reports none).
+	prefillEntry, prefillDone, received float64
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -544,6 +546,9 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		}
 		if e, d := a.MetaInfo.ForwardEntryTime, a.MetaInfo.PrefillFinishedTime; e != nil && d != nil {
 			c.prefillEntry, c.prefillDone = *e, *d
+		}
+		if r := a.MetaInfo.RequestReceivedTS; r != nil {
+			c.received = *r
 		}
 		var fr struct {
 			Type string `json:"type"`

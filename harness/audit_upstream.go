@@ -50,6 +50,13 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 				ttft := (v.first - v.start).Seconds()
 				r.TTFT = &ttft
 			}
+			if c.received > 0 && c.prefillDone >= c.received {
+				// The server's own TTFT, from receiving the request to the
+				// end of its prefill: without the transport's time on the
+				// way, which the impact would count as prefill.
+				ttft := c.prefillDone - c.received
+				r.TTFT = &ttft
+			}
 		}
 		r.RID = v.rid
 		if r.RID == "" {
