@@ -15,6 +15,12 @@ import (
 // request: below it the cache changed nothing a benchmark can measure.
 const DefaultMinImpact = 1.0
 
+// DefaultMinRunImpact is the change, in percent, of a figure the run
+// reports (the mean, median or p99 of TTFT or E2E over the requests the
+// tool measured) from which poisoned requests fail the run: below it they
+// moved nothing the run reports, and are a finding with its fix.
+const DefaultMinRunImpact = 1.0
+
 // SharedPrefixAllowance is --allow-shared-prefix: a number of reused tokens
 // beyond a route's floor that never poisons, or Auto: a prefix that 3 or
 // more of the run's requests start with is the workload's own (a system
@@ -72,6 +78,18 @@ type AuditOptions struct {
 	// (0 means DefaultMinImpact).
 	MinImpact         float64
 	AllowSharedPrefix SharedPrefixAllowance
+	// MinRunImpact is the change, in percent, of a figure the run reports
+	// from which poisoned requests fail it (0 means DefaultMinRunImpact);
+	// Strict fails it on any poisoned request.
+	MinRunImpact float64
+	Strict       bool
+	// Tool is the load tool that ran (ToolSGLang, ToolVLLM,
+	// ToolVLLMScript; "" when not known): the fix the verdict names is its.
+	Tool string
+	// Measured is how many of the last requests the tool measured (its
+	// result file's completed and failed); 0 when not known, and a warm-up
+	// is then told by its shape (warmUps).
+	Measured int
 	// NewID makes the floor probes' nonces; nil means random UUIDs.
 	NewID func() string
 }
@@ -79,6 +97,9 @@ type AuditOptions struct {
 func (o AuditOptions) withDefaults() AuditOptions {
 	if o.MinImpact == 0 {
 		o.MinImpact = DefaultMinImpact
+	}
+	if o.MinRunImpact == 0 {
+		o.MinRunImpact = DefaultMinRunImpact
 	}
 	if o.NewID == nil {
 		o.NewID = newID
@@ -104,6 +125,10 @@ const (
 	// (n > 1), which reuses the prompt the server itself prefilled for
 	// them first, as SGLang does: the server's design, never poisoning.
 	ParallelSample Pattern = "parallel-sample"
+	// Copies: one of several identical prompts in flight together (a
+	// tool's concurrent warm-ups): the server prefills the prompt once and
+	// serves the others from it, whichever of them arrived first.
+	Copies Pattern = "copies"
 )
 
 // nearRepeatTail and nearRepeatShare bound the tail, beyond a page, that
@@ -136,9 +161,18 @@ type AuditRequest struct {
 	// Source is the earlier request the pattern names ("" when unknown).
 	Source string `json:"source"`
 	// Group is the number of the run's requests that share this request's
-	// prefix (with SharedPrefix).
-	Group   int     `json:"group"`
-	Verdict Verdict `json:"verdict"`
+	// prefix (with SharedPrefix), or the identical copies in flight
+	// together (with Copies).
+	Group int `json:"group"`
+	// WarmUp: a request the tool sent before its measured run, which its
+	// figures leave out; its reuse never fails the run.
+	WarmUp bool `json:"warm_up"`
+	// ImpactRange is the impact at either end of the timing fit's 95 %
+	// interval (through the proxy); Uncertain says it straddles
+	// --min-impact, so the reuse is neither poison nor chance.
+	ImpactRange *[2]float64 `json:"impact_range_pct,omitempty"`
+	Uncertain   bool        `json:"uncertain,omitempty"`
+	Verdict     Verdict     `json:"verdict"`
 }
 
 // RouteFloor is what two unrelated prompts share on one route, measured
@@ -206,7 +240,13 @@ type AuditReport struct {
 	SharedPrefixes []SharedPrefixGroup `json:"shared_prefixes"`
 	Chance         ChanceReuse         `json:"chance_reuse"`
 	CacheEffect    *CacheEffect        `json:"cache_effect"`
-	Tool           *ToolComparison     `json:"tool,omitempty"`
+	// MinRunImpact and Strict say when poisoned requests fail the run;
+	// RunImpact is what they did to the figures it reports (nil when
+	// nothing poisoned, or when their saved time is not known).
+	MinRunImpact float64         `json:"min_run_impact_pct"`
+	Strict       bool            `json:"strict"`
+	RunImpact    *RunImpact      `json:"run_impact"`
+	Tool         *ToolComparison `json:"tool,omitempty"`
 	// Checked is false when the audit could not vouch for the run: no
 	// request reached the server, the server let records go, it reports
 	// no cached tokens, or it reported counts no server can have. The
@@ -242,7 +282,7 @@ func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, erro
 		return nil, err
 	}
 	rep := &AuditReport{Profile: p.Name, Speedup: p.Speedup, MinImpact: opt.MinImpact, AllowSharedPrefix: opt.AllowSharedPrefix,
-		Flushes: flushes, ImpactFrom: ImpactModel, Checked: true}
+		MinRunImpact: opt.MinRunImpact, Strict: opt.Strict, Flushes: flushes, ImpactFrom: ImpactModel, Checked: true}
 	rs := make([]AuditRequest, len(reqs))
 	for i, r := range reqs {
 		rs[i] = AuditRequest{RequestSummary: r, CachedReported: true}
@@ -289,6 +329,12 @@ func pageSize(p *sim.Profile) int {
 type impactModel interface {
 	// saved returns the seconds saved; ok is false when it cannot tell.
 	saved(ctx context.Context, r *AuditRequest) (seconds float64, ok bool, err error)
+}
+
+// rangedImpact is an impact model that knows its error: the seconds saved
+// at either end of its 95 % interval.
+type rangedImpact interface {
+	savedRange(r *AuditRequest) (lo, hi float64)
 }
 
 // modelImpact is the mock's model: what prefilling the prompt with only
@@ -358,8 +404,25 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		if ok {
 			r.Saved = saved
 		}
+		rm, ranged := m.(rangedImpact)
+		if ranged && ok {
+			// The cached tokens are the prompt's first, which cost no more
+			// to prefill than the later ones it computed (attention grows
+			// with the position): the reuse saved at most its share of the
+			// prompt's prefill, so a fitted impact is at most the token
+			// share.
+			r.Impact = min(r.Impact, impactOf(r, 0, false))
+		}
 		r.Material = r.Impact >= opt.MinImpact
+		if ranged && ok {
+			lo, hi := rm.savedRange(r)
+			r.ImpactRange = &[2]float64{min(impactOf(r, lo, true), r.Impact), min(impactOf(r, hi, true), impactOf(r, 0, false))}
+			if r.ImpactRange[0] < opt.MinImpact && opt.MinImpact <= r.ImpactRange[1] {
+				r.Uncertain, r.Material = true, false
+			}
+		}
 	}
+	markWarmUps(rs, opt.Measured, rep.Flushes)
 	classify(rs, page)
 	rep.SharedPrefixes = groupSharedPrefixes(rs, opt.AllowSharedPrefix)
 	byRID := map[string]*AuditRequest{}
@@ -367,7 +430,9 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		byRID[rs[i].RID] = &rs[i]
 	}
 	counts := map[Pattern]int{}
-	tolerated, samples := 0, 0
+	copySets := map[string]bool{} // prompt hashes of poisoned copies
+	firstRepeat := false          // a repeat of the run's first prompt poisons
+	tolerated, samples, warm, uncertain := 0, 0, 0, 0
 	for i := range rs {
 		r := &rs[i]
 		if r.Pattern == "" {
@@ -378,6 +443,17 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			r.Material = false // whatever it saved, the server's design saved it
 			r.Verdict.add(OK, fmt.Sprintf("a parallel sample (n > 1): reused %d of %d prompt tokens that the server prefilled for its n copies first (rid %s), as SGLang does",
 				r.CachedTokens, r.PromptTokens, r.SampleOf))
+			continue
+		}
+		if r.Uncertain {
+			cause := reuseCause(r, byRID[r.Source], rs[0].PromptHash, rep.Flushes) +
+				fmt.Sprintf("; by the timing fit's 95 %% interval %.1f-%.1f %%, across --min-impact %s %%: uncertain", r.ImpactRange[0], r.ImpactRange[1], trimFloat(opt.MinImpact))
+			if r.WarmUp {
+				r.Verdict.add(OK, cause+"; a warm-up, which the tool's figures leave out")
+				continue
+			}
+			uncertain++
+			r.Verdict.add(Suspect, cause)
 			continue
 		}
 		if !r.Material {
@@ -391,20 +467,46 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 			r.Verdict.add(OK, cause+fmt.Sprintf(" (tolerated: --allow-shared-prefix %d)", opt.AllowSharedPrefix.Tokens))
 		case opt.AllowSharedPrefix.Auto && r.Pattern == SharedPrefix && r.Group >= AutoGroup:
 			r.Verdict.add(OK, cause+" (the workload's own: --allow-shared-prefix auto)")
+		case r.WarmUp:
+			warm++
+			r.Verdict.add(OK, cause+"; a warm-up, which the tool's figures leave out")
 		default:
 			counts[r.Pattern]++
+			if r.Pattern == Copies {
+				copySets[r.PromptHash] = true
+			}
+			firstRepeat = firstRepeat || r.Pattern == Repeat && r.PromptHash == rs[0].PromptHash
 			r.Verdict.add(Poisoned, cause)
 		}
 	}
-	if n := counts[Repeat] + counts[NearRepeat] + counts[SharedPrefix]; n > 0 {
+	if n := counts[Repeat] + counts[NearRepeat] + counts[SharedPrefix] + counts[Copies]; n > 0 {
 		var kinds []string
 		for _, p := range []Pattern{Repeat, NearRepeat, SharedPrefix} {
 			if counts[p] > 0 {
 				kinds = append(kinds, plural(counts[p], strings.ReplaceAll(string(p), "-", " ")))
 			}
 		}
-		rep.Verdict.add(Poisoned, fmt.Sprintf("%d of %d requests reused an earlier prompt's prefix enough to cut their TTFT by %s %% or more (%s)",
-			n, len(rs), trimFloat(opt.MinImpact), strings.Join(kinds, ", ")))
+		if counts[Copies] > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s of identical prompts in flight together", plural(len(copySets), "set")))
+		}
+		text := fmt.Sprintf("%d of %d requests reused another request's prompt enough to cut their TTFT by %s %% or more (%s)",
+			n, len(rs), trimFloat(opt.MinImpact), strings.Join(kinds, ", "))
+		fix := "fix: " + strings.Join(reuseFixes(counts, firstRepeat, opt.Tool), "; ")
+		rep.RunImpact = runImpact(rs, rep.Speedup)
+		switch ri := rep.RunImpact; {
+		case ri != nil && ri.Max < opt.MinRunImpact && !opt.Strict:
+			rep.Verdict.add(OK, fmt.Sprintf("%s, which moved none of the figures the run reports by %s %% (--min-run-impact; at most %.1f %%: %s); %s",
+				text, trimFloat(opt.MinRunImpact), ri.Max, ri.Largest, fix))
+		default:
+			rep.Verdict.add(Poisoned, text+"; "+fix)
+		}
+	}
+	if warm > 0 {
+		rep.Verdict.add(OK, fmt.Sprintf("%s of the tool's warm-up reused a prompt: its figures leave %s out", plural(warm, "request"), pronoun(warm)))
+	}
+	if uncertain > 0 {
+		rep.uncheck(fmt.Sprintf("%s reused a prefix whose impact is within the timing fit's error of --min-impact %s %%: uncertain, neither POISONED nor ok "+
+			"(a fit from more requests that met an idle server, or the server's own times with --enable-metrics, narrows it)", plural(uncertain, "request"), trimFloat(opt.MinImpact)))
 	}
 	if samples > 0 {
 		rep.Verdict.add(OK, fmt.Sprintf("%d requests are parallel samples (n > 1) of a prompt the server prefilled for them first, as SGLang does: not a benchmark's reuse", samples))
@@ -464,64 +566,151 @@ func (c *ChanceReuse) add(r *AuditRequest) {
 	c.Requests++
 }
 
-// reuseCause names a material reuse: its pattern, its source, the numbers
-// and the flushes between them. A repeat of the run's first prompt (of the
-// first request, or of a later copy of it: several warm-ups) is the load
-// tools' warm-up, and the cause says how to keep it out.
+// reuseCause names a material reuse in a line or two: its pattern, its
+// source, the numbers and the flushes between them. The fix is the run
+// verdict's, said once (reuseFixes).
 func reuseCause(r, src *AuditRequest, firstHash string, flushes []sim.Flush) string {
 	var b strings.Builder
 	from := "an earlier request"
 	if src != nil {
-		from = fmt.Sprintf("%s (sent at %.3f s)", src.RID, src.Arrival)
+		from = fmt.Sprintf("%s (at %.3f s)", src.RID, src.Arrival)
 	} else if r.Source != "" {
 		from = r.Source
 	}
 	switch r.Pattern {
 	case Repeat:
-		fmt.Fprintf(&b, "repeats the prompt of %s: a warm-up, a retry or a two-point leg", from)
+		fmt.Fprintf(&b, "repeats %s", from)
 		if r.PromptHash != "" && r.PromptHash == firstHash {
-			b.WriteString(" (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own " +
-				"or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0)")
+			b.WriteString(", the run's first prompt")
 		}
+	case Copies:
+		fmt.Fprintf(&b, "one of %d identical prompts in flight together, served from %s", max(r.Group, 2), from)
 	case NearRepeat:
-		fmt.Fprintf(&b, "shares all but its last %d tokens with %s: a nonce at the end of a prompt keeps nothing cold (put it first)",
-			r.PromptTokens-r.CachedTokens, from)
+		fmt.Fprintf(&b, "shares all but its last %d tokens with %s", r.PromptTokens-r.CachedTokens, from)
 	default:
-		fmt.Fprintf(&b, "starts with the same %d tokens as %s, a prefix %s of the run share: a system prompt, few-shot examples or chat history",
-			r.CachedTokens, from, plural(max(r.Group, 2), "request"))
+		fmt.Fprintf(&b, "starts with the same %d tokens as %s, a prefix %s share", r.CachedTokens, from, plural(max(r.Group, 2), "request"))
 	}
-	fmt.Fprintf(&b, "; reused %d of %d prompt tokens%s", r.CachedTokens, r.PromptTokens, tierClause(simTiers(r.Tiers)))
+	fmt.Fprintf(&b, ": reused %d of %d tokens%s", r.CachedTokens, r.PromptTokens, tierClause(simTiers(r.Tiers)))
 	if r.Saved > 0 {
-		ttft := r.E2E
-		if r.TTFT != nil {
-			ttft = *r.TTFT
-		}
-		fmt.Fprintf(&b, ", TTFT %s s instead of %s s (%.1f %% shorter)", sig(ttft), sig(ttft+r.Saved), r.Impact)
+		fmt.Fprintf(&b, ", TTFT %.1f %% shorter", r.Impact)
 	} else {
-		fmt.Fprintf(&b, " (%.1f %% of its prompt beyond the floor came from the cache)", r.Impact)
+		fmt.Fprintf(&b, " (%.1f %% of its prompt beyond the floor)", r.Impact)
 	}
-	if src != nil {
+	if src != nil && r.Pattern != Copies {
 		b.WriteString(flushesBetween(flushes, src.Arrival, r.Arrival))
 	}
 	return b.String()
 }
 
+// Tools whose fix is named besides those whose result files audit reads:
+// vLLM's standalone benchmarks/benchmark_serving.py, whose test prompt no
+// flag turns off.
+const ToolVLLMScript = "vllm benchmark_serving.py"
+
+// DetectTool names the load tool a command runs (ToolSGLang, ToolVLLM,
+// ToolVLLMScript), "" when none of them: a module or script named
+// bench_serving is SGLang's; benchmark_serving.py is vLLM's standalone
+// script; "vllm bench serve" its command.
+func DetectTool(command []string) string {
+	for i, arg := range command {
+		base := arg[strings.LastIndexByte(arg, '/')+1:]
+		switch {
+		case strings.Contains(base, "bench_serving"):
+			return ToolSGLang
+		case strings.Contains(base, "benchmark_serving"):
+			return ToolVLLMScript
+		case base == "vllm" && i+1 < len(command) && command[i+1] == "bench":
+			return ToolVLLM
+		}
+	}
+	return ""
+}
+
+// reuseFixes are the fixes of the patterns that poisoned, for the tool
+// that ran: a repeat of the run's first prompt is a load tool's warm-up
+// (or a script's second leg), whose fix is the tool's own flags.
+func reuseFixes(counts map[Pattern]int, firstRepeat bool, tool string) []string {
+	var fixes []string
+	if counts[Repeat] > 0 {
+		switch {
+		case !firstRepeat:
+			fixes = append(fixes, "a retry or a second leg on the same prompt: flush before it, or put a fresh nonce first in each prompt")
+		case tool == ToolSGLang:
+			fixes = append(fixes, "bench_serving's warm-up repeats its first prompt: --warmup-requests 0, or --flush-cache to flush after it")
+		case tool == ToolVLLM:
+			fixes = append(fixes, "vllm bench serve's test prompt repeats its first prompt: --ready-check-timeout-sec 0 --num-warmups 0")
+		case tool == ToolVLLMScript:
+			fixes = append(fixes, "benchmark_serving.py's test prompt repeats its first prompt, and no flag of it turns that off: vllm bench serve has --ready-check-timeout-sec 0")
+		default:
+			fixes = append(fixes, "a warm-up or a second leg repeating the first prompt: flush after it (POST /flush_cache), or put a fresh nonce first in each prompt")
+		}
+	}
+	if counts[Copies] > 0 {
+		fixes = append(fixes, "identical prompts sent together: give each its own (a fresh nonce first)")
+	}
+	if counts[NearRepeat] > 0 {
+		fixes = append(fixes, "a nonce at the end of a prompt keeps nothing cold: put it first")
+	}
+	if counts[SharedPrefix] > 0 {
+		fixes = append(fixes, "a system prompt, few-shot examples or chat history: --allow-shared-prefix auto if by design, else give each prompt its own start")
+	}
+	return fixes
+}
+
+// pronoun is "it" or "them".
+func pronoun(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
+}
+
 // flushesBetween describes the flushes between two times: none, or the
 // refused ones with the server's reason.
 func flushesBetween(fs []sim.Flush, from, to float64) string {
-	var refused []string
+	var refused, accepted []string
 	for _, f := range fs {
-		if f.At >= from && f.At <= to && !f.OK {
+		if f.At < from || f.At > to {
+			continue
+		}
+		switch {
+		case !f.OK:
 			refused = append(refused, fmt.Sprintf("%.3f s: %s", f.At, f.Outcome))
+		case refusedBy(f) != "":
+			refused = append(refused, fmt.Sprintf("%.3f s: answered 200, but %s", f.At, refusedBy(f)))
+		default:
+			accepted = append(accepted, fmt.Sprintf("%.3f s", f.At))
 		}
 	}
-	switch len(refused) {
-	case 0:
-		return "; no flush between them"
-	case 1:
+	switch {
+	case len(refused) == 1:
 		return "; the flush between them was refused (" + refused[0] + ")"
+	case len(refused) > 1:
+		return fmt.Sprintf("; the %d flushes between them were refused (first %s)", len(refused), refused[0])
+	case len(accepted) > 0:
+		// A reuse across an accepted flush: a tier the flush leaves (the
+		// tier clause says which), or a prefix cache the flush never saw.
+		return "; after the flush at " + accepted[len(accepted)-1] + ", which it survived"
 	}
-	return fmt.Sprintf("; the %d flushes between them were refused (first %s)", len(refused), refused[0])
+	return "; no flush between"
+}
+
+// refusedBy names the DP ranks that refused a flush answered 200 (SGLang
+// answers with the first rank's answer), "" when every rank flushed.
+func refusedBy(f sim.Flush) string {
+	var ranks []string
+	for _, r := range f.Ranks {
+		if !r.OK {
+			ranks = append(ranks, strconv.Itoa(r.Rank))
+		}
+	}
+	switch len(ranks) {
+	case 0:
+		return ""
+	case 1:
+		return "rank " + ranks[0] + " refused it"
+	}
+	return "ranks " + strings.Join(ranks, ", ") + " refused it"
 }
 
 // plural is "1 request", "2 requests", "2 flushes".

@@ -134,3 +134,113 @@ func (e *CacheEffect) Line() string {
 	return fmt.Sprintf("the prefix cache made this run's %s and its mean E2E latency %s lower (median %s, p99 %s)",
 		ttft, f(l.Mean), f(l.Median), f(l.P99))
 }
+
+// RunImpact is what the poisoned requests did to the figures the run
+// reports, over the requests the tool measured (its warm-ups left out):
+// each figure as run against the same with their reuse beyond the floor
+// computed instead (their saved time added back).
+type RunImpact struct {
+	Requests int `json:"requests"`
+	Poisoned int `json:"poisoned"`
+	// TTFT and E2E are how much lower, in percent, each statistic is for
+	// the poisoned reuse; Max is the largest of them and Largest names it.
+	TTFT    Summary `json:"ttft_lower_pct"`
+	E2E     Summary `json:"e2e_lower_pct"`
+	Max     float64 `json:"max_pct"`
+	Largest string  `json:"largest"`
+}
+
+// runImpact computes the poisoned requests' effect on the measured run's
+// figures; nil when none poisoned, or when a poisoned request's saved time
+// is not known (its impact stood for by the share of the prompt cached).
+// A poisoned request's longer prefill would have held up the server for
+// its saved time, so the requests in flight at its first token (in its
+// prefill batch, or waiting behind it) would have waited as long: those
+// whose first token came with or after it in their TTFT, those that
+// finished after it in their E2E (FCFS with prefill first, as
+// SGLang schedules; batched prefills overlap, so this bounds the effect
+// from above).
+func runImpact(rs []AuditRequest, speedup float64) *RunImpact {
+	ri := &RunImpact{}
+	firstToken := func(r *AuditRequest) float64 {
+		if r.TTFT != nil {
+			return r.Arrival + *r.TTFT
+		}
+		return r.Arrival + r.E2E
+	}
+	ttftAdd, e2eAdd := make([]float64, len(rs)), make([]float64, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		if r.WarmUp || impossibleAudit(r) != "" || r.Verdict.Level() != Poisoned {
+			continue
+		}
+		if r.Saved <= 0 {
+			return nil
+		}
+		ri.Poisoned++
+		t0 := firstToken(r)
+		for j := range rs {
+			q := &rs[j]
+			switch {
+			case j == i:
+				ttftAdd[j] += r.Saved
+				e2eAdd[j] += r.Saved
+			case q.Arrival < t0:
+				if firstToken(q) >= t0 { // in its prefill batch, or waiting behind it
+					ttftAdd[j] += r.Saved
+				}
+				if q.Arrival+q.E2E >= t0 {
+					e2eAdd[j] += r.Saved
+				}
+			}
+		}
+	}
+	if ri.Poisoned == 0 {
+		return nil
+	}
+	var ttft, ttftWithout, e2e, e2eWithout []float64
+	for i := range rs {
+		r := &rs[i]
+		if r.WarmUp || impossibleAudit(r) != "" {
+			continue
+		}
+		ri.Requests++
+		if r.TTFT != nil {
+			ttft, ttftWithout = append(ttft, *r.TTFT), append(ttftWithout, *r.TTFT+ttftAdd[i])
+		}
+		e2e, e2eWithout = append(e2e, r.E2E), append(e2eWithout, r.E2E+e2eAdd[i])
+	}
+	ri.TTFT = effectFigure(ttft, ttftWithout, speedup).LowerPct
+	ri.E2E = effectFigure(e2e, e2eWithout, speedup).LowerPct
+	for _, f := range []struct {
+		name string
+		pct  float64
+	}{
+		{"mean TTFT", ri.TTFT.Mean}, {"median TTFT", ri.TTFT.Median}, {"p99 TTFT", ri.TTFT.P99},
+		{"mean E2E", ri.E2E.Mean}, {"median E2E", ri.E2E.Median}, {"p99 E2E", ri.E2E.P99},
+	} {
+		if math.Abs(f.pct) > ri.Max || ri.Largest == "" {
+			ri.Max, ri.Largest = math.Abs(f.pct), f.name
+		}
+	}
+	return ri
+}
+
+// Line says the poisoned requests' effect on the measured run in one line.
+func (ri *RunImpact) Line(minRunImpact float64) string {
+	than := "at or above"
+	if ri.Max < minRunImpact {
+		than = "below"
+	}
+	return fmt.Sprintf("the reuse that poisoned %s made the measured run's mean TTFT %s lower (median %s, p99 %s) and its mean E2E %s lower (median %s, p99 %s): %s --min-run-impact %s %%",
+		plural(ri.Poisoned, "request"), pct1(ri.TTFT.Mean), pct1(ri.TTFT.Median), pct1(ri.TTFT.P99),
+		pct1(ri.E2E.Mean), pct1(ri.E2E.Median), pct1(ri.E2E.P99), than, trimFloat(minRunImpact))
+}
+
+// pct1 is a percentage with one decimal, 0.0 for what rounds to it.
+func pct1(x float64) string {
+	if math.Abs(x) < 0.05 {
+		return "0.0 %"
+	}
+	return fmt.Sprintf("%.1f %%", x)
+}

@@ -209,3 +209,72 @@ func TestProxyRecordsThePromptBeforeTheAnswer(t *testing.T) {
 		}
 	})
 }
+
+// Identical prompts in flight together are copies, whichever the server
+// served first: the first to arrive may be the one served from the other
+// (SGLang queues a request when its tokenization ends), and its reuse is
+// never a near-repeat. bench_serving's shape (two copies of the first
+// prompt at once, then its measured run starting with that prompt) marks
+// both copies as the tool's warm-up.
+func TestClassifyCopiesServedInEitherOrder(t *testing.T) {
+	req := func(rid string, arrival, finished float64, cached int, from string) AuditRequest {
+		return AuditRequest{RequestSummary: sim.RequestSummary{RID: rid, PromptHash: "h0", PromptTokens: 2000, CachedTokens: cached,
+			ReusedFrom: from, Arrival: arrival, Finished: finished}, CachedReported: true}
+	}
+	for _, tt := range []struct {
+		name string
+		rs   []AuditRequest
+	}{
+		{"the later served first", []AuditRequest{req("w1", 1.0, 2.0, 1999, "w2"), req("w2", 1.1, 1.9, 0, ""), req("r0", 3, 4, 1999, "w2")}},
+		{"the first served first", []AuditRequest{req("w1", 1.0, 1.9, 0, ""), req("w2", 1.1, 2.0, 1999, "w1"), req("r0", 3, 4, 1999, "w1")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := tt.rs
+			markWarmUps(rs, 0, nil)
+			classify(rs, 1)
+			var got []string
+			for _, r := range rs {
+				got = append(got, fmt.Sprintf("%s %s from %q group %d warm-up %v", r.RID, r.Pattern, r.Source, r.Group, r.WarmUp))
+			}
+			copy := slices.IndexFunc(rs, func(r AuditRequest) bool { return r.CachedTokens > 0 && r.RID != "r0" })
+			other := rs[1-copy].RID
+			want := []string{
+				fmt.Sprintf("%s  from \"\" group 0 warm-up true", other),
+				fmt.Sprintf("%s copies from %q group 2 warm-up true", rs[copy].RID, other),
+				"r0 repeat from \"w2\" group 0 warm-up false",
+			}
+			if copy == 0 {
+				want[0], want[1] = want[1], want[0]
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+// flushesBetween says what stood between a reuse and the request it reused:
+// no flush, a refused one, one answered 200 that a DP rank refused, or an
+// accepted one the reused tier survived (HiCache's storage).
+func TestFlushesBetween(t *testing.T) {
+	flushed := sim.Flush{At: 2, OK: true, Outcome: sim.OutcomeFlushed}
+	busy := sim.Flush{At: 3, Outcome: "busy"}
+	rankRefused := sim.Flush{At: 4, OK: true, Outcome: sim.OutcomeFlushed, Ranks: []sim.FlushRank{
+		{Rank: 0, OK: true}, {Rank: 1, Outcome: "busy"}}}
+	for _, tc := range []struct {
+		name string
+		fs   []sim.Flush
+		want string
+	}{
+		{"none", nil, "; no flush between"},
+		{"outside", []sim.Flush{{At: 9, OK: true}}, "; no flush between"},
+		{"accepted", []sim.Flush{flushed}, "; after the flush at 2.000 s, which it survived"},
+		{"refused", []sim.Flush{busy}, "; the flush between them was refused (3.000 s: busy)"},
+		{"rank refused", []sim.Flush{rankRefused}, "; the flush between them was refused (4.000 s: answered 200, but rank 1 refused it)"},
+		{"refused wins", []sim.Flush{flushed, busy}, "; the flush between them was refused (3.000 s: busy)"},
+	} {
+		if got := flushesBetween(tc.fs, 1, 5); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -13,27 +13,131 @@ func (r *AuditRequest) reused() bool {
 }
 
 // classify names the pattern of every reuse, in arrival order: a prompt
-// identical to an earlier one's is a repeat (of the latest such); one that
+// identical to another one's is a repeat of the latest earlier such, or
+// one of several copies when the two were in flight together (whichever
+// the server served first: it may be the one that arrived later); one that
 // differs from the prompt it reused only in a short tail is a near-repeat;
 // any other reuse is of a shared prefix.
 func classify(rs []AuditRequest, page int) {
-	latest := map[string]string{} // prompt hash -> rid
+	index := map[string]int{}      // rid -> request
+	sameHash := map[string][]int{} // prompt hash -> requests, in order
+	for i := range rs {
+		index[rs[i].RID] = i
+		if h := rs[i].PromptHash; h != "" {
+			sameHash[h] = append(sameHash[h], i)
+		}
+	}
 	for i := range rs {
 		r := &rs[i]
-		if r.reused() {
-			switch src, ok := latest[r.PromptHash]; {
-			case r.SampleOf != "" && r.ReusedFrom == r.SampleOf:
-				r.Pattern, r.Source = ParallelSample, r.SampleOf
-			case ok && r.PromptHash != "":
-				r.Pattern, r.Source = Repeat, src
-			case nearRepeat(r.PromptTokens, r.CachedTokens, page):
-				r.Pattern, r.Source = NearRepeat, r.ReusedFrom
-			default:
-				r.Pattern, r.Source = SharedPrefix, r.ReusedFrom
-			}
+		if !r.reused() {
+			continue
 		}
-		if r.PromptHash != "" {
-			latest[r.PromptHash] = r.RID
+		src := identicalSource(rs, i, index, sameHash[r.PromptHash])
+		switch {
+		case r.SampleOf != "" && r.ReusedFrom == r.SampleOf:
+			r.Pattern, r.Source = ParallelSample, r.SampleOf
+		case src >= 0 && inFlightTogether(r, &rs[src]):
+			r.Pattern, r.Source = Copies, rs[src].RID
+			for _, j := range sameHash[r.PromptHash] {
+				if j == i || inFlightTogether(r, &rs[j]) {
+					r.Group++
+				}
+			}
+		case src >= 0:
+			r.Pattern, r.Source = Repeat, rs[src].RID
+		case nearRepeat(r.PromptTokens, r.CachedTokens, page):
+			r.Pattern, r.Source = NearRepeat, r.ReusedFrom
+		default:
+			r.Pattern, r.Source = SharedPrefix, r.ReusedFrom
+		}
+	}
+}
+
+// identicalSource is the request with the same prompt as rs[i] that it
+// reused (same holds the requests with its prompt, in order): the latest
+// earlier one; else the one the server names; else one in flight together
+// with it. -1 when no other request sent its prompt.
+func identicalSource(rs []AuditRequest, i int, index map[string]int, same []int) int {
+	if len(same) < 2 {
+		return -1
+	}
+	latest := -1
+	for _, j := range same {
+		if j < i {
+			latest = j
+		}
+	}
+	if latest >= 0 {
+		return latest
+	}
+	if j, ok := index[rs[i].ReusedFrom]; ok && j != i && rs[j].PromptHash == rs[i].PromptHash {
+		return j
+	}
+	for _, j := range same {
+		if j != i && inFlightTogether(&rs[i], &rs[j]) {
+			return j
+		}
+	}
+	return -1
+}
+
+// inFlightTogether tells whether two requests were in flight at once: each
+// arrived before the other finished.
+func inFlightTogether(a, b *AuditRequest) bool {
+	return a.Arrival < b.Finished && b.Arrival < a.Finished
+}
+
+// markWarmUps marks the requests a tool sent before its measured run: all
+// but the last measured when its result file says how many it measured;
+// else by the load tools' shapes, the run's first requests being copies
+// of its first prompt: those before a flush that follows them
+// (bench_serving's --flush-cache after its warm-up), or those all sent
+// before the first of them finished (bench_serving sends its
+// --warmup-requests at once, vLLM its test prompt alone) when a later
+// request sends that prompt again after they all finished (the measured
+// run's first).
+func markWarmUps(rs []AuditRequest, measured int, flushes []sim.Flush) {
+	mark := func(n int) {
+		for i := range rs[:n] {
+			rs[i].WarmUp = true
+		}
+	}
+	if measured > 0 {
+		mark(max(len(rs)-measured, 0))
+		return
+	}
+	if len(rs) < 2 || rs[0].PromptHash == "" {
+		return
+	}
+	first := &rs[0]
+	copies := 1
+	for copies < len(rs) && rs[copies].PromptHash == first.PromptHash {
+		copies++
+	}
+	for _, f := range flushes {
+		if f.At > first.Arrival {
+			// The requests before the run's first flush, if copies of its
+			// first prompt all.
+			before := 0
+			for before < len(rs) && rs[before].Arrival < f.At {
+				before++
+			}
+			if before <= copies && before < len(rs) {
+				mark(before)
+				return
+			}
+			break
+		}
+	}
+	k, end := 1, first.Finished
+	for k < len(rs) && rs[k].PromptHash == first.PromptHash && rs[k].Arrival < first.Finished {
+		end = max(end, rs[k].Finished)
+		k++
+	}
+	for j := k; j < len(rs); j++ {
+		if rs[j].PromptHash == first.PromptHash && rs[j].Arrival >= end {
+			mark(k)
+			return
 		}
 	}
 }

@@ -493,6 +493,12 @@ type proxyAnswer struct {
 			Storage        int
 			StorageBackend string `json:"storage_backend"`
 		} `json:"cached_tokens_details"`
+		// SGLang's time stats under --enable-metrics: when the request
+		// entered its prefill batch and when the batch finished, in
+		// seconds since the epoch.
+		ForwardEntryTime    *float64 `json:"forward_entry_time"`
+		PrefillFinishedTime *float64 `json:"prefill_finished_time"`
+		RequestReceivedTS   *float64 `json:"request_received_ts"`
 	} `json:"meta_info"`
 	Usage *struct {
 		PromptTokens        int `json:"prompt_tokens"`
@@ -528,6 +534,10 @@ type proxyCounts struct {
 	finish, id                 string
 	dpRank                     *int // meta_info.dp_rank: SGLang with several DP ranks
 	tiers                      *sim.CacheTiers
+	// prefillEntry and prefillDone are the server's own times of the
+	// request's prefill batch, received when it got the request (0 when
+	// it reports none).
+	prefillEntry, prefillDone, received float64
 }
 
 func (c *proxyCounts) apply(a *proxyAnswer) {
@@ -551,6 +561,12 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 		}
 		if a.MetaInfo.DPRank != nil {
 			c.dpRank = a.MetaInfo.DPRank
+		}
+		if e, d := a.MetaInfo.ForwardEntryTime, a.MetaInfo.PrefillFinishedTime; e != nil && d != nil {
+			c.prefillEntry, c.prefillDone = *e, *d
+		}
+		if r := a.MetaInfo.RequestReceivedTS; r != nil {
+			c.received = *r
 		}
 		var fr struct {
 			Type string `json:"type"`

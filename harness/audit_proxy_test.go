@@ -2,12 +2,16 @@ package harness_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -109,6 +113,23 @@ func TestProxyServerWithoutCacheReport(t *testing.T) {
 		if rep.Checked || !strings.HasPrefix(rep.Verdict.String(), want) || rep.Floors[0].Floor != -1 {
 			t.Fatalf("checked %v, floors %+v, verdict %q: want unchecked and %q", rep.Checked, rep.Floors, rep.Verdict, want)
 		}
+		// Nothing was checked of any request, the warm-up's repeat
+		// included: each is unchecked, in the JSON and in the table.
+		for _, r := range rep.Requests {
+			if got := r.Verdict.String(); got != "unchecked: the server reported no cached tokens for it: its reuse was not checked" {
+				t.Errorf("%s: %q, want unchecked", r.RID, got)
+			}
+		}
+		var js bytes.Buffer
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(js.String(), `"text": "unchecked: `); n != 5 || strings.Contains(js.String(), `"level": "ok"`) {
+			t.Errorf("the JSON has %d requests unchecked, want 5 and none ok:\n%s", n, js.String())
+		}
+		if out := text(t, rep); strings.Count(out, "/v1/completions") < 5 || !strings.Contains(out, " unchecked\n") {
+			t.Errorf("the table does not list the 5 unchecked requests:\n%s", out)
+		}
 	})
 }
 
@@ -179,7 +200,7 @@ func TestProxyBoundsWhatItReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "SUSPECT: its answer could not be read (HTTP 200: compressed, or a line or body past the proxy's bound)"
+		want := "unchecked: its answer could not be read (HTTP 200: compressed, or a line or body past the proxy's bound)"
 		if got := rep.Requests[0].Verdict.String(); got != want || rep.Checked {
 			t.Fatalf("got %q (checked %v), want %q, unchecked", got, rep.Checked, want)
 		}
@@ -269,4 +290,117 @@ func TestProxyRefusedResetWithStatus200(t *testing.T) {
 			})
 		})
 	}
+}
+
+// concurrentLoad sends the load's warm-up, then its prompts from workers
+// at once, as a load tool at --max-concurrency does.
+func concurrentLoad(t *testing.T, s server, l load, workers int) {
+	t.Helper()
+	send := func(prompt, rid string, output int) {
+		if code, body, _ := s.Do(t, "POST", l.route, l.body(prompt, rid, output)); code != 200 {
+			t.Errorf("%s: %d %s", rid, code, body)
+		}
+	}
+	send(l.prompts[0], "warmup", min(l.output, 32))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				send(l.prompts[i], fmt.Sprintf("req-%02d", i), l.output)
+			}
+		})
+	}
+	for i := range l.prompts {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// Under queueing (4 requests in flight at once) a TTFT holds the wait in
+// the queue and the batch it shared, which a fit would put on the prompt's
+// tokens: no request after the first met an idle server, so no cost is
+// fitted from them and the impact is the share of the prompt the cache
+// served, said so. With the server's own prefill times (SGLang's meta_info
+// under --enable-metrics) the fit is made from each prefill batch, and
+// the warm-up's repeat comes within a few points of the model's impact
+// (the held-out fit from every TTFT was 4 times off).
+func TestProxyFitUnderQueueing(t *testing.T) {
+	for _, metrics := range []bool{false, true} {
+		t.Run(fmt.Sprint("metrics ", metrics), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100"), EnableMetrics: metrics, EnableCacheReport: true}
+				m, rec, ps := proxied(t, cfg)
+				concurrentLoad(t, ps, load{route: "/generate", stream: true, prompts: randomPrompts(20, 1), output: 32}, 4)
+				rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+				model := request(t, audit(t, m, harness.AuditOptions{}), "req-00")
+				r := request(t, rep, "req-00")
+				if !metrics {
+					want := "no prefill cost could be fitted: 1 of 21 streamed requests met an idle server with cached tokens reported, where 3 of two sizes computed or more are needed"
+					if rep.ImpactFrom != harness.ImpactTokenShare || !strings.HasPrefix(rep.ImpactDetail, want) || r.ImpactRange != nil {
+						t.Errorf("impact from %s (%s), range %v; want the token share: %q", rep.ImpactFrom, rep.ImpactDetail, r.ImpactRange, want)
+					}
+					return
+				}
+				if rep.ImpactFrom != harness.ImpactTimingFit || !strings.Contains(rep.ImpactDetail, "fitted to the server's own prefill times (meta_info, --enable-metrics) of ") {
+					t.Fatalf("impact from %s: %s", rep.ImpactFrom, rep.ImpactDetail)
+				}
+				if r.Pattern != harness.Repeat || r.Verdict.Level() != harness.Poisoned || math.Abs(r.Impact-model.Impact) > 10 || r.ImpactRange == nil {
+					t.Errorf("req-00: %s %s, impact %.1f %% (range %v), the model's %.1f %%", r.Pattern, r.Verdict.Level(), r.Impact, r.ImpactRange, model.Impact)
+				}
+			})
+		})
+	}
+}
+
+// Without the server's times, the fit is made from the requests that met
+// an idle server only, and says how many: a sequential run with a burst
+// of four at once at its end fits from the warm-up and the ten sent one at
+// a time.
+func TestProxyFitFromIdleRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, rec, ps := proxied(t, api.Config{EnableCacheReport: true})
+		prompts := randomPrompts(14, 2)
+		load{route: "/generate", stream: true, warmup: true, prompts: prompts[:10], output: 8}.run(t, ps)
+		burst := load{route: "/generate", stream: true, output: 8}
+		var wg sync.WaitGroup
+		for i, p := range prompts[10:] {
+			wg.Go(func() { ps.Do(t, "POST", burst.route, burst.body(p, fmt.Sprintf("burst-%d", i), 8)) })
+		}
+		wg.Wait()
+		rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+		if want := "a computed prompt token and "; rep.ImpactFrom != harness.ImpactTimingFit || !strings.Contains(rep.ImpactDetail, want) ||
+			!strings.HasSuffix(rep.ImpactDetail, "fitted to the TTFT the proxy saw of 11 of 15 streamed requests, those that met an idle server") {
+			t.Errorf("impact from %s: %s", rep.ImpactFrom, rep.ImpactDetail)
+		}
+	})
+}
+
+// A reuse whose impact is within the fit's error of --min-impact is
+// neither POISONED nor ok: it is SUSPECT as uncertain, and leaves the run
+// unchecked (exit 3) rather than passing or failing it.
+func TestProxyImpactWithinTheFitsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, rec, ps := proxied(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100"), EnableMetrics: true, EnableCacheReport: true})
+		concurrentLoad(t, ps, load{route: "/generate", stream: true, prompts: randomPrompts(20, 1), output: 32}, 4)
+		r := request(t, auditUpstream(t, rec, m, harness.AuditOptions{}), "req-00")
+		if r.ImpactRange == nil || r.ImpactRange[0] >= r.Impact || r.ImpactRange[1] <= r.Impact {
+			t.Fatalf("req-00: impact %v, range %v", r.Impact, r.ImpactRange)
+		}
+		// Another audit of the same recording, with floor probes of its own.
+		next := counter()
+		rep, err := harness.AuditUpstream(context.Background(), rec, client(m), harness.AuditOptions{MinImpact: r.Impact, NewID: func() string { return "again-" + next() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := request(t, rep, "req-00")
+		want := fmt.Sprintf("; by the timing fit's 95 %% interval %.1f-%.1f %%, across --min-impact %s %%: uncertain", r.ImpactRange[0], r.ImpactRange[1], strconv.FormatFloat(r.Impact, 'g', -1, 64))
+		if !u.Uncertain || u.Material || u.Verdict.Level() != harness.Suspect || !strings.HasSuffix(u.Verdict.String(), want) {
+			t.Errorf("req-00 at --min-impact %v: %q, want SUSPECT ending %q", r.Impact, u.Verdict, want)
+		}
+		if rep.Checked || rep.Verdict.Level() != harness.Suspect || !strings.Contains(rep.Verdict.String(), "1 request reused a prefix whose impact is within the timing fit's error") {
+			t.Errorf("run: checked %v, %q", rep.Checked, rep.Verdict)
+		}
+	})
 }

@@ -43,6 +43,7 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 		b.WriteString("no request reached the server\n")
 	}
 	t := &table{head: []string{"arrival_s", "rid", "route", "prompt_tok", "cached_tok", "ttft_s", "ttft_no_reuse_s", "impact", "pattern", "verdict"}}
+	var causes [][]Cause // each row's, written under it
 	for _, r := range a.Requests {
 		if r.Verdict.Level() == OK {
 			continue
@@ -55,13 +56,26 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 		if pattern == "" {
 			pattern = "-"
 		}
+		if r.WarmUp {
+			pattern += " (warm-up)"
+		}
 		t.add(f3(r.Arrival), r.RID, r.Route, strconv.Itoa(r.PromptTokens), strconv.Itoa(r.CachedTokens), ttft, without,
-			fmt.Sprintf("%.1f%%", r.Impact), pattern, r.Verdict.String())
+			fmt.Sprintf("%.1f%%", r.Impact), pattern, r.Verdict.Level().String())
+		causes = append(causes, r.Verdict.Causes)
 	}
 	if len(t.rows) > 0 {
-		b.WriteString("requests that are not ok (every request is in --json):\n")
-		if err := t.write(&b); err != nil {
+		b.WriteString("requests that are not ok, each with its causes (every request is in --json):\n")
+		var tb strings.Builder
+		if err := t.write(&tb); err != nil {
 			return err
+		}
+		lines := strings.SplitAfter(tb.String(), "\n")
+		b.WriteString(lines[0])
+		for i, line := range lines[1 : len(lines)-1] {
+			b.WriteString(line)
+			for _, c := range causes[i] {
+				b.WriteString(wrapText("      ", "      ", c.Text, causeWidth))
+			}
 		}
 	} else if len(a.Requests) > 0 {
 		fmt.Fprintf(&b, "no request's reuse poisons it (every request is in --json)\n")
@@ -99,6 +113,9 @@ func (a *AuditReport) WriteTable(w io.Writer) error {
 	}
 	if a.CacheEffect != nil {
 		fmt.Fprintf(&b, "\n%s\n", a.CacheEffect.Line())
+	}
+	if a.RunImpact != nil {
+		fmt.Fprintf(&b, "%s\n", a.RunImpact.Line(a.MinRunImpact))
 	}
 	if a.Tool != nil {
 		b.WriteString("\n")

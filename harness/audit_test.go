@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
@@ -199,10 +201,11 @@ func TestAuditWarmupRepeatOnly(t *testing.T) {
 		}
 		out := text(t, rep)
 		for _, want := range []string{
-			"repeats the prompt of warmup (sent at 0.000 s): a warm-up, a retry or a two-point leg (the run's first prompt; if it was a warm-up, which load tools send with their first prompt, give it a prompt of its own or flush after it: bench_serving --warmup-requests 0 or --flush-cache, vLLM bench --ready-check-timeout-sec 0 --num-warmups 0); reused",
+			"      repeats warmup (at 0.000 s), the run's first prompt: reused 529 of 530\n      tokens, TTFT 67.9 % shorter; no flush between\n",
 			fmt.Sprintf("16 requests shared %d-%d head tokens beyond the floor with earlier prompts: no measurable effect", rep.Chance.MinTokens, rep.Chance.MaxTokens),
 			"the prefix cache made this run's mean TTFT ",
-			"verdict: POISONED: 1 of 21 requests reused an earlier prompt's prefix enough to cut their TTFT by 1 % or more (1 repeat)",
+			"verdict: POISONED: 1 of 21 requests reused another request's prompt enough to cut their TTFT by 1 % or more (1 repeat); " +
+				"fix: a warm-up or a second leg repeating the first prompt: flush after it (POST /flush_cache), or put a fresh nonce first in each prompt",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the report lacks %q:\n%s", want, out)
@@ -241,8 +244,11 @@ func TestAuditSeveralWarmups(t *testing.T) {
 		}
 		rep := audit(t, m, harness.AuditOptions{})
 		wantPoisoned(t, rep, "warmup-2", "warmup-3", "req-00")
-		if r := request(t, rep, "req-00"); r.Source != "warmup-3" || !strings.Contains(r.Verdict.String(), "(the run's first prompt; if it was a warm-up,") {
-			t.Errorf("req-00: a repeat of %s, %q: want of warmup-3, with how to keep a warm-up out", r.Source, r.Verdict)
+		if r := request(t, rep, "req-00"); r.Source != "warmup-3" || !strings.Contains(r.Verdict.String(), "(at 0.077 s), the run's first prompt: reused") {
+			t.Errorf("req-00: a repeat of %s, %q: want of warmup-3, the run's first prompt", r.Source, r.Verdict)
+		}
+		if fix := "; fix: a warm-up or a second leg repeating the first prompt: flush after it"; !strings.Contains(rep.Verdict.String(), fix) {
+			t.Errorf("verdict %q: want how to keep a warm-up out, %q", rep.Verdict, fix)
 		}
 	})
 }
@@ -373,9 +379,12 @@ func TestAuditSuffixNonceIsNearRepeat(t *testing.T) {
 		rep := audit(t, m, harness.AuditOptions{AllowSharedPrefix: harness.SharedPrefixAllowance{Auto: true}})
 		r := request(t, rep, "req-01")
 		tail := r.PromptTokens - r.CachedTokens
-		want := fmt.Sprintf("POISONED: shares all but its last %d tokens with req-00 (sent at 0.000 s): a nonce at the end", tail)
+		want := fmt.Sprintf("POISONED: shares all but its last %d tokens with req-00 (at 0.000 s): reused %d of %d tokens", tail, r.CachedTokens, r.PromptTokens)
 		if r.Pattern != harness.NearRepeat || !strings.HasPrefix(r.Verdict.String(), want) {
 			t.Fatalf("req-01: pattern %s, verdict %q; want a near-repeat: %q", r.Pattern, r.Verdict, want)
+		}
+		if fix := "fix: a nonce at the end of a prompt keeps nothing cold: put it first"; !strings.HasSuffix(rep.Verdict.String(), fix) {
+			t.Errorf("verdict %q: want %q", rep.Verdict, fix)
 		}
 	})
 }
@@ -439,6 +448,154 @@ func TestAuditParallelSamplesAreNotPoisoned(t *testing.T) {
 		}
 		if samples != 12 || rep.Verdict.Level() != harness.OK || !rep.Checked {
 			t.Fatalf("%d parallel samples, verdict %s, checked %v: want 12, ok, checked\n%s", samples, rep.Verdict, rep.Checked, text(t, rep))
+		}
+	})
+}
+
+// bench_serving's warm-up as it sends it with --warmup-requests 2: two
+// copies of its first prompt at once, then (with --flush-cache) a flush,
+// then its measured run from that prompt. The copies are its warm-up,
+// which its figures leave out: one of them served from the other is a
+// finding, never a near-repeat, and never fails a run whose measured
+// requests were cold; without the flush the measured copy is the one
+// POISONED.
+func TestAuditConcurrentWarmups(t *testing.T) {
+	for _, flush := range []bool{true, false} {
+		for _, measured := range []int{0, 6} { // by the tool's shape, and as its result file says
+			t.Run(fmt.Sprintf("flush %v measured %d", flush, measured), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					m := mocktest.Start(t, api.Config{})
+					prompts := randomPrompts(6, 3)
+					l := load{route: "/generate", output: 8}
+					var wg sync.WaitGroup
+					for _, rid := range []string{"warmup-1", "warmup-2"} {
+						wg.Go(func() { m.Do(t, "POST", l.route, l.body(prompts[0], rid, 8)) })
+					}
+					wg.Wait()
+					if flush {
+						if code, body, _ := m.Do(t, "POST", "/flush_cache", ""); code != 200 {
+							t.Fatalf("flush: %d %s", code, body)
+						}
+					}
+					time.Sleep(time.Second)
+					for i, p := range prompts {
+						m.Do(t, "POST", l.route, l.body(p, fmt.Sprintf("req-%02d", i), 8))
+					}
+					rep := audit(t, m, harness.AuditOptions{Measured: measured})
+					var copies []harness.AuditRequest
+					for _, r := range rep.Requests {
+						if r.Pattern == harness.Copies {
+							copies = append(copies, r)
+						}
+						if r.Pattern == harness.NearRepeat || strings.HasPrefix(r.RID, "warmup") != r.WarmUp {
+							t.Errorf("%s: pattern %s, warm-up %v", r.RID, r.Pattern, r.WarmUp)
+						}
+					}
+					if len(copies) != 1 || copies[0].Group != 2 || copies[0].Verdict.Level() != harness.OK ||
+						!strings.HasPrefix(copies[0].Verdict.String(), "ok (one of 2 identical prompts in flight together, served from warmup-") ||
+						!strings.HasSuffix(copies[0].Verdict.String(), "; a warm-up, which the tool's figures leave out)") {
+						t.Fatalf("copies %+v: want one warm-up copy, ok", copies)
+					}
+					if flush {
+						wantPoisoned(t, rep)
+						if rep.Verdict.Level() != harness.OK || !strings.Contains(rep.Verdict.String(), "1 request of the tool's warm-up reused a prompt: its figures leave it out") {
+							t.Errorf("verdict %q: want ok, naming the warm-up", rep.Verdict)
+						}
+						return
+					}
+					wantPoisoned(t, rep, "req-00")
+					if r := request(t, rep, "req-00"); r.Pattern != harness.Repeat || rep.Verdict.Level() != harness.Poisoned {
+						t.Errorf("req-00: %s; verdict %q", r.Pattern, rep.Verdict)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A warm-up repeat at bench_serving's default size (1000 prompts; here
+// 200 already dilute it) moves none of the figures the run reports by 1 %:
+// the request is POISONED, the run is ok with the finding and its fix,
+// and --strict fails it as before. The run's impact is each figure over
+// the measured requests as run against the same with the poisoned
+// request's saved time added back.
+func TestAuditRunImpact(t *testing.T) {
+	run := func(t *testing.T, opt harness.AuditOptions) *harness.AuditReport {
+		m := mocktest.Start(t, api.Config{})
+		load{route: "/generate", warmup: true, prompts: randomPrompts(200, 1), output: 8}.run(t, m)
+		return audit(t, m, opt)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		rep := run(t, harness.AuditOptions{Tool: harness.ToolSGLang})
+		wantPoisoned(t, rep, "req-00")
+		r := request(t, rep, "req-00")
+		var sum float64
+		for _, x := range rep.Requests[1:] {
+			sum += *x.TTFT
+		}
+		ri := rep.RunImpact
+		if want := 100 * r.Saved / (sum + r.Saved); ri == nil || ri.Requests != 200 || ri.Poisoned != 1 || math.Abs(ri.TTFT.Mean-want) > 1e-9 || ri.Max >= 1 {
+			t.Fatalf("run impact %+v: want 200 measured, 1 poisoned, mean TTFT %v %% lower, all under 1 %%", ri, want)
+		}
+		want := fmt.Sprintf("ok (1 of 201 requests reused another request's prompt enough to cut their TTFT by 1 %% or more (1 repeat), "+
+			"which moved none of the figures the run reports by 1 %% (--min-run-impact; at most %.1f %%: %s); "+
+			"fix: bench_serving's warm-up repeats its first prompt: --warmup-requests 0, or --flush-cache to flush after it)", ri.Max, ri.Largest)
+		if got := rep.Verdict.String(); got != want {
+			t.Errorf("verdict\n%q, want\n%q", got, want)
+		}
+		if out := text(t, rep); !strings.Contains(out, "the reuse that poisoned 1 request made the measured run's mean TTFT ") || !strings.Contains(out, ": below --min-run-impact 1 %") {
+			t.Errorf("the report does not say what the reuse did to the run:\n%s", out)
+		}
+		for _, opt := range []harness.AuditOptions{{Strict: true}, {MinRunImpact: ri.Max / 2}} {
+			if rep := run(t, opt); rep.Verdict.Level() != harness.Poisoned {
+				t.Errorf("%+v: verdict %q, want POISONED", opt, rep.Verdict)
+			}
+		}
+	})
+}
+
+// The fix a verdict names is the tool's that ran, told by its command.
+func TestDetectTool(t *testing.T) {
+	for _, tt := range []struct {
+		command string
+		want    string
+	}{
+		{"python3 -m sglang.bench_serving --backend sglang", harness.ToolSGLang},
+		{"python3 /src/sglang/python/sglang/bench_serving.py --num-prompts 20", harness.ToolSGLang},
+		{"vllm bench serve --save-result", harness.ToolVLLM},
+		{"python3 benchmarks/benchmark_serving.py --backend openai", harness.ToolVLLMScript},
+		{"python3 cmd/sglmock/testdata/loadgen.py", ""},
+		{"./twopoint.sh vllm", ""},
+	} {
+		if got := harness.DetectTool(strings.Fields(tt.command)); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.command, got, tt.want)
+		}
+	}
+}
+
+// Under concurrency the poisoned request's longer prefill would have held
+// up the requests in its prefill batch or waiting behind it: each whose
+// first token came with or after its own, having arrived before, would
+// have had its TTFT longer by the same saved time, and the run's impact
+// counts them.
+func TestAuditRunImpactHoldsUpTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000")})
+		concurrentLoad(t, m, load{route: "/generate", prompts: randomPrompts(20, 1), output: 32}, 4)
+		rep := audit(t, m, harness.AuditOptions{})
+		r := request(t, rep, "req-00")
+		t0 := r.Arrival + *r.TTFT
+		held, sum := 0, 0.0
+		for _, q := range rep.Requests[1:] {
+			sum += *q.TTFT
+			if q.RID == r.RID || q.Arrival < t0 && q.Arrival+*q.TTFT >= t0 {
+				held++
+			}
+		}
+		ri := rep.RunImpact
+		want := 100 * float64(held) * r.Saved / (sum + float64(held)*r.Saved)
+		if ri == nil || held < 2 || math.Abs(ri.TTFT.Mean-want) > 1e-9 {
+			t.Fatalf("run impact %+v: want the mean TTFT %v %% lower (req-00 and %d held up behind it)", ri, want, held-1)
 		}
 	})
 }

@@ -39,6 +39,16 @@ type ToolResult struct {
 	// OutputLens are the measured requests' output lengths, when the file
 	// has them (0 for a failed one).
 	OutputLens []int
+	// NotFinite holds the keys whose value Python wrote as NaN, Infinity
+	// or -Infinity (bench_serving's request_rate at its default, a mean
+	// over no request), with that value.
+	NotFinite map[string]string
+	// Backend is the tool's --backend, as its file names it ("" when it
+	// does not); AcceptLength is bench_serving's accept_length, the mean
+	// tokens a speculative round gave as the server reported it (0 when
+	// null or absent). Together they say how the tool counted its ITL.
+	Backend      string
+	AcceptLength float64
 }
 
 // ReadToolResult reads a bench_serving output file (JSON lines: the last
@@ -48,6 +58,7 @@ func ReadToolResult(r io.Reader) (*ToolResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	b = pythonJSON(b)
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(b, &raw) != nil {
 		lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
@@ -55,13 +66,19 @@ func ReadToolResult(r io.Reader) (*ToolResult, error) {
 			return nil, fmt.Errorf("neither a JSON object (vLLM's --save-result) nor JSON lines (bench_serving's --output-file): %w", err)
 		}
 	}
-	res := &ToolResult{Figures: map[string]float64{}}
+	res := &ToolResult{Figures: map[string]float64{}, NotFinite: map[string]string{}}
 	for k, v := range raw {
 		var x float64
-		if json.Unmarshal(v, &x) == nil {
+		var s string
+		switch {
+		case json.Unmarshal(v, &x) == nil:
 			res.Figures[k] = x
+		case json.Unmarshal(v, &s) == nil && strings.HasPrefix(s, pythonMark):
+			res.NotFinite[k] = strings.TrimPrefix(s, pythonMark)
 		}
 	}
+	json.Unmarshal(raw["backend"], &res.Backend)
+	res.AcceptLength = max(res.Figures["accept_length"], 0)
 	// bench_serving always writes its E2E; vLLM writes each figure only
 	// when --percentile-metrics names it, by default TTFT, TPOT and ITL.
 	switch {
@@ -84,6 +101,59 @@ func ReadToolResult(r io.Reader) (*ToolResult, error) {
 }
 
 func has(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
+// pythonMark starts the string pythonJSON puts in place of a number JSON
+// has not: no string a tool writes starts with a NUL.
+const pythonMark = "\x00"
+
+// pythonJSON rewrites what Python's json module writes for the floats JSON
+// has not, NaN, Infinity and -Infinity (bench_serving's request_rate at its
+// default, inf; numpy's mean of no value), as strings marked with
+// pythonMark, outside strings only, so that Go's decoder reads the rest:
+// {"request_rate": Infinity} becomes {"request_rate": "\u0000Infinity"}.
+func pythonJSON(b []byte) []byte {
+	var out []byte // nil until something is rewritten
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !inString {
+			if word := pythonNumber(b[i:]); word != "" {
+				if out == nil {
+					out = append(make([]byte, 0, len(b)+64), b[:i]...)
+				}
+				out = append(out, `"\u0000`+word+`"`...)
+				i += len(word) - 1
+				continue
+			}
+		}
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		}
+		if out != nil {
+			out = append(out, c)
+		}
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// pythonNumber is the float JSON has not that b starts with: "NaN",
+// "Infinity", "-Infinity", or "".
+func pythonNumber(b []byte) string {
+	for _, word := range []string{"NaN", "Infinity", "-Infinity"} {
+		if bytes.HasPrefix(b, []byte(word)) {
+			return word
+		}
+	}
+	return ""
+}
 
 // ToolFigure is one of the tool's figures beside the truth's.
 type ToolFigure struct {
@@ -193,17 +263,15 @@ func CompareTool(ctx context.Context, c *Client, rep *AuditReport, file string, 
 	tc.summary(res, "TPOT", "tpot", tpot)
 	tc.summary(res, "E2E", e2eKey, e2e)
 	if tc.Against == "truth" {
-		itl, perToken, err := truthITL(ctx, c, done, scale)
+		perToken, how := toolITL(res, done)
+		itl, err := truthITL(ctx, c, done, scale, perToken)
 		if err != nil {
 			return nil, err
 		}
 		before := len(tc.Figures)
 		tc.summary(res, "ITL", "itl", itl)
 		if len(tc.Figures) > before {
-			tc.Figures[before].Note = "one gap per stream event, each decode round's run taken as equal rounds"
-			if perToken {
-				tc.Figures[before].Note = "per token, an event's gap split over its tokens as bench_serving does on /generate; each decode round's run taken as equal rounds"
-			}
+			tc.Figures[before].Note = how + "; the truth counts it the same way, each decode round's run taken as equal rounds"
 		}
 	} else {
 		tc.NotCompared = append(tc.NotCompared, "ITL: the proxy keeps no time of each stream event")
@@ -222,6 +290,10 @@ func CompareTool(ctx context.Context, c *Client, rep *AuditReport, file string, 
 func (tc *ToolComparison) summary(res *ToolResult, name, key string, truth []float64) {
 	if len(truth) == 0 {
 		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s: no measured request has one in the truth", name))
+		return
+	}
+	if v, ok := res.NotFinite["mean_"+key+"_ms"]; ok {
+		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s: the tool wrote %s for mean_%s_ms", name, v, key))
 		return
 	}
 	if !has(res.Figures, "mean_"+key+"_ms") {
@@ -245,6 +317,10 @@ func (tc *ToolComparison) summary(res *ToolResult, name, key string, truth []flo
 // add compares one figure, or says the file lacks it.
 func (tc *ToolComparison) add(res *ToolResult, name, key string, truth float64, note string) {
 	tool, ok := res.Figures[key]
+	if v, notFinite := res.NotFinite[key]; notFinite {
+		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s: the tool wrote %s for %s", name, v, key))
+		return
+	}
 	if !ok {
 		tc.NotCompared = append(tc.NotCompared, fmt.Sprintf("%s: the result file has no %s", name, key))
 		return
@@ -256,36 +332,65 @@ func (tc *ToolComparison) add(res *ToolResult, name, key string, truth float64, 
 	tc.Figures = append(tc.Figures, f)
 }
 
+// toolITL says how the tool counted its ITL, so that the truth counts it
+// the same way: per token (an event's gap spread evenly over its tokens) or
+// per event (one gap an event, whatever it carried). bench_serving spreads
+// the gap over the tokens meta_info counts on /generate (its sglang and
+// sglang-native backends), and over the tokens it retokenizes an event's
+// text into on its sglang-oai backends when the server reported an
+// accept length (calculate_metrics' use_retokenized_itl); every other
+// backend, and vLLM's benchmark, counts one gap an event. A file that
+// names no backend is judged by the route the requests came by.
+func toolITL(res *ToolResult, rs []AuditRequest) (perToken bool, how string) {
+	const perEvent = "per event: one gap per stream event, whatever tokens it carried"
+	if res.Tool != ToolSGLang {
+		return false, perEvent + ", as vLLM's benchmark counts it"
+	}
+	switch res.Backend {
+	case "sglang", "sglang-native":
+		return true, "per token: bench_serving's " + res.Backend + " backend spreads an event's gap over the tokens meta_info counts"
+	case "sglang-oai", "sglang-oai-chat":
+		if res.AcceptLength > 0 {
+			return true, fmt.Sprintf("per token: bench_serving's %s backend spreads an event's gap over its tokens, as the server reported an accept length (%.2f)",
+				res.Backend, res.AcceptLength)
+		}
+		return false, perEvent + ", as bench_serving's " + res.Backend + " backend counts it when the server reports no accept length"
+	case "":
+		if len(rs) > 0 && strings.HasPrefix(routeKey(rs[0].Route), "/generate") {
+			return true, "per token: an event's gap spread over its tokens, as bench_serving does on /generate"
+		}
+		return false, perEvent
+	}
+	return false, fmt.Sprintf("%s, as bench_serving's %s backend counts it", perEvent, res.Backend)
+}
+
 // truthITL is every inter-token gap a streaming client sees, from each
 // request's decode rounds: the gap from the previous event to a round's
-// end. A round's tokens arrive in one event; on /generate the load tools
-// split its gap evenly over them (bench_serving's adjusted ITL), on the
-// OpenAI routes they count the event once. Within a stored run of rounds
-// each round is taken as one equal share of the run's duration.
-func truthITL(ctx context.Context, c *Client, rs []AuditRequest, scale float64) ([]float64, bool, error) {
+// end. A round's tokens arrive in one event; perToken splits its gap
+// evenly over them, else the event counts once (toolITL). Within a stored
+// run of rounds each round is taken as one equal share of the run's
+// duration.
+func truthITL(ctx context.Context, c *Client, rs []AuditRequest, scale float64, perToken bool) ([]float64, error) {
 	var itl []float64
-	perToken := true
 	for _, r := range rs {
 		if r.TTFT == nil || r.CompletionTokens < 2 {
 			continue
 		}
 		t, err := c.Truth(ctx, r.RID)
 		if err != nil {
-			return nil, false, fmt.Errorf("the truth of %s: %w", r.RID, err)
+			return nil, fmt.Errorf("the truth of %s: %w", r.RID, err)
 		}
-		split := r.Route == "" || strings.HasPrefix(r.Route, "/generate")
-		perToken = perToken && split
 		prev := *t.FirstToken
 		for _, run := range t.Rounds {
 			if run.Count <= 0 || run.Count > maxRoundsPerRun {
-				return nil, false, fmt.Errorf("the truth of %s has a run of %d rounds", r.RID, run.Count)
+				return nil, fmt.Errorf("the truth of %s has a run of %d rounds", r.RID, run.Count)
 			}
 			each := run.Duration / float64(run.Count)
 			for i := range run.Count {
 				end := run.Start + each*float64(i+1)
 				gap := (end - prev) * scale
 				prev = end
-				if split && run.Gained > 1 {
+				if perToken && run.Gained > 1 {
 					for range run.Gained {
 						itl = append(itl, gap/float64(run.Gained))
 					}
@@ -295,7 +400,7 @@ func truthITL(ctx context.Context, c *Client, rs []AuditRequest, scale float64) 
 			}
 		}
 	}
-	return itl, perToken, nil
+	return itl, nil
 }
 
 // maxRoundsPerRun bounds a truth's run before it sizes a loop: no request

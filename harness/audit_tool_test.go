@@ -1,9 +1,11 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -40,12 +42,23 @@ func npStats(xs []float64) (mean, median, p99 float64) {
 // takes, and its duration ending after overhead of its own. It returns
 // its --output-file line.
 func benchServing(t *testing.T, m *mocktest.Mock, prompts []string, output int, lag, overhead time.Duration) []byte {
+	return benchServingAs(t, m, "sglang", "null", prompts, output, lag, overhead)
+}
+
+// benchServingAs is benchServing with its --backend and the accept_length
+// it read from the server ("null" for none), written as Python's
+// json.dumps writes them, "request_rate": Infinity at its default rate.
+// Its ITL is per token where bench_serving's is (its sglang backend, its
+// sglang-oai backends when the server reported an accept length), else
+// one gap per event.
+func benchServingAs(t *testing.T, m *mocktest.Mock, backend, accept string, prompts []string, output int, lag, overhead time.Duration) []byte {
 	t.Helper()
 	c := client(m)
 	ctx := context.Background()
 	if _, err := c.Generate(ctx, harness.Prompt{Text: prompts[0]}, min(output, 32), "warmup", true); err != nil {
 		t.Fatal(err)
 	}
+	perToken := backend == "sglang" || accept != "null"
 	start := time.Now()
 	var ttfts, itls, tpots, e2es []float64
 	outputs := 0
@@ -59,9 +72,14 @@ func benchServing(t *testing.T, m *mocktest.Mock, prompts []string, output int, 
 		ttfts, e2es = append(ttfts, ttft), append(e2es, latency)
 		tpots = append(tpots, (latency-ttft)/float64(g.CompletionTokens-1))
 		for j := 1; j < len(g.Events); j++ {
+			gap := (g.Events[j].At - g.Events[j-1].At).Seconds()
 			n := g.Events[j].CompletionTokens - g.Events[j-1].CompletionTokens
+			if !perToken {
+				itls = append(itls, gap)
+				continue
+			}
 			for range n {
-				itls = append(itls, (g.Events[j].At-g.Events[j-1].At).Seconds()/float64(n))
+				itls = append(itls, gap/float64(n))
 			}
 		}
 		outputs += g.CompletionTokens
@@ -69,7 +87,7 @@ func benchServing(t *testing.T, m *mocktest.Mock, prompts []string, output int, 
 	}
 	time.Sleep(overhead)
 	duration := time.Since(start).Seconds()
-	res := map[string]any{"backend": "sglang", "duration": duration, "completed": len(prompts), "total_input_tokens": 999,
+	res := map[string]any{"backend": backend, "request_rate": "INF", "accept_length": "ACCEPT", "duration": duration, "completed": len(prompts), "total_input_tokens": 999,
 		"total_output_tokens": outputs, "request_throughput": float64(len(prompts)) / duration, "output_throughput": float64(outputs) / duration,
 		"output_lens": outputLens}
 	for name, xs := range map[string][]float64{"ttft": ttfts, "itl": itls, "tpot": tpots, "e2e_latency": e2es} {
@@ -80,7 +98,58 @@ func benchServing(t *testing.T, m *mocktest.Mock, prompts []string, output int, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	b = bytes.Replace(b, []byte(`"INF"`), []byte("Infinity"), 1)
+	return bytes.Replace(b, []byte(`"ACCEPT"`), []byte(accept), 1)
+}
+
+// compareFile audits the mock and compares the tool's result file with it.
+func compareFile(t *testing.T, m *mocktest.Mock, file []byte) (*harness.ToolResult, *harness.ToolComparison) {
+	t.Helper()
+	res, err := harness.ReadToolResult(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := audit(t, m, harness.AuditOptions{})
+	tc, err := harness.CompareTool(context.Background(), client(m), rep, "out.jsonl", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, tc
+}
+
+// Each tool's ITL is compared with the truth counted its way, and the
+// comparison names the way: bench_serving's sglang-oai backends spread an
+// event's gap over its tokens when the server reported an accept length
+// (use_retokenized_itl), and count one gap an event when it did not; on
+// speculative rounds of several tokens an event the two differ by the
+// accept length, so a truth counted the other way would be far off.
+func TestToolITLDefinitions(t *testing.T) {
+	for _, tt := range []struct {
+		backend, accept string
+		how             string
+	}{
+		{"sglang", "null", "per token: bench_serving's sglang backend spreads an event's gap over the tokens meta_info counts"},
+		{"sglang-oai", "4.39", "per token: bench_serving's sglang-oai backend spreads an event's gap over its tokens, as the server reported an accept length (4.39)"},
+		{"sglang-oai-chat", "4.39", "per token: bench_serving's sglang-oai-chat backend spreads an event's gap over its tokens, as the server reported an accept length (4.39)"},
+		{"sglang-oai", "null", "per event: one gap per stream event, whatever tokens it carried, as bench_serving's sglang-oai backend counts it when the server reports no accept length"},
+		{"vllm", "null", "per event: one gap per stream event, whatever tokens it carried, as bench_serving's vllm backend counts it"},
+	} {
+		t.Run(tt.backend+"/"+tt.accept, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
+				_, tc := compareFile(t, m, benchServingAs(t, m, tt.backend, tt.accept, randomPrompts(4, 4), 40, 0, 0))
+				want := tt.how + "; the truth counts it the same way, each decode round's run taken as equal rounds"
+				for _, key := range []string{"mean_itl_ms", "median_itl_ms", "p99_itl_ms"} {
+					if f := figure(t, tc, key); math.Abs(f.DiffPct) > 1e-6 {
+						t.Errorf("%s: tool %v, truth %v (%+.1f %%): want equal", key, f.Tool, f.Truth, f.DiffPct)
+					}
+				}
+				if f := figure(t, tc, "mean_itl_ms"); f.Note != want {
+					t.Errorf("note %q, want %q", f.Note, want)
+				}
+			})
+		})
+	}
 }
 
 // figure finds a compared figure by its key.
@@ -107,15 +176,7 @@ func TestCompareToolResult(t *testing.T) {
 				m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
 				line := benchServing(t, m, randomPrompts(8, 4), 40, lag, 250*time.Millisecond)
 				// bench_serving appends: the file's last line is this run.
-				res, err := harness.ReadToolResult(strings.NewReader(`{"mean_e2e_latency_ms": 1, "completed": 3}` + "\n" + string(line) + "\n"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				rep := audit(t, m, harness.AuditOptions{})
-				tc, err := harness.CompareTool(context.Background(), client(m), rep, "out.jsonl", res)
-				if err != nil {
-					t.Fatal(err)
-				}
+				res, tc := compareFile(t, m, append([]byte(`{"mean_e2e_latency_ms": 1, "completed": 3}`+"\n"), append(line, '\n')...))
 				if res.Tool != harness.ToolSGLang || tc.Measured != 8 || tc.WarmUp != 1 || !strings.Contains(tc.Match, "their output lengths agree") {
 					t.Fatalf("tool %s, measured %d, warm-up %d, match %q; want bench_serving, 8, 1, agreeing", res.Tool, tc.Measured, tc.WarmUp, tc.Match)
 				}
@@ -156,9 +217,30 @@ func TestReadToolResult(t *testing.T) {
 	if err != nil || res.Tool != harness.ToolVLLM || res.Figures["mean_ttft_ms"] != 3.5 {
 		t.Fatalf("vLLM's default result: got %+v, %v", res, err)
 	}
+	// bench_serving's --output-file as Python's json.dumps writes it: at
+	// its default --request-rate inf, "request_rate": Infinity; a figure
+	// of no value (numpy's mean of none) NaN; the server's info nested.
+	line := `{"tag": null, "backend": "sglang-oai", "dataset_name": "random-ids", "request_rate": Infinity, "max_concurrency": 4, ` +
+		`"server_info": {"model_path": "moonshotai/Kimi-K2.6", "internal_states": [{"avg_spec_accept_length": 4.39}], "note": "NaN \" Infinity"}, ` +
+		`"duration": 1.5, "completed": 20, "total_output_tokens": 640, "request_throughput": 13.3, "mean_e2e_latency_ms": 230.5, ` +
+		`"mean_ttft_ms": 120.25, "mean_itl_ms": NaN, "std_itl_ms": NaN, "p99_itl_ms": -Infinity, "accept_length": 4.39}`
+	res, err = harness.ReadToolResult(strings.NewReader(line + "\n"))
+	if err != nil || res.Tool != harness.ToolSGLang || res.Completed != 20 || res.Figures["mean_ttft_ms"] != 120.25 || res.Backend != "sglang-oai" || res.AcceptLength != 4.39 {
+		t.Fatalf("bench_serving's line: got %+v, %v", res, err)
+	}
+	if want := map[string]string{"request_rate": "Infinity", "mean_itl_ms": "NaN", "std_itl_ms": "NaN", "p99_itl_ms": "-Infinity"}; !maps.Equal(res.NotFinite, want) {
+		t.Errorf("not finite: got %v, want %v", res.NotFinite, want)
+	}
+	// vLLM writes its rate as the string "inf", which is no figure.
+	res, err = harness.ReadToolResult(strings.NewReader(`{"backend": "vllm", "request_rate": "inf", "completed": 20, "failed": 0, "mean_ttft_ms": 3.5}`))
+	if err != nil || res.Tool != harness.ToolVLLM || len(res.NotFinite) != 0 || has(res.Figures, "request_rate") {
+		t.Fatalf("vLLM's rate inf: got %+v, %v", res, err)
+	}
 	for _, bad := range []string{`{"completed": 3}`, `{"mean_e2el_ms": 1, "completed": -1}`, `not json`, `{"mean_e2el_ms": 1, "completed": 2.5}`} {
 		if _, err := harness.ReadToolResult(strings.NewReader(bad)); err == nil {
 			t.Errorf("%s: read, want refused", bad)
 		}
 	}
 }
+
+func has(m map[string]float64, k string) bool { _, ok := m[k]; return ok }

@@ -23,10 +23,12 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	opt = opt.withDefaults()
 	got := rec.recording()
 	rep := &AuditReport{Upstream: rec.Upstream(), Speedup: 1, MinImpact: opt.MinImpact, AllowSharedPrefix: opt.AllowSharedPrefix,
-		Flushes: got.flushes, Checked: true}
+		MinRunImpact: opt.MinRunImpact, Strict: opt.Strict, Flushes: got.flushes, Checked: true}
 	var rs []AuditRequest
 	var usage []bool
 	var keys []string
+	var stats []serverPrefill // the server's own prefill times, by request
+	var ends []float64        // when each answer ended; +Inf when it had not
 	rids := map[string]bool{}
 	unread, batches := 0, 0
 	for i, pr := range got.records {
@@ -38,7 +40,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 		r := AuditRequest{RequestSummary: sim.RequestSummary{Route: v.route, PromptHash: v.hash, Arrival: v.start.Seconds()}}
 		if !v.readable {
 			unread++
-			r.Verdict.add(Suspect, "its answer could not be read ("+v.unread+")")
+			r.Verdict.add(Unchecked, "its answer could not be read ("+v.unread+")")
 		} else {
 			c := v.counts
 			r.Finished, r.E2E = v.end.Seconds(), (v.end - v.start).Seconds()
@@ -47,6 +49,13 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			r.DPRank = c.dpRank
 			if v.first > 0 {
 				ttft := (v.first - v.start).Seconds()
+				r.TTFT = &ttft
+			}
+			if c.received > 0 && c.prefillDone >= c.received {
+				// The server's own TTFT, from receiving the request to the
+				// end of its prefill: without the transport's time on the
+				// way, which the impact would count as prefill.
+				ttft := c.prefillDone - c.received
 				r.TTFT = &ttft
 			}
 		}
@@ -61,6 +70,12 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 		rs = append(rs, r)
 		usage = append(usage, v.readable && v.counts.usage)
 		keys = append(keys, v.key)
+		stats = append(stats, serverPrefill{v.counts.prefillEntry, v.counts.prefillDone})
+		end := math.Inf(1)
+		if v.end > 0 {
+			end = v.end.Seconds()
+		}
+		ends = append(ends, end)
 	}
 	linkSources(keys, rs)
 	floors, err := measureFloors(ctx, c, routesOf(rs), false, opt.NewID)
@@ -85,9 +100,10 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			r.CachedReported = true
 		default:
 			silent++
+			r.Verdict.add(Unchecked, "the server reported no cached tokens for it: its reuse was not checked")
 		}
 	}
-	m := fitPrefill(rs)
+	m := fitPrefill(rs, stats, ends)
 	if err := judge(ctx, rep, rs, floors, m, upstreamPage(ctx, c), opt); err != nil {
 		return nil, err
 	}
@@ -184,49 +200,151 @@ func upstreamPage(ctx context.Context, c *Client) int {
 	return info.PageSize
 }
 
-// prefillFit is a prefill cost fitted to the proxy's timings: TTFT =
-// overhead + perToken x computed tokens (the prompt's tokens not served
-// from the cache), by least squares over the streamed requests whose
-// cached tokens the server reported: a repeat, which computes one token,
-// pins the overhead, and the cold prompts the cost per token.
+// prefillFit is a prefill cost fitted to timings: prefill = overhead +
+// perToken x computed tokens (the prompt's tokens not served from the
+// cache), by least squares. From the server's own times when it reports
+// them (SGLang's meta_info with --enable-metrics: from entering the
+// prefill batch to its end, each batch once, its requests' computed tokens
+// summed), which hold no queueing; else from the TTFTs the proxy saw of
+// the streamed requests that met an idle server (none other in flight
+// when they arrived): a TTFT that waited in a queue, or shared a batch,
+// would put that wait on the prompt's tokens. Requests whose cached tokens
+// were reported count: a repeat, which computes one token, pins the
+// overhead, and the cold prompts the cost per token.
 type prefillFit struct {
 	perToken, overhead float64
-	n                  int
+	// half is the 95 % half-width of perToken, from the fit's residuals.
+	half float64
+	// n points from candidates requests; from says which timings.
+	n, candidates int
+	from          string
 }
 
-// minFit is the fewest streamed requests, of at least two lengths
-// computed, a fit needs.
+// serverPrefill is the server's own time of a request's prefill batch:
+// when the request entered it and when it ended (0 when not reported).
+type serverPrefill struct{ entry, done float64 }
+
+// minFit is the fewest points, of at least two sizes computed, a fit
+// needs.
 const minFit = 3
 
-func fitPrefill(rs []AuditRequest) *prefillFit {
+// The timings a fit is made from.
+const (
+	fitServer = "the server's own prefill times"
+	fitIdle   = "the TTFT the proxy saw"
+)
+
+func fitPrefill(rs []AuditRequest, stats []serverPrefill, ends []float64) *prefillFit {
+	counted := func(r *AuditRequest) bool { return r.CachedReported && impossibleAudit(r) == "" }
+	// The server's times: one point a batch, its requests' computed
+	// tokens summed.
+	batches := map[serverPrefill]int{}
+	var order []serverPrefill
+	for i := range rs {
+		r, st := &rs[i], stats[i]
+		if !counted(r) || st.entry <= 0 || st.done < st.entry {
+			continue
+		}
+		if _, ok := batches[st]; !ok {
+			order = append(order, st)
+		}
+		batches[st] += r.PromptTokens - r.CachedTokens
+	}
 	var xs, ys []float64
+	for _, st := range order {
+		xs, ys = append(xs, float64(batches[st])), append(ys, st.done-st.entry)
+	}
+	if f := leastSquares(xs, ys); f != nil {
+		f.candidates, f.from = len(order), fitServer
+		return f
+	}
+	// The proxy's TTFTs of the requests that met an idle server.
+	xs, ys = nil, nil
+	candidates := 0
 	for i := range rs {
 		r := &rs[i]
-		if r.TTFT == nil || !r.CachedReported || impossibleAudit(r) != "" {
+		if r.TTFT == nil || !counted(r) {
+			continue
+		}
+		candidates++
+		if busyAt(rs, ends, i) {
 			continue
 		}
 		xs, ys = append(xs, float64(r.PromptTokens-r.CachedTokens)), append(ys, *r.TTFT)
 	}
-	f := &prefillFit{n: len(xs)}
-	if len(xs) < minFit {
-		return f
+	f := leastSquares(xs, ys)
+	if f == nil {
+		f = &prefillFit{n: len(xs)}
+	}
+	f.candidates, f.from = candidates, fitIdle
+	return f
+}
+
+// busyAt tells whether another request was in flight when rs[i] arrived:
+// it arrived no later and its answer had not ended (ends[j], +Inf for one
+// that never did as far as the proxy saw).
+func busyAt(rs []AuditRequest, ends []float64, i int) bool {
+	for j := range rs {
+		if j != i && rs[j].Arrival <= rs[i].Arrival && ends[j] > rs[i].Arrival {
+			return true
+		}
+	}
+	return false
+}
+
+// leastSquares fits y = overhead + perToken x; nil without minFit points
+// of two sizes or more, or for a cost that does not grow with the tokens.
+func leastSquares(xs, ys []float64) *prefillFit {
+	n := len(xs)
+	if n < minFit {
+		return nil
 	}
 	var mx, my float64
 	for i := range xs {
 		mx, my = mx+xs[i], my+ys[i]
 	}
-	mx, my = mx/float64(len(xs)), my/float64(len(xs))
+	mx, my = mx/float64(n), my/float64(n)
 	var sxy, sxx float64
 	for i := range xs {
 		sxy += (xs[i] - mx) * (ys[i] - my)
 		sxx += (xs[i] - mx) * (xs[i] - mx)
 	}
 	if sxx == 0 || sxy <= 0 || math.IsNaN(sxy/sxx) {
-		return f
+		return nil
 	}
-	f.perToken = sxy / sxx
+	f := &prefillFit{perToken: sxy / sxx, n: n}
 	f.overhead = my - f.perToken*mx
+	ssr := 0.0
+	for i := range xs {
+		d := ys[i] - f.overhead - f.perToken*xs[i]
+		ssr += d * d
+	}
+	if n > 2 {
+		f.half = studentT95(n-2) * math.Sqrt(ssr/float64(n-2)/sxx)
+	}
+	if f.half >= f.perToken {
+		// Its interval holds a cost of 0: the timings cannot tell what a
+		// token costs, and the share of the prompt stands for the impact.
+		return nil
+	}
 	return f
+}
+
+// studentT95 is the two-sided 95 % quantile of Student's t with df
+// degrees of freedom: the slope's interval from few points is wider than
+// the normal's 1.96.
+func studentT95(df int) float64 {
+	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086}
+	switch {
+	case df < 1:
+		return math.Inf(1)
+	case df <= len(table):
+		return table[df-1]
+	case df <= 40:
+		return 2.04
+	}
+	return z95
 }
 
 func (f *prefillFit) saved(_ context.Context, r *AuditRequest) (float64, bool, error) {
@@ -236,11 +354,29 @@ func (f *prefillFit) saved(_ context.Context, r *AuditRequest) (float64, bool, e
 	return f.perToken * float64(r.CachedTokens-r.Floor), true, nil
 }
 
+// savedRange is the saved time at either end of the fit's 95 % interval.
+func (f *prefillFit) savedRange(r *AuditRequest) (lo, hi float64) {
+	n := float64(r.CachedTokens - r.Floor)
+	return max(f.perToken-f.half, 0) * n, (f.perToken + f.half) * n
+}
+
 func (f *prefillFit) describe() (string, string) {
 	if f.perToken <= 0 {
-		return ImpactTokenShare, fmt.Sprintf("no prefill cost could be fitted to the proxy's timings: %s with cached tokens reported, where %d computing "+
-			"prompts of two lengths or more are needed; the cache's effect on the run is not known", plural(f.n, "streamed request"), minFit)
+		what := fmt.Sprintf("%d of %s met an idle server", f.n, plural(f.candidates, "streamed request"))
+		if f.from == fitServer {
+			what = fmt.Sprintf("%s reported the server's own prefill times", plural(f.candidates, "batch"))
+		}
+		return ImpactTokenShare, fmt.Sprintf("no prefill cost could be fitted: %s with cached tokens reported, where %d "+
+			"of two sizes computed or more are needed, and a cost whose 95 %% interval excludes 0; the cache's effect on the run is not known", what, minFit)
 	}
-	return ImpactTimingFit, fmt.Sprintf("prefill %s us a computed prompt token and %s ms besides, fitted to the TTFT the proxy saw of %s",
-		sig(f.perToken*1e6), sig(f.overhead*1e3), plural(f.n, "streamed request"))
+	interval := ""
+	if f.half > 0 {
+		interval = fmt.Sprintf(" ± %s (95 %%)", sig(f.half*1e6))
+	}
+	source := fmt.Sprintf("fitted to %s of %d of %s, those that met an idle server", fitIdle, f.n, plural(f.candidates, "streamed request"))
+	if f.from == fitServer {
+		source = fmt.Sprintf("fitted to %s (meta_info, --enable-metrics) of %s", fitServer, plural(f.n, "prefill batch"))
+	}
+	return ImpactTimingFit, fmt.Sprintf("prefill %s us%s a computed prompt token and %s ms besides, %s",
+		sig(f.perToken*1e6), interval, sig(f.overhead*1e3), source)
 }

@@ -243,3 +243,26 @@ func TestHistogramProblems(t *testing.T) {
 		}
 	}
 }
+
+// The lateness cause names the speedup that follows from its numbers: a
+// row at x50 whose TTFT is 171 % off (0.88 ms of wall clock) keeps no
+// speedup within 2.5 %, but at x1 the same lateness is 3.4 %, within 5 %,
+// and the cause says so; 10 ms at x1 no speedup removes.
+func TestLatenessFixFollowsTheNumbers(t *testing.T) {
+	for _, tt := range []struct {
+		ttftErr, speedup float64
+		suggest          float64
+		want             string
+	}{
+		{1.71, 50, 1, "run the mock at --speedup 1, where the same lateness is 3.4 % of the figures, within 5 % (not 2.5 %, which no speedup reaches)"},
+		{3, 50, 0, "at x50, which no speedup removes"},
+		{0.5, 1, 0, "at x1, which no speedup removes"},
+		{0.4, 200, 10, "so this host cannot keep x200: run the mock at --speedup 10 or less"},
+	} {
+		var v Verdict
+		got := lateness(&v, tt.ttftErr, 0.0257, nil, 0, tt.speedup)
+		if got != tt.suggest || len(v.Causes) != 1 || !strings.Contains(v.Causes[0].Text, tt.want) {
+			t.Errorf("ttft_err %g at x%g: suggested %g, %q; want %g, %q", tt.ttftErr, tt.speedup, got, v.Causes, tt.suggest, tt.want)
+		}
+	}
+}

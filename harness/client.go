@@ -191,6 +191,9 @@ type Generation struct {
 	// the cached tokens came from, on a server with HiCache; nil when the
 	// server reports none.
 	Tiers *Tiers
+	// CountsReported: the server reported the request's counts (meta_info,
+	// or usage: in a stream, an event's or the final usage chunk's).
+	CountsReported bool
 	// Malformed names the counts that were not whole numbers in range
 	// ("cached_tokens 1e300"); they are clamped.
 	Malformed []string
@@ -505,6 +508,7 @@ func (a *answer) apply(g *Generation) bool {
 		return false
 	}
 	// Each answer restates the counts: the last one's are kept.
+	g.CountsReported = true
 	g.Malformed = g.Malformed[:0]
 	g.PromptTokens = prompt.take("prompt_tokens", g)
 	g.CompletionTokens = completion.take("completion_tokens", g)

@@ -41,9 +41,26 @@
 // histogram of accepted drafts with a negative count or other rounds than
 // spec_verify_ct), which
 // leave the count unknown and no rate negative; a /tokenize count the
-// answer contradicts; stream events carrying several tokens. The verdict
-// is "ok", "SUSPECT: causes" or "POISONED: causes", with the numbers in
-// each cause.
+// answer contradicts; stream events carrying several tokens, or none
+// (their count is then checked against the final usage: one token an
+// event when they agree). The verdict is "ok", "SUSPECT: causes" or
+// "POISONED: causes", with the numbers in each cause.
+//
+// Each figure of a row (TTFT, the prefill rate, the decode rate) has a
+// verdict of its own (Row.FigureVerdicts): a cause names the figures it
+// concerns (Cause.Figures), as a finding about leg a concerns all three
+// and one about leg b the decode rate alone. Reuse is judged by what it
+// moves: leg a's moves TTFT and the prefill rate, and decode unless leg b
+// reused as much (the two prefills then match: a naive rerun is POISONED
+// for its TTFT, ok for its decode); a stream's moves TTFT and prefill.
+// Each figure also has an error budget: what is known of its error added
+// up as a bound (the lateness against the truth, the wider of the
+// acceptance scatter and the spread over repeats, the context the figure
+// was decoded over, whole rounds). A figure is ok only when its bound is
+// within Tolerance; one past it whose parts each pass alone gets a
+// SUSPECT cause naming them and the fix of the largest (kimi at 32k, b =
+// 1025: the scatter's ±4.4 % and the growth's -1.0 %, ±5.4 % in all:
+// --repeat 5). The row's level is its worst figure's.
 //
 // Under SGLang's HiCache a reuse names its tier, from the answer's
 // cached_tokens_details (meta_info, or sglext on the OpenAI routes; the
@@ -148,22 +165,27 @@
 // A TableWriter prints a report's rows as they arrive (Progress.Row tells
 // the command when one finished): one table per method, compact by default
 // (the original benchmark's figures, t_b, cached_a/b and, against
-// sglmock, the errors and biases) or wide with every column. The verdict column gives the level and
-// note numbers, "POISONED [1,2]"; each cause is written once, as a numbered
+// sglmock, the errors and biases) or wide with every column. The verdict column gives the level,
+// the figures whose own verdict is better, and note numbers, "POISONED
+// (TTFT ok) [1,2]"; each cause is written once, as a numbered
 // note under its method's table: one note for both legs ("legs a and b")
 // and, in the compact table, for every row whatever its figures (the note
 // gives the first row's). CSV (starting with the calibration columns
-// ctx_req, prompt_tok, t_a, t_b, a, b, b_cached) and JSON (every leg, its
-// flushes and its truth) keep each row's full causes.
+// ctx_req, prompt_tok, t_a, t_b, a, b, b_cached, and with each figure's
+// verdict and bound) and JSON (every leg, its flushes, its truth and its
+// figure verdicts with their parts) keep each row's full causes.
 //
 // The plot (PNG, SVG, PDF, JPEG, TIFF or EPS) draws TTFT, prefill and
 // decode tok/s against context, and for stream the ITL, token-weighted
-// against per event. Every y axis runs from 0 to a round number above the
-// points that are not poisoned: a poisoned point is drawn apart (a cross in
-// a red ring) and, when beyond the scale, as a red triangle on the top edge
-// with its value, so a naive 225,741 tok/s cannot flatten a 2,700 tok/s
-// line. SUSPECT points are boxed in orange; against sglmock a grey line is
-// the model's cold TTFT and steady decode.
+// against per event, each panel by its own figure's verdict. Every y axis
+// runs from 0 to a round number above the points that are not poisoned: a
+// poisoned point is drawn apart, a cross in a red ring beside its context
+// with a leader to it and its method's name (on a good point of the same
+// value it would pass for one), and, when beyond the scale, as a red
+// triangle on the top edge with its value, so a naive 225,741 tok/s cannot
+// flatten a 2,700 tok/s line; the subtitle names in red the method and
+// figures poisoned. SUSPECT points are boxed in orange; against sglmock a
+// grey line is the model's cold TTFT and steady decode.
 //
 // Progress is told each leg before it is sent, with the time the run is
 // predicted to take from then: from the server's cost model (the dry run's,
@@ -185,21 +207,39 @@
 //     TTFT with only the floor cached at the same moment: on the mock from
 //     the model (the request's own prefill cost as run, and the profile's
 //     cost of the prompt after the floor, /sim/expect); through the proxy
-//     from a prefill cost per token fitted by least squares to the TTFTs
-//     it saw, or, with no timing to fit, the share of the prompt the cache
-//     served;
+//     from a prefill cost per token fitted by least squares to the
+//     server's own prefill times when it reports them (SGLang's meta_info
+//     under --enable-metrics: one point a prefill batch), else to the TTFTs
+//     it saw of the requests that met an idle server (a queued TTFT would
+//     put its wait on the prompt's tokens), or, with no timing to fit, the
+//     share of the prompt the cache served, which bounds the impact;
 //   - reuse poisons only when it cut the TTFT by MinImpact percent or more;
-//     the rest is counted as chance;
+//     the rest is counted as chance, and a reuse whose impact the fit's
+//     95 % interval puts on both sides of MinImpact is uncertain (SUSPECT,
+//     the run unchecked);
 //   - its pattern: a repeat (the same prompt as an earlier one, by hash),
-//     a near-repeat (all but a tail of at most 32 tokens beyond a page and
-//     5 % of the prompt), else a shared prefix; requests linked by shared
-//     prefixes form groups, and under --allow-shared-prefix auto a group
-//     of 3 or more is the workload's.
+//     one of several identical copies in flight together (whichever the
+//     server served first: it may be the later arrival), a near-repeat
+//     (all but a tail of at most 32 tokens beyond a page and 5 % of the
+//     prompt), else a shared prefix; requests linked by shared prefixes
+//     form groups, and under --allow-shared-prefix auto a group of 3 or
+//     more is the workload's;
+//   - whether the tool measured it: the requests before the last ones its
+//     result file counts are its warm-up, or, without the file, the load
+//     tools' shape (copies of the first prompt sent together, or before a
+//     flush, and sent again after); a warm-up's reuse is a finding, never
+//     a poison.
 //
-// The run's cache effect puts every request's TTFT and E2E beside the same
-// with nothing cached (each request on its own), and CompareTool puts a
-// load tool's own result file beside the truth of the requests it
-// measured. What the audit could not check (no request, records let go, no
-// cached tokens reported, answers it could not read) leaves the report
-// unchecked, never ok.
+// The run is POISONED when the poisoned requests move a figure it reports
+// (the mean, median or p99 of TTFT or E2E over the measured requests, each
+// with their saved time added back) by MinRunImpact or more, or at all
+// under Strict; below, the finding and the fix (the tool's own flags when
+// the command names it) leave it ok. The run's cache effect puts every
+// request's TTFT and E2E beside the same with nothing cached (each request
+// on its own), and CompareTool puts a load tool's own result file (Python's
+// JSON, NaN and Infinity included) beside the truth of the requests it
+// measured, each figure counted the tool's way (ITL per token or per
+// event, as its backend counts it). What the audit could not check (no
+// request, records let go, no cached tokens reported, answers it could not
+// read) leaves the report and those requests unchecked, never ok.
 package harness

@@ -368,3 +368,67 @@ func TestStreamScatterUnchecked(t *testing.T) {
 		}
 	})
 }
+
+// vllmLike answers as vLLM does on /v1/completions (as llm-d's simulator
+// does too): stream chunks carry text and no token counts, one token a
+// chunk, and the final usage chunk (stream_options.include_usage) says
+// usage(n) tokens for the n sent, with cached tokens 0.
+func vllmLike(usage func(n int) int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Prompt    string `json:"prompt"`
+			MaxTokens int    `json:"max_tokens"`
+			Stream    bool   `json:"stream"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		words := len(strings.Fields(body.Prompt))
+		counts := func(n int) string {
+			return fmt.Sprintf(`{"prompt_tokens": %d, "completion_tokens": %d, "prompt_tokens_details": {"cached_tokens": 0}}`, words, n)
+		}
+		switch {
+		case r.URL.Path == "/v1/models":
+			io.WriteString(w, `{"data": [{"id": "llama"}]}`)
+		case r.URL.Path == "/tokenize":
+			io.WriteString(w, wordCount(words))
+		case r.URL.Path != "/v1/completions":
+			http.NotFound(w, r)
+		case !body.Stream:
+			time.Sleep(time.Millisecond)
+			fmt.Fprintf(w, `{"choices": [{"text": "w", "finish_reason": "length"}], "usage": %s}`, counts(body.MaxTokens))
+		default:
+			for range body.MaxTokens {
+				time.Sleep(time.Millisecond)
+				io.WriteString(w, "data: {\"choices\": [{\"text\": \" w\", \"finish_reason\": null}]}\n\n")
+				w.(http.Flusher).Flush()
+			}
+			fmt.Fprintf(w, "data: {\"choices\": [], \"usage\": %s}\n\ndata: [DONE]\n\n", counts(usage(body.MaxTokens)))
+		}
+	}
+}
+
+// A stream whose events carry no token counts is judged from its final
+// usage: equal to the events, one token an event holds and the row is ok,
+// saying so; else it is SUSPECT with both numbers.
+func TestStreamEventsWithoutCounts(t *testing.T) {
+	for _, tt := range []struct {
+		usage func(int) int
+		level harness.Level
+		want  string
+	}{
+		{func(n int) int { return n }, harness.OK, "the events carry no token counts; the final usage's 257 tokens are the 257 events: one token per event"},
+		{func(n int) int { return 2 * n }, harness.Suspect, "the events carry no token counts, and the final usage says 514 tokens for 257 events: the decode rate assumes one token per event"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			srv := mocktest.NewServer(vllmLike(tt.usage))
+			defer srv.Close()
+			st := &harness.Stream{Client: &harness.Client{HTTP: srv.Client, BaseURL: srv.URL, Backend: harness.OpenAI},
+				Points: []harness.Point{{CtxReq: 1024, Tokens: 1024}}, MaxNewTokens: 257, Options: harness.Options{NewID: counter()}}
+			row := run(t, st).Stream[0]
+			if row.Verdict.Level() != tt.level || !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool {
+				return c.Level == tt.level && c.Text == tt.want && slices.Equal(c.Figures, []harness.Figure{harness.FigureDecode})
+			}) {
+				t.Errorf("verdict %q, want %s with %q", row.Verdict, tt.level, tt.want)
+			}
+		})
+	}
+}

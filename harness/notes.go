@@ -112,10 +112,19 @@ const noteWidth = 100
 // wrapNote writes text after label, wrapped at width, the following lines
 // indented under the text.
 func wrapNote(label, text string, width int) string {
+	return wrapText(" "+label, strings.Repeat(" ", len(label)+1), text, width)
+}
+
+// causeWidth is where an audited request's causes wrap: a terminal's 80
+// columns.
+const causeWidth = 80
+
+// wrapText writes text wrapped at width, after first on its first line
+// and after indent on the others.
+func wrapText(first, indent, text string, width int) string {
 	var sb strings.Builder
-	indent := strings.Repeat(" ", len(label)+1)
-	sb.WriteString(" " + label)
-	col := len(label) + 1
+	sb.WriteString(first)
+	col := len(first)
 	for i, word := range strings.Fields(text) {
 		if i > 0 && col+1+len(word) > width {
 			sb.WriteString("\n" + indent)

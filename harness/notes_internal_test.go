@@ -13,14 +13,14 @@ func verdict(causes ...Cause) Verdict { return Verdict{Causes: causes} }
 // is its own note.
 func TestNotes(t *testing.T) {
 	refused := func(leg string) Cause {
-		return Cause{Suspect, `flush before leg ` + leg + ` refused (1 try): HTTP 400 "Flush cache failed."`}
+		return Cause{Level: Suspect, Text: `flush before leg ` + leg + ` refused (1 try): HTTP 400 "Flush cache failed."`}
 	}
 	reused := func(n, of string) Cause {
-		return Cause{Poisoned, "leg b reused " + n + " of " + of + " prompt tokens (cached_tokens)"}
+		return Cause{Level: Poisoned, Text: "leg b reused " + n + " of " + of + " prompt tokens (cached_tokens)"}
 	}
-	undefined := Cause{Poisoned, "t_b < t_a, so decode is undefined"}
-	undefinedSuspect := Cause{Suspect, "t_b < t_a, so decode is undefined"}
-	retried := Cause{OK, "2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries"}
+	undefined := Cause{Level: Poisoned, Text: "t_b < t_a, so decode is undefined"}
+	undefinedSuspect := Cause{Level: Suspect, Text: "t_b < t_a, so decode is undefined"}
+	retried := Cause{Level: OK, Text: "2 of 2 flushes were refused at first and accepted on a retry, after at most 2 tries"}
 	rows := []struct {
 		ctx int
 		v   Verdict

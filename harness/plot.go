@@ -111,10 +111,11 @@ func (r *Report) panels() []plotPanel {
 		t = plotSeries{name: "stream", colour: methodColours["stream"]}
 		p, d = t, t
 		for _, row := range r.Stream {
-			x, l := float64(row.CtxReq), row.Verdict.Level()
-			t.points = append(t.points, plotPoint{x, row.TTFT, l})
-			p.points = append(p.points, plotPoint{x, row.PrefillTPS, l})
+			x, v := float64(row.CtxReq), row.Verdict
+			t.points = append(t.points, plotPoint{x, row.TTFT, v.LevelOf(FigureTTFT)})
+			p.points = append(p.points, plotPoint{x, row.PrefillTPS, v.LevelOf(FigurePrefill)})
 			if row.DecodeTPS > 0 {
+				l := v.LevelOf(FigureDecode)
 				d.points = append(d.points, plotPoint{x, row.DecodeTPS, l})
 				weighted.points = append(weighted.points, plotPoint{x, 1000 * row.SPerOutTok, l})
 				perEvent.points = append(perEvent.points, plotPoint{x, 1000 * row.EventITL, l})
@@ -139,11 +140,11 @@ func (r *Report) panels() []plotPanel {
 				if row.Method != m {
 					continue
 				}
-				x, l := float64(row.CtxReq), row.Verdict.Level()
-				t.points = append(t.points, plotPoint{x, row.TTFT, l})
-				p.points = append(p.points, plotPoint{x, row.PrefillTPS, l})
+				x, v := float64(row.CtxReq), row.Verdict
+				t.points = append(t.points, plotPoint{x, row.TTFT, v.LevelOf(FigureTTFT)})
+				p.points = append(p.points, plotPoint{x, row.PrefillTPS, v.LevelOf(FigurePrefill)})
 				if row.DecodeTPS != nil {
-					d.points = append(d.points, plotPoint{x, *row.DecodeTPS, l})
+					d.points = append(d.points, plotPoint{x, *row.DecodeTPS, v.LevelOf(FigureDecode)})
 				} else {
 					at = append(at, strconv.Itoa(row.CtxReq))
 				}
@@ -307,9 +308,13 @@ func textStyle(size vg.Length, c color.Color) text.Style {
 // WritePlot draws the report in the format PlotFormat gave: TTFT, prefill
 // tok/s and decode tok/s against context (for stream also the ITL, token-
 // weighted against per event), one line per method, the server's model in
-// grey. Poisoned points stay off the lines and out of the scale: a red
-// cross, or a red triangle on the top edge with its value when beyond it.
-// SUSPECT points are ringed in orange.
+// grey. Each panel marks its own figure's verdict (a naive row whose leg
+// a was cold has a good TTFT and a poisoned decode). Poisoned points stay
+// off the lines and out of the scale: a red cross beside its context, with
+// a leader to it and its method's name, so that it never sits on a good
+// point, or a red triangle on the top edge with its value when beyond the
+// scale; the subtitle says in red which method is poisoned, in which
+// figures, at which contexts. SUSPECT points are boxed in orange.
 func (r *Report) WritePlot(w io.Writer, format string, caption PlotCaption) error {
 	c, err := draw.NewFormattedCanvas(plotWidth, plotHeight, format)
 	if err != nil {
@@ -420,11 +425,65 @@ func (r *Report) plotHeading(caption PlotCaption) []headingLine {
 		how += "; " + caption.Date.Format("2006-01-02 15:04 MST")
 	}
 	grey := color.Gray{Y: 0x40}
-	return []headingLine{
+	lines := []headingLine{
 		{title, textStyle(15, color.Black)},
 		{server, textStyle(10, grey)},
 		{strings.TrimPrefix(how, "; "), textStyle(10, grey)},
 	}
+	if wrong := r.wrongLine(); wrong != "" {
+		lines = append(lines, headingLine{wrong, textStyle(10, poisonColour)})
+	}
+	return lines
+}
+
+// wrongLine says which method is wrong, and where: "POISONED: naive's
+// decode at 1024, 8192, 32768"; "" when no figure is poisoned.
+func (r *Report) wrongLine() string {
+	type where struct {
+		method string
+		figs   []Figure
+		ctxs   []string
+	}
+	var found []*where
+	note := func(method string, ctx int, v Verdict) {
+		var figs []Figure
+		for _, f := range rowFigures {
+			if v.LevelOf(f) == Poisoned {
+				figs = append(figs, f)
+			}
+		}
+		if len(figs) == 0 {
+			return
+		}
+		i := slices.IndexFunc(found, func(w *where) bool { return w.method == method && slices.Equal(w.figs, figs) })
+		if i < 0 {
+			found = append(found, &where{method: method, figs: figs})
+			i = len(found) - 1
+		}
+		found[i].ctxs = append(found[i].ctxs, strconv.Itoa(ctx))
+	}
+	for _, row := range r.Rows {
+		note(string(row.Method), row.CtxReq, row.Verdict)
+	}
+	for _, row := range r.Stream {
+		note("stream", row.CtxReq, row.Verdict)
+	}
+	var parts []string
+	for _, w := range found {
+		names := map[Figure]string{FigureTTFT: "TTFT", FigurePrefill: "prefill", FigureDecode: "decode"}
+		var figs []string
+		for _, f := range w.figs {
+			figs = append(figs, names[f])
+		}
+		if len(w.figs) == len(rowFigures) {
+			figs = []string{"every figure"}
+		}
+		parts = append(parts, fmt.Sprintf("%s's %s at %s", w.method, strings.Join(figs, " and "), strings.Join(w.ctxs, ", ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "POISONED, so wrong: " + strings.Join(parts, "; ") + " (red crosses, beside their context)"
 }
 
 // legendEntry is one entry of the legend.
@@ -470,7 +529,7 @@ func legendEntries(panels []plotPanel) []legendEntry {
 		}
 	}
 	if poisoned {
-		out = append(out, legendEntry{name: "POISONED: off the lines and out of the scale; beyond it, a triangle on the top edge with the value",
+		out = append(out, legendEntry{name: "POISONED: off the lines, beside its context, with its method; beyond the scale, a triangle on the top edge",
 			thumb: func(c draw.Canvas, at vg.Point) {
 				drawPoisoned(c, vg.Point{X: at.X + vg.Points(11), Y: at.Y}, modelColour)
 			}, colour: poisonColour})
@@ -570,6 +629,7 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 		}
 	}
 	var beyond []offScaleLabel
+	within := map[float64]int{} // the poisoned points within the scale at each context
 	for _, s := range pp.p.series {
 		for _, pt := range s.points {
 			at := vg.Point{X: tx(pt.ctx), Y: ty(pt.y)}
@@ -579,14 +639,40 @@ func (pp panelPlotter) Plot(c draw.Canvas, plt *plot.Plot) {
 				at.Y = c.Max.Y - vg.Points(5)
 				c.DrawGlyph(draw.GlyphStyle{Color: poisonColour, Radius: vg.Points(5), Shape: draw.TriangleGlyph{}}, at)
 				beyond = append(beyond, offScaleLabel{x: at.X, text: s.name + " " + figureText(pt.y)})
-			default:
+			case pp.p.scaledByPoisoned:
 				drawPoisoned(c, at, s.colour)
+			default:
+				// Beside its context, where no clean point is, with a
+				// leader to its context and its method's name: on a clean
+				// point of the same value it would pass for one.
+				name := textStyle(8, poisonColour)
+				name.YAlign = draw.YCenter
+				mark, label := poisonedMark(at, within[pt.ctx], name.Rectangle(s.name).Size().X, c.Max.X)
+				within[pt.ctx]++
+				c.StrokeLine2(draw.LineStyle{Color: poisonColour, Width: vg.Points(0.6)}, at.X, at.Y, mark.X, mark.Y)
+				drawPoisoned(c, mark, s.colour)
+				c.FillText(name, label, s.name)
 			}
 		}
 	}
 	for i, at := range placeOffScale(beyond, label, c.Min.X, c.Max.X, c.Max.Y-vg.Points(1)) {
 		c.FillText(label, at, beyond[i].text)
 	}
+}
+
+// poisonedMark is where a poisoned point within the scale is drawn, and
+// where its method's name (width wide) goes: beside its context at its
+// value, to the right, or to the left where the name would pass xMax; the
+// i-th at one context a line higher than the one before, so that they
+// stay apart.
+func poisonedMark(at vg.Point, i int, width, xMax vg.Length) (mark, label vg.Point) {
+	mark = vg.Point{X: at.X + vg.Points(16), Y: at.Y + vg.Points(float64(12*i))}
+	label = vg.Point{X: mark.X + vg.Points(8), Y: mark.Y}
+	if label.X+width > xMax {
+		mark.X = at.X - vg.Points(16)
+		label.X = mark.X - vg.Points(8) - width
+	}
+	return mark, label
 }
 
 // offScaleLabel is the label of a poisoned point beyond the scale: its

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
 )
 
 func fp(x float64) *float64 { return &x }
@@ -19,8 +20,8 @@ func fp(x float64) *float64 { return &x }
 // served from the cache, its decode undefined at 8192 and absurd at 1024
 // (t_b just above t_a), flush+nonce about 2,700 tok/s, one row SUSPECT.
 func gpuSweep() *Report {
-	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 1406 of 1407 prompt tokens (cached_tokens)"}}}
-	suspect := Verdict{Causes: []Cause{{Suspect, "the spread over 5 runs is 40 %"}}}
+	poisoned := Verdict{Causes: []Cause{{Level: Poisoned, Text: "leg b reused 1406 of 1407 prompt tokens (cached_tokens)"}}}
+	suspect := Verdict{Causes: []Cause{{Level: Suspect, Text: "the spread over 5 runs is 40 %"}}}
 	row := func(m Method, ctx int, ttft, prefill float64, decode *float64, v Verdict) Row {
 		return Row{Method: m, CtxReq: ctx, PromptTokens: ctx, A: 1, B: 17, Figures: Figures{TTFT: ttft, PrefillTPS: prefill, DecodeTPS: decode}, Verdict: v, Speedup: 1}
 	}
@@ -178,7 +179,7 @@ func TestWritePlotFormats(t *testing.T) {
 // another: here two at the last context of the decode panel, where a
 // label on the right of its triangle would run off the page.
 func TestPlotOffScaleLabels(t *testing.T) {
-	poisoned := Verdict{Causes: []Cause{{Poisoned, "leg b reused 32767 of 32768 prompt tokens (cached_tokens)"}}}
+	poisoned := Verdict{Causes: []Cause{{Level: Poisoned, Text: "leg b reused 32767 of 32768 prompt tokens (cached_tokens)"}}}
 	row := func(m Method, ctx int, ttft float64, decode float64, v Verdict) Row {
 		return Row{Method: m, CtxReq: ctx, PromptTokens: ctx, A: 1, B: 17,
 			Figures: Figures{TTFT: ttft, PrefillTPS: float64(ctx) / ttft, DecodeTPS: fp(decode)}, Verdict: v, Speedup: 1}
@@ -267,6 +268,54 @@ func TestPlotXRange(t *testing.T) {
 		logX := r.contextRange() >= 8
 		if lo, hi := r.xRange(logX); logX != tt.logX || lo != tt.lo || hi != tt.hi {
 			t.Errorf("contexts %v: log %v, x %g..%g; want log %v, %g..%g", tt.ctxs, logX, lo, hi, tt.logX, tt.lo, tt.hi)
+		}
+	}
+}
+
+// Each panel marks its own figure's verdict: a naive row whose leg a was
+// cold has a good TTFT and prefill rate and a poisoned decode, and the
+// subtitle says in red which method is wrong, in which figure, where.
+func TestPlotPerFigure(t *testing.T) {
+	decodeOnly := Verdict{Causes: []Cause{{Level: Poisoned, Text: "leg b reused 1406 of 1407 prompt tokens (cached_tokens)", Figures: []Figure{FigureDecode}}}}
+	rep := gpuSweep()
+	rep.Rows[0].Verdict, rep.Rows[1].Verdict = decodeOnly, decodeOnly
+	rep.Rows[1].DecodeTPS = fp(2500)
+	panels := rep.panels()
+	for i, want := range []Level{OK, OK, Poisoned} {
+		if got := panels[i].series[0].points[0].level; got != want {
+			t.Errorf("%s: naive at 1024 is %s, want %s", panels[i].title, got, want)
+		}
+	}
+	if got, want := rep.wrongLine(), "POISONED, so wrong: naive's decode at 1024, 8192 (red crosses, beside their context)"; got != want {
+		t.Errorf("subtitle %q, want %q", got, want)
+	}
+	if got, want := gpuSweep().wrongLine(), "POISONED, so wrong: naive's every figure at 1024, 8192 (red crosses, beside their context)"; got != want {
+		t.Errorf("subtitle %q, want %q", got, want)
+	}
+	rep.Rows = rep.Rows[2:]
+	if got := rep.wrongLine(); got != "" {
+		t.Errorf("a sweep with nothing poisoned: subtitle %q", got)
+	}
+}
+
+// A poisoned point within the scale is drawn beside its context, never on
+// it (where a clean point of the same value is), with its method's name
+// on the side that keeps it in the panel; two at one context stack apart.
+func TestPoisonedMark(t *testing.T) {
+	at := vg.Point{X: 100, Y: 50}
+	for _, tt := range []struct {
+		i            int
+		xMax         vg.Length
+		mark, labelX vg.Length
+		markY        vg.Length
+	}{
+		{0, 400, 116, 124, 50},
+		{1, 400, 116, 124, 62},
+		{0, 140, 84, 46, 50},
+	} {
+		mark, label := poisonedMark(at, tt.i, 30, tt.xMax)
+		if mark.X != tt.mark || mark.Y != tt.markY || label.X != tt.labelX || label.Y != mark.Y || mark == at {
+			t.Errorf("i %d, xMax %v: mark %v, label %v; want (%v, %v), label at %v", tt.i, tt.xMax, mark, label, tt.mark, tt.markY, tt.labelX)
 		}
 	}
 }

@@ -129,7 +129,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 		if truth {
 			head = append(head, "ttft_true_s", "decode_true_tok_s", "ttft_err", "decode_err", "ttft_bias", "decode_bias")
 		}
-		cw.Write(append(head, "verdict", "cause"))
+		cw.Write(append(append(head, figureColumns...), "verdict", "cause"))
 		for _, row := range r.Stream {
 			rec := []string{strconv.Itoa(row.CtxReq), strconv.Itoa(row.PromptTokens), g(row.TTFT), g(row.PrefillTPS), g(row.DecodeTPS),
 				g(row.SPerOutTok), strconv.Itoa(row.Events), g(row.TokensPerEvent), g(row.EventITL), g(row.EventITLErr), ip(row.Cached), g(row.Speedup)}
@@ -137,6 +137,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 				tr := row.Truth
 				rec = append(rec, g(tr.TTFT), gp(tr.Decode), g(tr.TTFTErr), gp(tr.DecodeErr), g(tr.TTFTBias), gp(tr.DecodeBias))
 			}
+			rec = append(rec, row.FigureVerdicts.csv()...)
 			cw.Write(append(rec, row.Verdict.Level().String(), row.Verdict.texts()))
 		}
 		cw.Flush()
@@ -146,7 +147,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	if truth {
 		head = append(head, "ttft_true_s", "decode_true_tok_s", "ttft_cold_s", "decode_steady_tok_s", "ttft_err", "decode_err", "ttft_bias", "decode_bias")
 	}
-	cw.Write(append(head, "a_cached", "verdict", "cause"))
+	cw.Write(append(append(append(head, "a_cached"), figureColumns...), "verdict", "cause"))
 	floor := max(r.Server.SharedFloor, 0)
 	for _, row := range r.Rows {
 		bCached := row.CachedB != nil && *row.CachedB > floor
@@ -157,8 +158,26 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			tr := row.Truth
 			rec = append(rec, g(tr.TTFT), gp(tr.Decode), g(tr.ColdTTFT), gp(tr.SteadyDecode), g(tr.TTFTErr), gp(tr.DecodeErr), g(tr.TTFTBias), gp(tr.DecodeBias))
 		}
-		cw.Write(append(rec, row.aCached(floor), row.Verdict.Level().String(), row.Verdict.texts()))
+		rec = append(append(rec, row.aCached(floor)), row.FigureVerdicts.csv()...)
+		cw.Write(append(rec, row.Verdict.Level().String(), row.Verdict.texts()))
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// figureColumns are each figure's verdict and error bound (relative; empty
+// where the figure is POISONED).
+var figureColumns = []string{"ttft_verdict", "ttft_bound", "prefill_verdict", "prefill_bound", "decode_verdict", "decode_bound"}
+
+func (fv FigureVerdicts) csv() []string {
+	var out []string
+	for _, f := range rowFigures {
+		v := fv.Of(f)
+		bound := ""
+		if v.Bound != nil {
+			bound = strconv.FormatFloat(*v.Bound, 'g', -1, 64)
+		}
+		out = append(out, v.Level.String(), bound)
+	}
+	return out
 }

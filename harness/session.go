@@ -312,14 +312,14 @@ func (s *session) saltCause() (Cause, bool) {
 	case compat.Yes:
 		return Cause{}, false
 	case compat.No:
-		return Cause{Suspect, fmt.Sprintf("the server reports SGLang %s, older than PR #30827 (first in %s): its /generate ignores cache_salt, "+
+		return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports SGLang %s, older than PR #30827 (first in %s): its /generate ignores cache_salt, "+
 			"so the salt keeps no leg cold; %s", v, first, fix)}, true
 	}
 	if v == "" {
-		return Cause{Suspect, fmt.Sprintf("the server reports no SGLang version (/server_info), so whether its /generate takes cache_salt "+
+		return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports no SGLang version (/server_info), so whether its /generate takes cache_salt "+
 			"(PR #30827, SGLang %s and later) is unknown; %s", first, fix)}, true
 	}
-	return Cause{Suspect, fmt.Sprintf("the server reports SGLang %s, which is not known to have PR #30827 (first known in %s): "+
+	return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports SGLang %s, which is not known to have PR #30827 (first known in %s): "+
 		"its /generate may ignore cache_salt; %s", v, first, fix)}, true
 }
 
@@ -357,7 +357,7 @@ func (s *session) measureFloor(ctx context.Context) error {
 	for i, g := range gens {
 		if bad := impossibleCounts(g); len(bad) > 0 {
 			s.server.SharedFloor = -1
-			s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe %d: the server reported impossible counts: %s, so the shared floor is unknown and reuse is checked against 0", i+1, strings.Join(bad, ", "))})
+			s.notes = append(s.notes, Cause{Level: Suspect, Text: fmt.Sprintf("floor probe %d: the server reported impossible counts: %s, so the shared floor is unknown and reuse is checked against 0", i+1, strings.Join(bad, ", "))})
 			return nil
 		}
 	}
@@ -367,7 +367,7 @@ func (s *session) measureFloor(ctx context.Context) error {
 		// Two prompts that share nothing but a BOS or a template's head
 		// cannot share half their tokens.
 		s.server.SharedFloor = -1
-		s.notes = append(s.notes, Cause{Suspect, fmt.Sprintf("floor probe: two unrelated prompts reportedly share %d of %d tokens, which no cache does, so the shared floor is unknown and reuse is checked against 0", gens[1].CachedTokens, gens[1].PromptTokens)})
+		s.notes = append(s.notes, Cause{Level: Suspect, Text: fmt.Sprintf("floor probe: two unrelated prompts reportedly share %d of %d tokens, which no cache does, so the shared floor is unknown and reuse is checked against 0", gens[1].CachedTokens, gens[1].PromptTokens)})
 	case gens[1].CachedKnown:
 		s.server.SharedFloor = gens[1].CachedTokens
 	case s.reportsCached:

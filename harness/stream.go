@@ -49,6 +49,8 @@ type StreamRow struct {
 	Leg         Leg           `json:"request"`
 	// Suggested is the fix the SUSPECT causes name, for programs.
 	Suggested *Suggestion `json:"suggested,omitempty"`
+	// FigureVerdicts are each figure's own verdict and error bound.
+	FigureVerdicts FigureVerdicts `json:"figure_verdicts"`
 }
 
 // Validate checks the configuration before anything is sent.
@@ -115,6 +117,7 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		row.PrefillTPS = float64(g.PromptTokens) / row.TTFT
 	}
 	v := &row.Verdict
+	budget := errorBudget{}
 	for _, c := range s.notes {
 		v.add(c.Level, c.Text)
 	}
@@ -126,7 +129,7 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		v.add(Suspect, text)
 	}
 	if leg.SizedTokens > 0 && leg.PromptTokens != leg.SizedTokens && leg.PromptTokens > 0 {
-		v.add(Suspect, fmt.Sprintf("the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.SizedTokens, leg.PromptTokens))
+		v.addTo(legAFigures, Suspect, fmt.Sprintf("the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.SizedTokens, leg.PromptTokens))
 	}
 	switch f := leg.Flush; {
 	case f != nil && !f.OK():
@@ -138,26 +141,35 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 	switch {
 	case leg.cachedImpossible():
 	case leg.CachedTokens == nil:
-		v.add(Suspect, "the server reports no cached tokens, so cache reuse is unchecked")
+		v.addTo(legAFigures, Suspect, "the server reports no cached tokens, so cache reuse is unchecked")
 	case *leg.CachedTokens > floor:
-		v.add(Poisoned, fmt.Sprintf("the request reused %d of %d prompt tokens (cached_tokens)", *leg.CachedTokens, leg.PromptTokens))
+		// A prefix from the cache shortens the prefill, not the decode.
+		v.addTo(legAFigures, Poisoned, fmt.Sprintf("the request reused %d of %d prompt tokens (cached_tokens)", *leg.CachedTokens, leg.PromptTokens))
 	}
 	if leg.CompletionTokens != st.MaxNewTokens {
-		v.add(Suspect, fmt.Sprintf("the request generated %d of %d tokens", leg.CompletionTokens, st.MaxNewTokens))
+		v.addTo(decodeOnly, Suspect, fmt.Sprintf("the request generated %d of %d tokens", leg.CompletionTokens, st.MaxNewTokens))
 	}
 	if !first.CountKnown {
-		v.add(Suspect, "the events carry no token counts, so one token per event is assumed")
+		// One token an event is then assumed, which the final usage checks.
+		switch {
+		case !g.CountsReported:
+			v.addTo(decodeOnly, Suspect, fmt.Sprintf("the events carry no token counts and no final usage says how many tokens came, so one token per event is assumed (%d events)", len(g.Events)))
+		case g.CompletionTokens != len(g.Events):
+			v.addTo(decodeOnly, Suspect, fmt.Sprintf("the events carry no token counts, and the final usage says %d tokens for %d events: the decode rate assumes one token per event", g.CompletionTokens, len(g.Events)))
+		default:
+			v.addTo(decodeOnly, OK, fmt.Sprintf("the events carry no token counts; the final usage's %d tokens are the %d events: one token per event", g.CompletionTokens, len(g.Events)))
+		}
 	}
 	span, tokens := s.seconds(last.At-first.At), last.CompletionTokens-first.CompletionTokens
 	if len(g.Events) < 2 || span <= 0 || tokens <= 0 {
-		v.add(Poisoned, fmt.Sprintf("%d events after the first, %d tokens: no decode rate", len(g.Events)-1, tokens))
+		v.addTo(decodeOnly, Poisoned, fmt.Sprintf("%d events after the first, %d tokens: no decode rate", len(g.Events)-1, tokens))
 	} else {
 		row.DecodeTPS, row.SPerOutTok = float64(tokens)/span, span/float64(tokens)
 		row.TokensPerEvent = float64(tokens) / float64(len(g.Events)-1)
 		row.EventITL = span / float64(len(g.Events)-1)
 		row.EventITLErr = relErr(row.EventITL, row.SPerOutTok)
 		if row.TokensPerEvent > 1 {
-			v.add(OK, fmt.Sprintf("events carry %.2f tokens each: a per-event ITL is %.2fx the true time per token", row.TokensPerEvent, row.EventITL/row.SPerOutTok))
+			v.addTo(decodeOnly, OK, fmt.Sprintf("events carry %.2f tokens each: a per-event ITL is %.2fx the true time per token", row.TokensPerEvent, row.EventITL/row.SPerOutTok))
 		}
 		// The span from the first event to the last is the request's
 		// speculative rounds (the first token comes out of prefill).
@@ -173,8 +185,10 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 				atLeast, _ = scatterFix(*msc, float64(st.MaxNewTokens-1)/accept, 0, 1)
 			}
 			if b := roundsCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, accept, atLeast); b > 0 {
+				budget.add(FigureDecode, partRounds, 1/rounds)
 				row.suggest(Suggestion{B: b})
 			} else if sc != nil {
+				budget.add(FigureDecode, partScatter, scatterHalf(*sc, rounds, 0, 1))
 				row.suggest(scatterCheck(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, 0, *sc, 1))
 			} else if accept > 1 {
 				scatterUnchecked(v, "--max-new-tokens", 1, st.MaxNewTokens, rounds, "")
@@ -182,15 +196,18 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 		}
 	}
 	if s.sim != nil {
-		if err := st.truth(ctx, s, &row, &leg); err != nil {
+		if err := st.truth(ctx, s, &row, &leg, budget); err != nil {
 			return row, err
 		}
 	}
+	fv, sug := judgeFigures(v, budget, budgetFix{n: 1, flag: "--max-new-tokens", speedup: row.Speedup})
+	row.FigureVerdicts = fv
+	row.suggest(sug)
 	row.Leg = leg
 	return row, nil
 }
 
-func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Leg) error {
+func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Leg, budget errorBudget) error {
 	t, err := s.c.Truth(ctx, leg.RID)
 	if err != nil {
 		return err
@@ -217,11 +234,14 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 	if tr.SteadyDecode != nil && row.DecodeTPS > 0 {
 		b := relErr(row.DecodeTPS, *tr.SteadyDecode)
 		tr.DecodeBias = &b
-		if err := s.growth(ctx, &row.Verdict, "--max-new-tokens", leg.PromptTokens, 1, st.MaxNewTokens, *tr.SteadyDecode); err != nil {
+		expected, err := s.growth(ctx, &row.Verdict, "--max-new-tokens", leg.PromptTokens, 1, st.MaxNewTokens, *tr.SteadyDecode)
+		if err != nil {
 			return err
 		}
+		budget.add(FigureDecode, partGrowth, expected)
 	}
 	row.Truth = tr
+	budget.latenessParts(tr)
 	span := t.Finished - *t.FirstToken
 	row.suggest(Suggestion{Speedup: lateness(&row.Verdict, tr.TTFTErr, tr.TTFT, tr.DecodeErr, span, row.Speedup)})
 	return nil

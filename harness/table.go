@@ -156,7 +156,7 @@ func (tw *TableWriter) writeRow(cells []cell, v Verdict, ctx int) {
 	for i, c := range cells {
 		texts[i] = c.text
 	}
-	verdict := v.Level().String()
+	verdict := verdictCell(v)
 	if refs := s.notes.refs(v, ctx, tw.wide); refs != "" {
 		verdict += " " + refs
 	}
@@ -164,6 +164,29 @@ func (tw *TableWriter) writeRow(cells []cell, v Verdict, ctx int) {
 	if s.rows++; s.rows == tw.rowsPerTable {
 		tw.endSection()
 	}
+}
+
+// verdictCell is a row's verdict in the table: its level, the worst of
+// its figures', and in brackets the figures whose own verdict is better,
+// "POISONED (TTFT ok)", TTFT standing for the prefill rate too where the
+// two agree.
+func verdictCell(v Verdict) string {
+	worst := v.Level()
+	ttft, prefill, decode := v.LevelOf(FigureTTFT), v.LevelOf(FigurePrefill), v.LevelOf(FigureDecode)
+	var better []string
+	switch {
+	case ttft == prefill && ttft != worst:
+		better = append(better, "TTFT "+ttft.String())
+	case ttft != prefill:
+		better = append(better, "TTFT "+ttft.String(), "prefill "+prefill.String())
+	}
+	if decode != worst {
+		better = append(better, "decode "+decode.String())
+	}
+	if len(better) == 0 {
+		return worst.String()
+	}
+	return worst.String() + " (" + strings.Join(better, ", ") + ")"
 }
 
 func (s *section) line(cells []string) string {

@@ -39,7 +39,7 @@ func TestCompactTable(t *testing.T) {
 		}
 		mocktest.Golden(t, "table-compact.txt", out.Bytes())
 		for _, line := range strings.Split(out.String(), "\n") {
-			if len(line) > 140 {
+			if len(line) > 150 {
 				t.Errorf("a line of %d characters:\n%s", len(line), line)
 			}
 		}

@@ -220,6 +220,8 @@ type Row struct {
 	SpecRounds *float64 `json:"spec_rounds,omitempty"`
 	// Suggested is the fix the SUSPECT causes name, for programs.
 	Suggested *Suggestion `json:"suggested,omitempty"`
+	// FigureVerdicts are each figure's own verdict and error bound.
+	FigureVerdicts FigureVerdicts `json:"figure_verdicts"`
 }
 
 // Report is the result of a run of the harness.
@@ -384,24 +386,37 @@ func (r Run) figures() Figures {
 // check runs every check on one run. floor is the shared prefix floor (-1
 // unknown); allow the tolerated reuse beyond it. A reversed run (t_b <=
 // t_a) is left to reversed, which names the runs of a row.
+//
+// A finding about leg a concerns every figure (TTFT and the prefill rate
+// are leg a's, and decode is the legs' difference); one about leg b the
+// decode rate alone. Reuse is judged by what it moves: leg a's moves TTFT
+// and the prefill rate, and decode unless leg b reused as much (the two
+// prefills then match, and t_b-t_a is decode alone).
 func (r Run) check(floor, allow int) Verdict {
 	var v Verdict
+	bound := max(floor, 0) + allow
+	reused := func(l Leg) bool { return l.CachedTokens != nil && *l.CachedTokens > bound }
+	same := r.A.CachedTokens != nil && r.B.CachedTokens != nil && *r.A.CachedTokens == *r.B.CachedTokens
 	for _, leg := range []Leg{r.A, r.B} {
+		figs := []Figure(nil) // leg a: every figure
+		if leg.Name == "b" {
+			figs = decodeOnly
+		}
 		if leg.Flush != nil && !leg.Flush.OK() {
-			v.add(Suspect, flushCause(leg.Name, leg.Flush))
+			v.addTo(figs, Suspect, flushCause(leg.Name, leg.Flush))
 		}
 		if len(leg.Impossible) > 0 {
 			text := fmt.Sprintf("leg %s: the server reported impossible counts: %s", leg.Name, strings.Join(leg.Impossible, ", "))
 			if leg.cachedImpossible() {
 				text += ", so cache reuse is unchecked"
 			}
-			v.add(Suspect, text)
+			v.addTo(figs, Suspect, text)
 		}
 		switch {
 		case leg.cachedImpossible():
 		case leg.CachedTokens == nil:
-			v.add(Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report, vLLM with --enable-prompt-tokens-details)", leg.Name))
-		case *leg.CachedTokens > max(floor, 0)+allow:
+			v.addTo(figs, Suspect, fmt.Sprintf("leg %s: the server reports no cached tokens, so cache reuse is unchecked (SGLang's OpenAI routes report them with --enable-cache-report, vLLM with --enable-prompt-tokens-details)", leg.Name))
+		case reused(leg):
 			text := fmt.Sprintf("leg %s reused %d of %d prompt tokens (cached_tokens)", leg.Name, *leg.CachedTokens, leg.PromptTokens)
 			if floor > 0 {
 				text += fmt.Sprintf(", beyond the %d every prompt shares", floor)
@@ -409,17 +424,29 @@ func (r Run) check(floor, allow int) Verdict {
 			if leg.Flush != nil && leg.Flush.OK() {
 				text += " although the flush before it was accepted"
 			}
-			v.add(Poisoned, text+tierClause(leg.Tiers))
+			text += tierClause(leg.Tiers)
+			moves := legAFigures
+			switch {
+			case leg.Name == "a" && !same:
+				moves = nil
+			case leg.Name == "b" && !same:
+				moves = decodeOnly
+			case leg.Name == "b":
+				// As much as leg a: the legs' prefills match.
+				v.addTo(decodeOnly, OK, text+", as leg a did: their prefills match, so decode is not moved by it")
+				continue
+			}
+			v.addTo(moves, Poisoned, text)
 		}
 		if leg.CompletionTokens != leg.MaxNewTokens {
-			v.add(Suspect, fmt.Sprintf("leg %s generated %d of %d tokens", leg.Name, leg.CompletionTokens, leg.MaxNewTokens))
+			v.addTo(figs, Suspect, fmt.Sprintf("leg %s generated %d of %d tokens", leg.Name, leg.CompletionTokens, leg.MaxNewTokens))
 		}
 		if leg.SizedTokens > 0 && leg.PromptTokens != leg.SizedTokens && leg.PromptTokens > 0 {
-			v.add(Suspect, fmt.Sprintf("leg %s: the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.Name, leg.SizedTokens, leg.PromptTokens))
+			v.addTo(figs, Suspect, fmt.Sprintf("leg %s: the server's /tokenize counted %d tokens for the prompt, its answer %d: one of them is not the tokenizer the requests use, so the prompt's size is uncertain", leg.Name, leg.SizedTokens, leg.PromptTokens))
 		}
 	}
 	if r.A.PromptTokens != r.B.PromptTokens {
-		v.add(Suspect, fmt.Sprintf("the legs' prompts differ: %d and %d tokens", r.A.PromptTokens, r.B.PromptTokens))
+		v.addTo(decodeOnly, Suspect, fmt.Sprintf("the legs' prompts differ: %d and %d tokens", r.A.PromptTokens, r.B.PromptTokens))
 	}
 	return v
 }
@@ -429,7 +456,7 @@ func (r Run) check(floor, allow int) Verdict {
 // original benchmark's nan), SUSPECT when both legs were cold (a stall of
 // the client, or jitter larger than the legs' difference).
 func (r Run) reversalLevel(v Verdict) Level {
-	if v.Level() == Poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
+	if v.LevelOf(FigureDecode) == Poisoned || r.A.CachedTokens == nil || r.B.CachedTokens == nil {
 		return Poisoned
 	}
 	return Suspect
@@ -456,7 +483,7 @@ func reversed(v *Verdict, runs []Run, checks []Verdict, medianDefined bool) {
 		if runs[0].B.Seconds == runs[0].A.Seconds {
 			rel = "="
 		}
-		v.add(level, fmt.Sprintf("t_b %s t_a, so decode is undefined", rel))
+		v.addTo(decodeOnly, level, fmt.Sprintf("t_b %s t_a, so decode is undefined", rel))
 		return
 	}
 	var which []string
@@ -472,7 +499,7 @@ func reversed(v *Verdict, runs []Run, checks []Verdict, medianDefined bool) {
 	} else {
 		text += ", and so is the median"
 	}
-	v.add(level, text)
+	v.addTo(decodeOnly, level, text)
 }
 
 // summarize fills a row from its runs: medians, spread, verdict, truth.
@@ -530,16 +557,24 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 	}
 	reversed(&row.Verdict, row.Runs, checks, medianDefined)
 	if n := len(row.Runs) - len(decodes); n > 0 && len(row.Runs) > 1 {
-		row.Verdict.add(Suspect, fmt.Sprintf("decode is undefined in %d of %d runs (leg b did not report more tokens than leg a)", n, len(row.Runs)))
+		row.Verdict.addTo(decodeOnly, Suspect, fmt.Sprintf("decode is undefined in %d of %d runs (leg b did not report more tokens than leg a)", n, len(row.Runs)))
 	}
 	row.SpecRounds = tp.specRounds(s, row.Runs)
+	budget := errorBudget{}
+	budget.add(FigureTTFT, partSpread, spreadHalf(ttfts))
+	budget.add(FigurePrefill, partSpread, spreadHalf(prefills))
 	if medianDefined {
-		row.precision(s, tp.A, tp.B, defined)
+		row.precision(s, tp.A, tp.B, defined, budget)
 	}
-	if s.sim == nil {
-		return nil
+	if s.sim != nil {
+		if err := tp.truth(ctx, s, row, budget); err != nil {
+			return err
+		}
 	}
-	return tp.truth(ctx, s, row)
+	fv, sug := judgeFigures(&row.Verdict, budget, budgetFix{n: len(row.Runs), flag: "--b", speedup: row.Speedup})
+	row.FigureVerdicts = fv
+	row.suggest(sug)
+	return nil
 }
 
 // precision checks that the row's decode is known to ±Tolerance: that
@@ -551,7 +586,7 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 // first, and the scatter is not judged: a handful of rounds (one of them
 // cut short by max_new_tokens) tells its standard deviation too roughly
 // to size a b by, and the b the rounds check names spans enough to.
-func (row *Row) precision(s *session, a, b int, decodes []float64) {
+func (row *Row) precision(s *session, a, b int, decodes []float64, budget errorBudget) {
 	var sug Suggestion
 	n := len(row.Runs)
 	sc, measured := row.scatter(s), spreadHalf(decodes)
@@ -569,16 +604,23 @@ func (row *Row) precision(s *session, a, b int, decodes []float64) {
 			atLeast, _ = scatterFix(*msc, float64(b-a)/accept, legA, n)
 		}
 		sug.B = roundsCheck(&row.Verdict, "--b", a, b, rounds, accept, atLeast)
-		if sc != nil && !few && scatterHalf(*sc, rounds, legA, n) >= measured {
-			row.suggest(sug)
-			row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, legA, *sc, n))
-			return
+		if few {
+			budget.add(FigureDecode, partRounds, 1/rounds)
+		}
+		if half := 0.0; sc != nil && !few {
+			if half = scatterHalf(*sc, rounds, legA, n); half >= measured {
+				budget.add(FigureDecode, partScatter, half)
+				row.suggest(sug)
+				row.suggest(scatterCheck(&row.Verdict, "--b", a, b, rounds, legA, *sc, n))
+				return
+			}
 		}
 		if sc == nil && !few && n == 1 && accept > 1 {
 			// Over repeats the spread check measures it instead.
 			scatterUnchecked(&row.Verdict, "--b", a, b, rounds, ": --repeat measures it")
 		}
 	}
+	budget.add(FigureDecode, partSpread, measured)
 	sug.Repeat = spreadCheck(&row.Verdict, decodes, few)
 	row.suggest(sug)
 }
@@ -687,7 +729,7 @@ func (tp *TwoPoint) specRounds(s *session, runs []Run) *float64 {
 // each error is the median of the runs' errors, every run's measured
 // figure taken against the truth of its own requests (a run without a
 // decode rate counts as the fastest, as in the median of the rates).
-func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
+func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row, budget errorBudget) error {
 	var trueTA, trueDecode, ttftErrs, decodeErrs []float64
 	for _, r := range row.Runs {
 		f := r.figures()
@@ -725,11 +767,14 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 	if row.DecodeTPS != nil && t.SteadyDecode != nil {
 		b := relErr(*row.DecodeTPS, *t.SteadyDecode)
 		t.DecodeBias = &b
-		if err := s.growth(ctx, &row.Verdict, "--b", prompt, tp.A, tp.B, *t.SteadyDecode); err != nil {
+		expected, err := s.growth(ctx, &row.Verdict, "--b", prompt, tp.A, tp.B, *t.SteadyDecode)
+		if err != nil {
 			return err
 		}
+		budget.add(FigureDecode, partGrowth, expected)
 	}
 	row.Truth = t
+	budget.latenessParts(t)
 	dtTrue := 0.0
 	if t.Decode != nil {
 		dtTrue = float64(tp.B-tp.A) / *t.Decode
@@ -747,7 +792,7 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row) error {
 // between a table's points); steady is the rate at the prompt, and flag
 // the option that sets b. A span that ends at the context length itself
 // is one the model refuses to price (400): it is then not judged.
-func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64) error {
+func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64) (float64, error) {
 	var rates [3]float64
 	for i, at := range [3]int{prompt + a, prompt + (a+b)/2, prompt + b} {
 		e, err := s.expect(ctx, at, 0, 1)
@@ -755,19 +800,20 @@ func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a
 		if errors.As(err, &refused) && refused.Status == http.StatusBadRequest {
 			// The span's end at the context length itself: the model prices
 			// no request there, and the span is not judged.
-			return nil
+			return 0, nil
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if e.DecodeTokensPerS == nil || *e.DecodeTokensPerS <= 0 {
-			return nil // a profile that charges nothing for a round
+			return 0, nil // a profile that charges nothing for a round
 		}
 		rates[i] = *e.DecodeTokensPerS
 	}
 	mean := (1/rates[0] + 4/rates[1] + 1/rates[2]) / 6
-	growthCheck(v, flag, prompt, a, b, rates[0], rates[2], relErr(1/mean, steady))
-	return nil
+	expected := relErr(1/mean, steady)
+	growthCheck(v, flag, prompt, a, b, rates[0], rates[2], expected)
+	return expected, nil
 }
 
 // retriedFlushes describes the flushes that were refused first and then

@@ -15,6 +15,10 @@ type Level int
 // Levels, from good to bad.
 const (
 	OK Level = iota
+	// Unchecked: nothing was checked (an audited request whose server
+	// reported no cached tokens, or whose answer could not be read); never
+	// ok, and no finding against the figure either.
+	Unchecked
 	// Suspect: something the harness cannot rule out may have distorted
 	// the figure (a refused flush, no cache report, a short output).
 	Suspect
@@ -25,6 +29,8 @@ const (
 
 func (l Level) String() string {
 	switch l {
+	case Unchecked:
+		return "unchecked"
 	case Suspect:
 		return "SUSPECT"
 	case Poisoned:
@@ -38,19 +44,49 @@ func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
 // UnmarshalText reads a level's name.
 func (l *Level) UnmarshalText(b []byte) error {
-	for _, c := range []Level{OK, Suspect, Poisoned} {
+	for _, c := range []Level{OK, Unchecked, Suspect, Poisoned} {
 		if string(b) == c.String() {
 			*l = c
 			return nil
 		}
 	}
-	return fmt.Errorf("verdict level %q: want ok, SUSPECT or POISONED", b)
+	return fmt.Errorf("verdict level %q: want ok, unchecked, SUSPECT or POISONED", b)
 }
+
+// Figure names one of a row's figures, each with a verdict of its own:
+// leg a gives TTFT and the prefill rate, the legs' difference the decode
+// rate, so a finding may concern some of them only.
+type Figure string
+
+// The figures of a row.
+const (
+	FigureTTFT    Figure = "ttft"
+	FigurePrefill Figure = "prefill"
+	FigureDecode  Figure = "decode"
+)
+
+// rowFigures are a row's figures, in the order the table names them.
+var rowFigures = []Figure{FigureTTFT, FigurePrefill, FigureDecode}
+
+// The figures a finding concerns: leg a's (TTFT and the prefill rate), or
+// the decode rate alone.
+var (
+	legAFigures = []Figure{FigureTTFT, FigurePrefill}
+	decodeOnly  = []Figure{FigureDecode}
+)
 
 // Cause is one finding of the checks.
 type Cause struct {
 	Level Level  `json:"level"`
 	Text  string `json:"text"`
+	// Figures are the figures the finding concerns; none: every figure of
+	// the row.
+	Figures []Figure `json:"figures,omitempty"`
+}
+
+// concerns tells whether the finding concerns figure f.
+func (c Cause) concerns(f Figure) bool {
+	return len(c.Figures) == 0 || slices.Contains(c.Figures, f)
 }
 
 // Verdict is a measurement's level and every finding behind it.
@@ -58,21 +94,48 @@ type Verdict struct {
 	Causes []Cause
 }
 
-// add records a finding, once.
-func (v *Verdict) add(l Level, text string) {
-	for _, c := range v.Causes {
-		if c.Text == text {
-			return
+// add records a finding that concerns every figure, once.
+func (v *Verdict) add(l Level, text string) { v.addTo(nil, l, text) }
+
+// addTo records a finding that concerns figs (nil: every figure), once: a
+// finding made again of other figures concerns them too.
+func (v *Verdict) addTo(figs []Figure, l Level, text string) {
+	for i, c := range v.Causes {
+		if c.Text != text {
+			continue
 		}
+		switch {
+		case len(c.Figures) == 0:
+		case len(figs) == 0:
+			v.Causes[i].Figures = nil
+		default:
+			for _, f := range figs {
+				if !slices.Contains(c.Figures, f) {
+					v.Causes[i].Figures = append(v.Causes[i].Figures, f)
+				}
+			}
+		}
+		return
 	}
-	v.Causes = append(v.Causes, Cause{l, text})
+	v.Causes = append(v.Causes, Cause{l, text, slices.Clone(figs)})
 }
 
 // merge adds another verdict's findings.
 func (v *Verdict) merge(o Verdict) {
 	for _, c := range o.Causes {
-		v.add(c.Level, c.Text)
+		v.addTo(c.Figures, c.Level, c.Text)
 	}
+}
+
+// LevelOf is the worst finding's level among those that concern figure f.
+func (v Verdict) LevelOf(f Figure) Level {
+	l := OK
+	for _, c := range v.Causes {
+		if c.concerns(f) {
+			l = max(l, c.Level)
+		}
+	}
+	return l
 }
 
 // Level is the worst finding's.
@@ -231,27 +294,30 @@ func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 // stream's first to last event), decodeErr nil when undefined.
 func lateness(v *Verdict, ttftErr, ttftTrue float64, decodeErr *float64, dtTrue, speedup float64) float64 {
 	var parts []string
+	var figs []Figure // the figures beyond Tolerance
 	// lateWall is the largest difference the errors show, in wall seconds;
 	// it may be either way (an engine stamping an arrival late makes the
 	// client's time short).
-	lateWall, scale := 0.0, math.Inf(1)
+	lateWall, scale, worst := 0.0, math.Inf(1), 0.0
 	target := Tolerance / 2
 	if math.Abs(ttftErr) > Tolerance {
 		parts = append(parts, "ttft_err "+pct(ttftErr))
+		figs = append(figs, legAFigures...)
 	}
 	if ttftErr != 0 {
 		lateWall = math.Abs(ttftErr) * ttftTrue / speedup
-		scale = target / math.Abs(ttftErr)
+		scale, worst = target/math.Abs(ttftErr), math.Abs(ttftErr)
 	}
 	if decodeErr != nil && *decodeErr > -1 {
 		// The measured span is dt(1+delta), and decode_err = -delta/(1+delta).
 		delta := -*decodeErr / (1 + *decodeErr)
 		if math.Abs(*decodeErr) > Tolerance {
 			parts = append(parts, "decode_err "+pct(*decodeErr))
+			figs = append(figs, FigureDecode)
 		}
 		if delta != 0 {
 			lateWall = max(lateWall, math.Abs(delta)*dtTrue/speedup)
-			scale = min(scale, target/(1+target)/math.Abs(delta))
+			scale, worst = min(scale, target/(1+target)/math.Abs(delta)), max(worst, math.Abs(delta))
 		}
 	}
 	if len(parts) == 0 {
@@ -261,10 +327,18 @@ func lateness(v *Verdict, ttftErr, ttftTrue float64, decodeErr *float64, dtTrue,
 		strings.Join(parts, ", "), pctPlain(Tolerance), millis(lateWall))
 	suggest := niceBelow(speedup * scale)
 	if suggest < 1 {
-		v.add(Suspect, text+fmt.Sprintf(" at x%s, which no speedup removes (a slow client, or a transport between it and the server)", trimFloat(speedup)))
+		// No speedup keeps half the tolerance; one may still keep all of
+		// it: the lateness is wall time, so its share of a figure falls
+		// with the speedup, and at x1 it is worst/speedup.
+		if atOne := worst / speedup; speedup > 1 && atOne <= Tolerance {
+			v.addTo(figs, Suspect, text+fmt.Sprintf(", %s simulated at x%s: run the mock at --speedup 1, where the same lateness is %s of the figures, within %s (not %s, which no speedup reaches)",
+				secs(lateWall*speedup), trimFloat(speedup), pctPlain(atOne), pctPlain(Tolerance), pctPlain(target)))
+			return 1
+		}
+		v.addTo(figs, Suspect, text+fmt.Sprintf(" at x%s, which no speedup removes (a slow client, or a transport between it and the server)", trimFloat(speedup)))
 		return 0
 	}
-	v.add(Suspect, text+fmt.Sprintf(", %s simulated at x%s, so this host cannot keep x%s: run the mock at --speedup %s or less",
+	v.addTo(figs, Suspect, text+fmt.Sprintf(", %s simulated at x%s, so this host cannot keep x%s: run the mock at --speedup %s or less",
 		secs(lateWall*speedup), trimFloat(speedup), trimFloat(speedup), trimFloat(suggest)))
 	return suggest
 }
@@ -309,11 +383,11 @@ func spreadCheck(v *Verdict, decodes []float64, fewRounds bool) int {
 	text := fmt.Sprintf("decode varies from run to run: %d runs from %s to %s tok/s, so the median %s is known to ±%s only (95 %%)",
 		n, trimFloat1(slices.Min(decodes)), trimFloat1(slices.Max(decodes)), trimFloat1(m), pctPlain(half))
 	if fewRounds {
-		v.add(Suspect, text+": a larger b narrows it (above)")
+		v.addTo(decodeOnly, Suspect, text+": a larger b narrows it (above)")
 		return 0
 	}
 	need := min(maxRepeat, int(math.Ceil(float64(n)*math.Pow(half/(Tolerance/2), 2))))
-	v.add(Suspect, text+fmt.Sprintf("; about %d runs would know it to ±%s", need, pctPlain(Tolerance/2)))
+	v.addTo(decodeOnly, Suspect, text+fmt.Sprintf("; about %d runs would know it to ±%s", need, pctPlain(Tolerance/2)))
 	return need
 }
 
@@ -433,10 +507,10 @@ func scatterCheck(v *Verdict, flag string, a, b int, rounds, legA float64, sc Sc
 	text := fmt.Sprintf("%s about %s speculative rounds of %.2f ± %.2f tokens, so %s is known to ±%.1f %% only (95 %%): use %s %d (about %d rounds)",
 		what, trimFloat1(rounds), sc.Mean, sc.SD, known, 100*half, flag, a+delta, int(math.Round(float64(delta)/sc.Mean)))
 	if flag != "--b" {
-		v.add(Suspect, text)
+		v.addTo(decodeOnly, Suspect, text)
 		return Suggestion{B: a + delta}
 	}
-	v.add(Suspect, text+fmt.Sprintf(" or --repeat %d", runs))
+	v.addTo(decodeOnly, Suspect, text+fmt.Sprintf(" or --repeat %d", runs))
 	return Suggestion{B: a + delta, Repeat: runs}
 }
 
@@ -450,7 +524,7 @@ func scatterUnchecked(v *Verdict, flag string, a, b int, rounds float64, fix str
 	if flag != "--b" {
 		what = fmt.Sprintf("the %d tokens after the first span", b-a)
 	}
-	v.add(OK, fmt.Sprintf("%s about %s speculative rounds, and the server reports no usable histogram of accepted drafts (meta_info.spec_correct_drafts_histogram), so the scatter of one run's decode is not checked%s",
+	v.addTo(decodeOnly, OK, fmt.Sprintf("%s about %s speculative rounds, and the server reports no usable histogram of accepted drafts (meta_info.spec_correct_drafts_histogram), so the scatter of one run's decode is not checked%s",
 		what, trimFloat1(rounds), fix))
 }
 
@@ -477,7 +551,7 @@ func roundsCheck(v *Verdict, flag string, a, b int, rounds, accept float64, atLe
 	if atLeast > delta {
 		delta, also = atLeast, ", which the scatter of the tokens a round accepts needs too"
 	}
-	v.add(Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens%s)",
+	v.addTo(decodeOnly, Suspect, fmt.Sprintf("%s: only %s speculative rounds, and decode moves by a whole round (%s) from run to run: use %s %d (about %d rounds of %.2f tokens%s)",
 		what, trimFloat1(rounds), pctPlain(1/rounds), flag, a+delta, int(math.Round(float64(delta)/accept)), accept, also))
 	return a + delta
 }
@@ -504,7 +578,7 @@ func growthCheck(v *Verdict, flag string, prompt, a, b int, first, last, expecte
 	if flag != "--b" {
 		who, fix = "the request", "a smaller "+flag+" narrows the span and widens the scatter"
 	}
-	v.add(Suspect, fmt.Sprintf("decode_bias is %s by construction (sglmock's model): %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
+	v.addTo(decodeOnly, Suspect, fmt.Sprintf("decode_bias is %s by construction (sglmock's model): %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
 		pctSigned(expected), who, prompt+a, prompt+b, trimFloat1(first), trimFloat1(last), prompt, fix))
 }
 
@@ -635,4 +709,180 @@ func (r *Report) suggestions() []Suggestion {
 		}
 	}
 	return out
+}
+
+// FigureVerdict is one figure's verdict: its level, and what is known of
+// its error added up as a bound (relative: 0.053 is ±5.3 %); no bound
+// where the figure is POISONED, which no bound describes.
+type FigureVerdict struct {
+	Level Level    `json:"level"`
+	Bound *float64 `json:"bound"`
+	// Parts are what the bound adds up.
+	Parts []ErrorPart `json:"parts,omitempty"`
+}
+
+// ErrorPart is one known share of a figure's error, relative: a bias with
+// its sign (the client's lateness against the truth, the context the
+// figure was decoded over), or the half-width of a 95 % interval (the
+// acceptance scatter, the spread over repeats, whole rounds).
+type ErrorPart struct {
+	What  string  `json:"what"`
+	Share float64 `json:"share"`
+}
+
+// FigureVerdicts are the verdicts of a row's figures: each is ok only when
+// no finding concerns it and what is known of its error adds up to within
+// Tolerance.
+type FigureVerdicts struct {
+	TTFT    FigureVerdict `json:"ttft"`
+	Prefill FigureVerdict `json:"prefill"`
+	Decode  FigureVerdict `json:"decode"`
+}
+
+// Of is figure f's verdict.
+func (fv *FigureVerdicts) Of(f Figure) *FigureVerdict {
+	switch f {
+	case FigureTTFT:
+		return &fv.TTFT
+	case FigurePrefill:
+		return &fv.Prefill
+	}
+	return &fv.Decode
+}
+
+// errorBudget collects the known shares of each figure's error.
+type errorBudget map[Figure][]ErrorPart
+
+// add records a share of figure f's error; none when it is 0 or not a
+// number.
+func (b errorBudget) add(f Figure, what string, share float64) {
+	if share != 0 && !math.IsNaN(share) && !math.IsInf(share, 0) {
+		b[f] = append(b[f], ErrorPart{what, share})
+	}
+}
+
+// total adds up the parts' magnitudes: a bound that holds whichever way
+// each goes.
+func total(parts []ErrorPart) float64 {
+	sum := 0.0
+	for _, p := range parts {
+		sum += math.Abs(p.Share)
+	}
+	return sum
+}
+
+// budgetFix says what narrows a figure's bound: the fix of its largest
+// part. n is the runs the figure is the median of, flag the option that
+// sets b, speedup the mock's.
+type budgetFix struct {
+	n       int
+	flag    string
+	speedup float64
+}
+
+// Kinds of error parts, named in the budget's finding.
+const (
+	partLateness = "lateness"
+	partScatter  = "acceptance scatter"
+	partSpread   = "spread over the runs"
+	partGrowth   = "context growth"
+	partRounds   = "whole rounds"
+)
+
+// judgeFigures gives each figure of a row its verdict from the findings
+// that concern it and its error budget. A figure whose parts add up beyond
+// Tolerance, though none does alone (each part past it has a finding of its
+// own), gets a SUSPECT finding naming them and the fix of the largest:
+// decode_bias -5.59 % on an ok row (the scatter's ±4.3 % over 243 rounds
+// and a growth of -1.3 % each passing alone) is what this catches. TTFT
+// and the prefill rate, both leg a's, share one finding.
+func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Suggestion) {
+	var fv FigureVerdicts
+	var sug Suggestion
+	said := map[Figure]bool{}
+	for _, f := range rowFigures {
+		parts := b[f]
+		sum := total(parts)
+		alone := slices.ContainsFunc(parts, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance })
+		if said[f] || !(sum > Tolerance) || alone || v.LevelOf(f) == Poisoned {
+			continue
+		}
+		figs := []Figure{f}
+		name := "decode"
+		if f == FigureTTFT {
+			name = "TTFT"
+			if p := b[FigurePrefill]; total(p) > Tolerance && !slices.ContainsFunc(p, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance }) {
+				figs, name = legAFigures, "TTFT (and so the prefill rate)"
+			}
+		} else if f == FigurePrefill {
+			name = "the prefill rate"
+		}
+		for _, g := range figs {
+			said[g] = true
+		}
+		text, s := fix.text(name, parts, sum)
+		v.addTo(figs, Suspect, text)
+		sug = *mergeSuggestion(&sug, s)
+	}
+	for _, f := range rowFigures {
+		out := fv.Of(f)
+		out.Level = v.LevelOf(f)
+		if out.Level != Poisoned {
+			sum := total(b[f])
+			out.Bound, out.Parts = &sum, b[f]
+		}
+	}
+	return fv, sug
+}
+
+// text is the budget's finding for figure name, with the fix of its
+// largest part.
+func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, Suggestion) {
+	var names []string
+	largest := parts[0]
+	for _, p := range parts {
+		if math.Abs(p.Share) > math.Abs(largest.Share) {
+			largest = p
+		}
+		if math.Abs(p.Share) < 0.0005 {
+			continue // in the bound, too small to name at one decimal
+		}
+		share := pctSigned(p.Share)
+		if p.What == partScatter || p.What == partSpread || p.What == partRounds {
+			share = "±" + pctPlain(math.Abs(p.Share))
+		}
+		names = append(names, p.What+" "+share)
+	}
+	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s), each within %s alone",
+		name, 100*sum, strings.Join(names, ", "), pctPlain(Tolerance))
+	target := Tolerance / 2
+	switch largest.What {
+	case partScatter, partSpread, partRounds:
+		// The median of n' runs narrows a one-run interval by
+		// 1.2533/√n', and a median of n by √(n/n').
+		runs := math.Ceil(float64(fix.n) * math.Pow(math.Abs(largest.Share)*medianSE/medianFactor(fix.n)/target, 2))
+		if fix.flag != "--b" || runs > maxRepeat {
+			return text + fmt.Sprintf(": a larger %s narrows the %s", fix.flag, largest.What), Suggestion{}
+		}
+		return text + fmt.Sprintf(": --repeat %d narrows the %s to ±%s", int(runs), largest.What, pctPlain(target)), Suggestion{Repeat: int(runs)}
+	case partLateness:
+		if s := niceBelow(fix.speedup * target / math.Abs(largest.Share)); s >= 1 && s < fix.speedup {
+			return text + fmt.Sprintf(": --speedup %s narrows the lateness to %s", trimFloat(s), pctPlain(target)), Suggestion{Speedup: s}
+		}
+		return text + ": the lateness is the client's", Suggestion{}
+	}
+	return text + fmt.Sprintf(": a smaller %s narrows the span of context", fix.flag), Suggestion{}
+}
+
+// latenessParts records the client's lateness against the truth: the
+// truth errors of TTFT and decode, and the prefill rate's, which is the
+// prompt over TTFT.
+func (b errorBudget) latenessParts(t *TruthFigures) {
+	b.add(FigureTTFT, partLateness, t.TTFTErr)
+	if t.TTFTErr > -1 {
+		b.add(FigurePrefill, partLateness, 1/(1+t.TTFTErr)-1)
+	}
+	if t.DecodeErr != nil {
+		b.add(FigureDecode, partLateness, *t.DecodeErr)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -121,7 +122,7 @@ func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
 					cause := "measured off the server's own timeline"
 					switch {
 					case tt.want[i] == 0:
-						if row.Suggested != nil || strings.Contains(row.Verdict.String(), cause) {
+						if row.Suggested != nil && row.Suggested.Speedup != 0 || strings.Contains(row.Verdict.String(), cause) {
 							t.Errorf("ctx %d: verdict %q, suggested %+v; want nothing said of its lateness (errors %+.2f %%, %+.2f %%)",
 								row.CtxReq, row.Verdict, row.Suggested, 100*tr.TTFTErr, 100**tr.DecodeErr)
 						}
@@ -335,11 +336,18 @@ func TestAcceptanceScatter(t *testing.T) {
 			if tt.repeat > 1 {
 				return
 			}
+			// At the suggested b the scatter is ±2.5 %; the decode figure is
+			// ok unless the context that b spans moves it too, which its
+			// error budget adds up (Kimi at 45k: -3.1 %, ±5.6 % in all).
 			tp.B = sug.B
 			again := run(t, tp).Rows[0]
 			_, half, _ = scatterWant(rowHists(t, again), 1, sug.B, *again.SpecRounds, 1)
-			if again.Verdict.String() != "ok" || half > harness.Tolerance/2*1.2 {
-				t.Errorf("%s at the suggested b=%d: verdict %q (±%.2f %%), want ok", tt.profile, sug.B, again.Verdict, 100*half)
+			want := "ok"
+			if tt.profile == "kimi-k2.6-rtx6000" {
+				want = "SUSPECT: decode is known to ±5.6 % only, adding up what is known of its error (acceptance scatter ±2.5 %, context growth -3.1 %), each within 5 % alone: a smaller --b narrows the span of context"
+			}
+			if again.Verdict.String() != want || half > harness.Tolerance/2*1.2 {
+				t.Errorf("%s at the suggested b=%d: verdict %q (±%.2f %%), want %q", tt.profile, sug.B, again.Verdict, 100*half, want)
 			}
 		})
 	}
@@ -600,6 +608,106 @@ func TestContextGrowthAtTheContextLength(t *testing.T) {
 		row := run(t, tp).Rows[0]
 		if row.Truth == nil || row.Truth.DecodeBias == nil {
 			t.Fatalf("verdict %q, truth %+v: want the row measured to the end", row.Verdict, row.Truth)
+		}
+	})
+}
+
+// One error budget per figure: kimi at 32k, b = 1025, one run of the flush
+// method (the held-out case whose decode_bias came out -5.59 % on an ok
+// row). The acceptance scatter of its 233 rounds (±4.4 %) and the context
+// leg b grows through (-1.0 %) each pass alone; added up they pass 5 %, so
+// decode is SUSPECT with its bound and the runs that narrow it, while TTFT
+// and the prefill rate are ok with theirs (0 on virtual time). The CSV and
+// the JSON carry each figure's verdict and bound; the table stays one
+// level with the figures that differ.
+func TestErrorBudgetPerFigure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "kimi-k2.6-rtx6000")
+		p.FlushBusyAfterFinishS = 0
+		m := mocktest.Start(t, api.Config{Profile: p})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 32768, Tokens: 45507}}, harness.FlushMethod)
+		tp.B = 1025
+		rep := run(t, tp)
+		row := rep.Rows[0]
+		fv := row.FigureVerdicts
+		var scatter, growth float64
+		for _, part := range fv.Decode.Parts {
+			switch part.What {
+			case "acceptance scatter":
+				scatter = part.Share
+			case "context growth":
+				growth = part.Share
+			default:
+				t.Errorf("decode's budget has %+v, want the scatter and the growth only (no lateness on virtual time)", part)
+			}
+		}
+		_, half, _ := scatterWant(rowHists(t, row), 1, 1025, *row.SpecRounds, 1)
+		if math.Abs(scatter-half) > 1e-12 || growth >= 0 || math.Abs(growth) > harness.Tolerance || scatter > harness.Tolerance || scatter-growth <= harness.Tolerance {
+			t.Fatalf("decode's parts: scatter %v (want %v), growth %v: want each within 5 %% and more than 5 %% added up", scatter, half, growth)
+		}
+		if fv.Decode.Level != harness.Suspect || fv.Decode.Bound == nil || *fv.Decode.Bound != scatter-growth ||
+			fv.TTFT.Level != harness.OK || fv.Prefill.Level != harness.OK || *fv.TTFT.Bound != 0 || *fv.Prefill.Bound != 0 {
+			t.Fatalf("figure verdicts %+v", fv)
+		}
+		runs := int(math.Ceil(math.Pow(scatter*1.2533/0.025, 2)))
+		want := fmt.Sprintf("decode is known to ±%.1f %% only, adding up what is known of its error (acceptance scatter ±%s, context growth %+.1f %%), each within 5 %% alone: --repeat %d narrows the acceptance scatter to ±2.5 %%",
+			100*(scatter-growth), strconv.FormatFloat(math.Round(1000*scatter)/10, 'f', -1, 64)+" %", 100*growth, runs)
+		if row.Verdict.String() != "SUSPECT: "+want || row.Suggested == nil || row.Suggested.Repeat != runs {
+			t.Errorf("verdict\n got %q\nwant %q; suggested %+v", row.Verdict, "SUSPECT: "+want, row.Suggested)
+		}
+		var csvOut, table bytes.Buffer
+		if err := rep.WriteCSV(&csvOut); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(csvOut.String()), "\n")
+		head, rec := strings.Split(lines[0], ","), strings.Split(lines[1], ",")
+		got := map[string]string{}
+		for i, h := range head[:min(len(head), len(rec))] {
+			got[h] = rec[i]
+		}
+		if got["ttft_verdict"] != "ok" || got["ttft_bound"] != "0" || got["decode_verdict"] != "SUSPECT" || got["decode_bound"] != strconv.FormatFloat(scatter-growth, 'g', -1, 64) {
+			t.Errorf("CSV figure columns %v", got)
+		}
+		if err := rep.WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(table.String(), " SUSPECT (TTFT ok) [1]\n") {
+			t.Errorf("table:\n%s", table.String())
+		}
+		// With the runs it names, the median's scatter is within 2.5 %, and
+		// decode adds up within 5 %: the row is ok.
+		tp.Repeat = runs
+		if again := run(t, tp).Rows[0]; again.Verdict.Level() != harness.OK || again.FigureVerdicts.Decode.Level != harness.OK {
+			t.Errorf("--repeat %d: verdict %q, decode %+v", runs, again.Verdict, again.FigureVerdicts.Decode)
+		}
+	})
+}
+
+// A naive row on a server whose cache already holds its prompt (a rerun):
+// both legs reuse it alike, so TTFT and the prefill rate are POISONED,
+// while the decode figure, the difference of two prefills of the same
+// size, is not moved by the reuse and is ok.
+func TestNaiveRerunPoisonsTTFTOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.Naive)
+		run(t, tp)
+		row := run(t, tp).Rows[0]
+		fv := row.FigureVerdicts
+		if *row.CachedA != 1023 || *row.CachedB != 1023 || fv.TTFT.Level != harness.Poisoned || fv.Prefill.Level != harness.Poisoned ||
+			fv.Decode.Level != harness.OK || fv.TTFT.Bound != nil || fv.Decode.Bound == nil || math.Abs(*row.Truth.DecodeBias) > harness.Tolerance {
+			t.Fatalf("cached %d/%d, figure verdicts %+v, decode_bias %v", *row.CachedA, *row.CachedB, fv, *row.Truth.DecodeBias)
+		}
+		want := []harness.Cause{
+			{Level: harness.Poisoned, Text: "leg a reused 1023 of 1024 prompt tokens (cached_tokens)", Figures: []harness.Figure{harness.FigureTTFT, harness.FigurePrefill}},
+			{Level: harness.OK, Text: "leg b reused 1023 of 1024 prompt tokens (cached_tokens), as leg a did: their prefills match, so decode is not moved by it", Figures: []harness.Figure{harness.FigureDecode}},
+		}
+		if fmt.Sprint(row.Verdict.Causes) != fmt.Sprint(want) {
+			t.Errorf("causes\n got %+v\nwant %+v", row.Verdict.Causes, want)
+		}
+		var table bytes.Buffer
+		if err := run(t, tp).WriteTable(&table); err != nil || !strings.Contains(table.String(), " POISONED (decode ok) [1,2]\n") {
+			t.Errorf("table (%v):\n%s", err, table.String())
 		}
 	})
 }

@@ -73,7 +73,7 @@ const (
 )
 
 func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation, error) {
-	f, err := p.d.mapping(n, path, expVerdict, "cause", expFigure, "min", "max", "equals", "defined", "real_time",
+	f, err := p.d.mapping(n, path, expVerdict, "cause", "figures", expFigure, "min", "max", "equals", "defined", "real_time",
 		expFlush, expStatus, expBody, "body_contains", "tries", "ctx")
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation,
 		return nil, p.d.errorf(n, path, "say what is expected: verdict, figure, flush, status, body or body_contains")
 	}
 	allowed := map[string][]string{
-		expVerdict:      {expVerdict, "cause", "ctx"},
+		expVerdict:      {expVerdict, "cause", "figures", "ctx"},
 		expFigure:       {expFigure, "min", "max", "equals", "defined", "real_time", "ctx"},
 		expFlush:        {expFlush, expStatus, expBody, "tries", "ctx"},
 		expStatus:       {expStatus},
@@ -156,10 +156,13 @@ func (p *parser) ctxSelection(f *fields, a action) ([]int, error) {
 }
 
 // verdictCheck: the row's verdict level, and a text one of its causes
-// contains.
+// contains; with figures, the level of each of those figures (their own
+// verdicts: TTFT and the prefill rate are leg a's, decode the legs'
+// difference) and a cause that concerns them.
 type verdictCheck struct {
-	level harness.Level
-	cause string
+	level   harness.Level
+	cause   string
+	figures []harness.Figure
 }
 
 func (p *parser) verdictCheck(f *fields) (checker, error) {
@@ -171,26 +174,65 @@ func (p *parser) verdictCheck(f *fields) (checker, error) {
 	if err := c.level.UnmarshalText([]byte(level)); err != nil {
 		return nil, f.errorf(expVerdict, "%v", err)
 	}
+	if f.has("figures") {
+		list, err := f.list("figures")
+		if err != nil {
+			return nil, err
+		}
+		names := []string{string(harness.FigureTTFT), string(harness.FigurePrefill), string(harness.FigureDecode)}
+		for i, n := range list {
+			if n.Kind != yaml.ScalarNode || !slices.Contains(names, n.Value) {
+				return nil, p.d.errorf(n, fmt.Sprintf("%s[%d]", f.sub("figures"), i), "%s: want one of %s", profile.NodeKind(n), strings.Join(names, ", "))
+			}
+			c.figures = append(c.figures, harness.Figure(n.Value))
+		}
+	}
 	return c, f.str("cause", &c.cause)
 }
 
 func (c *verdictCheck) describe(bool) string {
-	if c.cause == "" {
-		return "verdict " + c.level.String()
+	what := "verdict " + c.level.String()
+	if len(c.figures) > 0 {
+		var names []string
+		for _, fig := range c.figures {
+			names = append(names, string(fig))
+		}
+		what = fmt.Sprintf("verdict of %s %s", strings.Join(names, ", "), c.level)
 	}
-	return fmt.Sprintf("verdict %s, cause %q", c.level, c.cause)
+	if c.cause == "" {
+		return what
+	}
+	return fmt.Sprintf("%s, cause %q", what, c.cause)
 }
 
 func (c *verdictCheck) check(r *row, _ bool) (bool, string) {
 	v := r.verdict
-	ok := v.Level() == c.level
-	if c.cause != "" {
-		ok = ok && slices.ContainsFunc(v.Causes, func(x harness.Cause) bool { return strings.Contains(x.Text, c.cause) })
+	if len(c.figures) == 0 {
+		ok := v.Level() == c.level
+		if c.cause != "" {
+			ok = ok && slices.ContainsFunc(v.Causes, func(x harness.Cause) bool { return strings.Contains(x.Text, c.cause) })
+		}
+		if ok {
+			return true, v.Level().String()
+		}
+		return false, v.String()
+	}
+	var got []string
+	ok := true
+	for _, fig := range c.figures {
+		l := v.LevelOf(fig)
+		got = append(got, fmt.Sprintf("%s %s", fig, l))
+		ok = ok && l == c.level
+		if c.cause != "" {
+			ok = ok && slices.ContainsFunc(v.Causes, func(x harness.Cause) bool {
+				return x.Level == l && (len(x.Figures) == 0 || slices.Contains(x.Figures, fig)) && strings.Contains(x.Text, c.cause)
+			})
+		}
 	}
 	if ok {
-		return true, v.Level().String()
+		return true, strings.Join(got, ", ")
 	}
-	return false, v.String()
+	return false, strings.Join(got, ", ") + ": " + v.String()
 }
 
 // figureCheck: a named figure of the row, or the ratio of two, or the

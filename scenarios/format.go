@@ -49,6 +49,8 @@ The expectations, one a list item:
 expect:
   - verdict: POISONED      # ok, SUSPECT or POISONED
     cause: leg b reused    # optional: text one of the causes contains
+    figures: [decode]      # optional: the verdict of these figures only
+                           # (ttft, prefill, decode), and a cause of theirs
   - figure: decode_err     # a figure of the row, a ratio "X / Y", an absolute value "|X|"
     min: -0.01             # min and/or max, or equals, or defined: true|false
     max: 0.01

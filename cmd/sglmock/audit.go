@@ -46,10 +46,14 @@ CMD's environment gets:
                                 HTTP(S)_PROXY is set
 A script with a fixed URL (http://127.0.0.1:30000) is audited with --port.
 
-Exit status: CMD's own when CMD failed; 1 when a request is POISONED; 2 for
-a usage error or a server that cannot be reached; 3 when nothing was
-checked (no request reached the server, the server let records go, or it
-reports no cached tokens); 0 when clean.
+Exit status: CMD's own when CMD failed; 1 when the run is POISONED: a
+request is, and the poisoned reuse moved a figure the run reports (mean,
+median or p99 of TTFT or E2E over the measured requests) by --min-run-impact
+or more, or any at all with --strict; 2 for a usage error or a server that
+cannot be reached; 3 when nothing was checked (no request reached the
+server, the server let records go, or it reports no cached tokens); 0 when
+clean, or when the poisoned requests moved no figure the run reports (the
+finding and its fix are printed).
 
 Flags:
 `
@@ -59,13 +63,16 @@ type auditOptions struct {
 	speedup   float64
 	allow     harness.SharedPrefixAllowance
 	minImpact float64
-	jsonPath  string
-	toolPath  string
-	host      string
-	port      int
-	upstream  string
-	cfg       api.Config
-	command   []string
+	// minRunImpact and strict decide when poisoned requests fail the run.
+	minRunImpact float64
+	strict       bool
+	jsonPath     string
+	toolPath     string
+	host         string
+	port         int
+	upstream     string
+	cfg          api.Config
+	command      []string
 }
 
 // allowanceFlag is --allow-shared-prefix: auto or a number of tokens.
@@ -98,6 +105,9 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	fs.Var(allowanceFlag{&o.allow}, "allow-shared-prefix", "`auto|N`: auto takes a prefix 3 or more requests share for the workload's own (a system prompt),\n"+
 		"which does not poison (repeats and near-repeats still do); N tolerates reuse of up to N tokens beyond the floor")
 	floatFlag(fs, &o.minImpact, "min-impact", harness.DefaultMinImpact, "a reuse poisons a request when it cuts its TTFT by at least `PERCENT`")
+	floatFlag(fs, &o.minRunImpact, "min-run-impact", harness.DefaultMinRunImpact, "poisoned requests fail the run (exit 1) when they move a figure it reports\n"+
+		"(mean, median or p99 of TTFT or E2E over the measured requests) by at least `PERCENT`; below, they are a finding and the run exits 0")
+	fs.BoolVar(&o.strict, "strict", false, "fail the run (exit 1) on any poisoned request, whatever it moved")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to this file (for CI)")
 	fs.StringVar(&o.toolPath, "tool-result", "", "the load tool's result `FILE` (bench_serving --output-file, vLLM --save-result): its figures against the truth")
 	fs.StringVar(&o.host, "host", "127.0.0.1", "bind the mock (or the proxy) to this address")
@@ -124,6 +134,8 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		return nil, fmt.Errorf("--speedup %v: must be in (0, 1e6]", o.speedup)
 	case o.minImpact <= 0 || o.minImpact > 100:
 		return nil, fmt.Errorf("--min-impact %v: must be a percentage in (0, 100]", o.minImpact)
+	case o.minRunImpact <= 0 || o.minRunImpact > 100:
+		return nil, fmt.Errorf("--min-run-impact %v: must be a percentage in (0, 100]", o.minRunImpact)
 	case o.port < 0 || o.port > 65535:
 		return nil, fmt.Errorf("--port %d: must be in 0..65535", o.port)
 	case o.cfg.StreamInterval < 1:
@@ -133,7 +145,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		var mockOnly []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "upstream", "allow-shared-prefix", "min-impact", "json", "tool-result", "host", "port":
+			case "upstream", "allow-shared-prefix", "min-impact", "min-run-impact", "strict", "json", "tool-result", "host", "port":
 			default:
 				mockOnly = append(mockOnly, "--"+f.Name)
 			}
@@ -184,7 +196,22 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	opt := harness.AuditOptions{MinImpact: o.minImpact, AllowSharedPrefix: o.allow}
+	opt := harness.AuditOptions{MinImpact: o.minImpact, AllowSharedPrefix: o.allow, MinRunImpact: o.minRunImpact, Strict: o.strict,
+		Tool: harness.DetectTool(o.command)}
+	// The tool's result file says which requests it measured (the last
+	// ones; its warm-up came before them), so it is read first. A file the
+	// tool did not write (it failed, or it was told another name) costs the
+	// comparison, not the verdict on the run.
+	var res *harness.ToolResult
+	var toolErr error
+	if o.toolPath != "" {
+		if res, toolErr = readToolResult(o.toolPath); toolErr == nil {
+			opt.Measured = res.Completed + res.Failed
+			if opt.Tool == "" {
+				opt.Tool = res.Tool
+			}
+		}
+	}
 	var rep *harness.AuditReport
 	if t.rec != nil {
 		rep, err = harness.AuditUpstream(ctx, t.rec, t.client, opt)
@@ -195,15 +222,8 @@ func runAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock audit:", err)
 		return 2
 	}
-	// A result file the tool did not write (it failed, or it was told
-	// another name) costs the comparison, not the verdict on the run.
-	var toolErr error
-	if o.toolPath != "" {
-		res, err := readToolResult(o.toolPath)
-		if err == nil {
-			rep.Tool, err = harness.CompareTool(ctx, t.client, rep, o.toolPath, res)
-		}
-		toolErr = err
+	if res != nil {
+		rep.Tool, toolErr = harness.CompareTool(ctx, t.client, rep, o.toolPath, res)
 	}
 	fmt.Fprintln(stdout)
 	rep.WriteTable(stdout)

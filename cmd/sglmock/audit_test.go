@@ -160,8 +160,8 @@ func TestAuditRepeatedPrompt(t *testing.T) {
 		!b.Material || b.Saved != b.ColdPrefillCost-b.PrefillCost {
 		t.Fatalf("report: %+v", rep.Requests)
 	}
-	if !strings.Contains(stdout, "POISONED: repeats the prompt of leg-a (sent at") || !strings.Contains(stdout, "no flush between them") ||
-		!strings.Contains(stdout, "verdict: POISONED: 1 of 2 requests") {
+	if !strings.HasPrefix(b.Verdict.String(), "POISONED: repeats leg-a (at") || !strings.HasSuffix(b.Verdict.String(), "no flush between") ||
+		!strings.Contains(stdout, "      repeats leg-a (at") || !strings.Contains(stdout, "verdict: POISONED: 1 of 2 requests") {
 		t.Errorf("stdout lacks the cause and the verdict:\n%s", stdout)
 	}
 }

@@ -150,6 +150,8 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 	fmt.Fprintf(stdout, "    whole speculative rounds, ±20 %% from run to run; at b = %d a few percent where decode holds steady.\n", set.b)
 	fmt.Fprintln(stdout, "    At 1k it does not: this deployment's decode slows steeply past 1.4k tokens, so the leg's mean rate")
 	fmt.Fprintln(stdout, "    is off the rate at the prompt by construction, and the row is SUSPECT for it, with the figure.")
+	fmt.Fprintln(stdout, "    Each figure has its own verdict: TTFT and prefill are ok; decode adds up its scatter over one run")
+	fmt.Fprintln(stdout, "    and the context it grows through, and is SUSPECT where they pass 5 %, naming the runs that narrow it.")
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "The same measurement against a real SGLang server (no truth columns there; the checks still run):")
 	fmt.Fprintf(stdout, "  sglmock bench twopoint --url http://gpu-host:30000 --ctx 1024:1407,8192:11382,32768:45507 --a 1 --b %d --method naive,flush+nonce\n", set.b)

@@ -7,7 +7,8 @@ sglmock's tests can run it under `sglmock audit`:
 
   * a warm-up that repeats the first prompt (bench_serving's warm-up with at
     most 32 output tokens, vLLM's test prompt with all of them), unless
-    --warmup 0, and optionally a flush after it (--flush-cache, as
+    --warmup 0; several at once, as bench_serving gathers its
+    --warmup-requests; and optionally a flush after it (--flush-cache, as
     bench_serving's: one POST /flush_cache, its answer ignored, then 1 s);
   * random prompts whose first word is one of four, so that prompts often
     start alike by chance (--dataset random);
@@ -16,11 +17,18 @@ sglmock's tests can run it under `sglmock audit`:
   * chat prompts with a fresh UUID first in the user message
     (--dataset chat-nonce);
   * streamed requests on /generate (--backend sglang), /v1/completions
-    (--backend vllm) or /v1/chat/completions (--backend chat), one at a
-    time or --concurrency at once;
-  * a result file in bench_serving's format (JSON lines, --output-file) or
-    vLLM's (--save-result FILE; E2E only when --percentile-metrics names
-    e2el, as vLLM's default ttft,tpot,itl does not).
+    (--backend vllm, or sglang-oai) or /v1/chat/completions (--backend chat,
+    or sglang-oai-chat), one at a time or --concurrency at once;
+  * the ITL each tool counts: on /generate an event's gap spread over the
+    tokens meta_info counts; on bench_serving's sglang-oai backends, when
+    the server reports an accept length (/server_info), spread over the
+    tokens the event's text retokenizes into (here a word or a punctuation
+    mark a token, as the mock's output text is); else one gap an event;
+  * a result file in bench_serving's format (JSON lines, --output-file, as
+    Python's json.dumps writes it: "request_rate": Infinity at the default
+    rate) or vLLM's (--save-result FILE; "request_rate": "inf"; E2E only
+    when --percentile-metrics names e2el, as vLLM's default ttft,tpot,itl
+    does not).
 
 The server is --base-url, else $SGLANG_URL, else $OPENAI_BASE_URL without its
 /v1, else http://127.0.0.1:30000 (a script with a fixed URL). Proxies come
@@ -31,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -83,6 +92,12 @@ def post(path, body, stream):
 class Output:
     def __init__(self):
         self.success, self.ttft, self.latency, self.itl, self.output_len, self.error = False, 0.0, 0.0, [], 0, ""
+        self.chunks = []  # the text of each event after the first
+
+
+def retokenize(text):
+    """The tool's tokenizer stand-in: a word or a punctuation mark a token."""
+    return len(re.findall(r"\w+|[^\w\s]", text))
 
 
 def request(prompt, output_len):
@@ -91,7 +106,7 @@ def request(prompt, output_len):
     if ARGS.backend == "sglang":
         path, body = "/generate", {"text": prompt, "stream": True,
                                    "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True}}
-    elif ARGS.backend == "vllm":
+    elif ARGS.backend in ("vllm", "sglang-oai"):
         path, body = "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
                                          "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     else:
@@ -134,6 +149,7 @@ def request(prompt, output_len):
                     out.ttft = now - st
                 else:
                     out.itl.append(now - last)
+                    out.chunks.append(text)
                 last = now
         out.latency = time.perf_counter() - st
         out.success = True
@@ -165,7 +181,7 @@ def std(xs):
 def main():
     global ARGS, MODEL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=["sglang", "vllm", "chat"], default="sglang")
+    ap.add_argument("--backend", choices=["sglang", "vllm", "chat", "sglang-oai", "sglang-oai-chat"], default="sglang")
     ap.add_argument("--dataset", choices=["random", "shared-prefix", "chat-nonce"], default="random")
     ap.add_argument("--num-prompts", type=int, default=20)
     ap.add_argument("--groups", type=int, default=2)
@@ -174,6 +190,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="warm-up requests with the first prompt")
     ap.add_argument("--flush-cache", action="store_true", help="POST /flush_cache after the warm-up")
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--request-rate", type=float, default=float("inf"),
+                    help="written to the result file as the tools write it (the requests go as --concurrency allows)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--base-url")
     ap.add_argument("--output-file", help="append bench_serving's JSON line")
@@ -197,7 +215,8 @@ def main():
         # Both tools warm up with their first prompt: bench_serving with at
         # most 32 output tokens, vLLM's test prompt with all of them.
         warm = min(ARGS.output_len, 32) if ARGS.backend == "sglang" else ARGS.output_len
-        outs = [request(prompts[0], warm) for _ in range(ARGS.warmup)]
+        with ThreadPoolExecutor(max_workers=ARGS.warmup) as pool:
+            outs = list(pool.map(lambda _: request(prompts[0], warm), range(ARGS.warmup)))
         if not any(o.success for o in outs):
             sys.exit("warm-up failed: " + outs[0].error)
         print(f"warm-up done ({ARGS.warmup} request{'s' if ARGS.warmup > 1 else ''} with the first prompt)")
@@ -216,7 +235,18 @@ def main():
     ok = [o for o in outputs if o.success]
     ttfts, e2es = [o.ttft for o in ok], [o.latency for o in ok]
     tpots = [(o.latency - o.ttft) / (o.output_len - 1) for o in ok if o.output_len > 1]
-    itls = [x for o in ok for x in o.itl]
+    accept_length = None
+    if ARGS.output_file and "sglang" in ARGS.backend:
+        # bench_serving reads the accept length after its run.
+        with urllib.request.urlopen(base_url() + "/server_info", timeout=60) as resp:
+            states = json.load(resp).get("internal_states") or [{}]
+            accept_length = states[0].get("avg_spec_accept_length")
+    if ARGS.backend.startswith("sglang-oai") and accept_length:
+        # bench_serving's use_retokenized_itl: each event's gap spread over
+        # the tokens its text retokenizes into.
+        itls = [gap / n for o in ok for gap, chunk in zip(o.itl, o.chunks) for n in [retokenize(chunk)] for _ in range(n)]
+    else:
+        itls = [x for o in ok for x in o.itl]
     total_output = sum(o.output_len for o in ok)
     print(f"completed {len(ok)} of {len(outputs)} in {duration:.3f} s; mean TTFT {mean(ttfts) * 1000:.3f} ms")
     result = {"duration": duration, "completed": len(ok), "total_input_tokens": 0, "total_output_tokens": total_output,
@@ -231,11 +261,14 @@ def main():
         result[f"std_{name}_ms"] = std(xs) * 1000
         result[f"p99_{name}_ms"] = percentile(xs, 99) * 1000
     if ARGS.output_file:
-        result["backend"] = ARGS.backend
+        result["backend"] = {"vllm": "vllm", "chat": "vllm-chat"}.get(ARGS.backend, ARGS.backend)
+        result["request_rate"] = ARGS.request_rate  # json.dumps writes inf as Infinity
+        result["accept_length"] = accept_length
         with open(ARGS.output_file, "a") as f:
             f.write(json.dumps(result) + "\n")
     if ARGS.save_result:
         result["failed"] = len(outputs) - len(ok)
+        result["request_rate"] = ARGS.request_rate if ARGS.request_rate < float("inf") else "inf"
         with open(ARGS.save_result, "w") as f:
             json.dump(result, f)
     return 0 if ok else 1
