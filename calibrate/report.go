@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // WriteReport prints what the fit took of each row, the noise it judged
@@ -202,7 +200,7 @@ func (l LegFit) Z() float64 { return l.Err() / (l.Noise / z95) }
 // Outside lists up to n legs whose residuals are more than the
 // Confidence quantile of a normal residual, the furthest first.
 func (r *Result) Outside(n int) []LegFit {
-	limit := distuv.UnitNormal.Quantile(1 - (1-Confidence)/2)
+	limit := normalQuantile(1 - (1-Confidence)/2)
 	var out []LegFit
 	for _, l := range r.Legs {
 		if math.Abs(l.Z()) > limit {
