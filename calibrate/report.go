@@ -288,7 +288,7 @@ func (r *Result) AccuracyText() string {
 		if a.Need > 0 {
 			return fmt.Sprintf("not known: leave-one-out needs rows at %d prompt sizes or more, and these have %d", minSizes+1, minSizes+1-a.Need)
 		}
-		return fmt.Sprintf("not known: a table is refitted for leave-one-out at %d prompt sizes at most", maxTablePoints)
+		return "not known: " + a.Why
 	}
 	l := r.Legs[a.MaxLeg]
 	u := r.Rows[l.Row]
