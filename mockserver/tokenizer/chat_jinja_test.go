@@ -47,6 +47,8 @@ func TestChatTemplatesAsJinja2(t *testing.T) {
 	cases := []templateCase{
 		{"escapes", `{{ '\u00e9\x41\r\101\q\\' }}|{{ "tab\there\u4e2d\U0001F600" }}|{{ '\é' }}`, hi},
 		{"none and floats", `{% set ns = namespace(x=none) %}{{ none }}|{{ ns.x }}|{{ 1.0 }}|{{ 1e20 }}|{{ 0.00001 }}|{{ 2.5 }}|{{ 3 }}|{{ true }}|{{ [1, none, 'a'] }}|{{ undefined_name }}`, hi},
+		{"containers", `{{ [1.0, -0.5] }}|{{ {'a': 1.0, "it's": [none, true, 2]} }}|{{ ['a', "b'c", 'd"e'] }}|{{ messages[0] }}|` +
+			`{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments }}{% endfor %}{% endfor %}`, toolChat},
 		{"format", `{{ '%s-%05.1f-%d-%r-%x' | format('a', 3.14159, 7.9, 'q', 255) }}|{{ '%(a)s=%(b)d' | format(a='k', b=3) }}|` +
 			`{{ "%-6s|%6s|%.2s" | format('ab', 'cd', 'xyz') }}|{{ '%e %g %G %c%%' | format(12345.678, 0.0001234, 1e20, 65) }}|{{ "%s %s" | format(none, true) }}`, hi},
 		{"strftime_now", `{{ strftime_now('%d %b %Y') }}|{{ strftime_now("%Y-%m-%d") }}|{{ strftime_now('%-d %B %A %j %U %W %c %x %X %H:%M:%S %p %y') }}|{{ strftime_now('%Y') | length }}`, hi},

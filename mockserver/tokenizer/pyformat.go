@@ -18,8 +18,9 @@ import (
 // transformers' strftime_now is datetime.strftime.
 
 // pyPrint is what {{ x }} prints in jinja2, where the engine's own
-// printing differs: None prints "None", a float as Python's repr. An
-// undefined value prints nothing in both.
+// printing differs: None prints "None", a float as Python's repr, a list
+// or a dict as Python's repr (floats with their ".0", a string with a
+// quote in the other quotes). An undefined value prints nothing in both.
 func pyPrint(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) != 1 {
 		return jinja.Undefined(), errors.New("an output takes one value")
@@ -29,6 +30,8 @@ func pyPrint(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) 
 		return jinja.NewString("None"), nil
 	case v.IsFloat():
 		return jinja.NewString(pyFloat(v.AsFloat())), nil
+	case v.IsList(), v.IsDict():
+		return jinja.NewString(pyRepr(v)), nil
 	default:
 		return v, nil
 	}
