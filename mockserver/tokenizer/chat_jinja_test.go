@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sglmock/sglmock/mockserver/mocktest"
@@ -168,4 +169,29 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A template whose brackets nest deeper than jinja2's parser can follow
+// (it runs out of recursion at about 75) is refused when it is loaded,
+// with the reason; one jinja2 renders, the engine renders alike.
+func TestDeeplyNestedTemplates(t *testing.T) {
+	hi := Chat{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true}
+	nested := func(n int) string { return "{{ " + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + " }}" }
+	want := mocktest.RenderJinja(t, []mocktest.JinjaCase{
+		{Template: nested(60), Context: pythonContext(t, hi, "", "")},
+		{Template: nested(101), Context: pythonContext(t, hi, "", "")},
+	})
+	tok, err := withTemplate(t, nested(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tok.RenderChat(hi); want[0].Text == nil || err != nil || got != *want[0].Text {
+		t.Errorf("60 deep: got %q, %v; want jinja2's %v", got, err, want[0])
+	}
+	if want[1].Text != nil {
+		t.Fatalf("jinja2 rendered 101 deep: %q", *want[1].Text)
+	}
+	if _, err := withTemplate(t, nested(101)); err == nil || !strings.Contains(err.Error(), "brackets nested more than 100 deep") {
+		t.Errorf("101 deep: got %v, want the template refused for its nesting (jinja2: %s)", err, want[1].Error)
+	}
 }
