@@ -195,3 +195,32 @@ func TestDeeplyNestedTemplates(t *testing.T) {
 		t.Errorf("101 deep: got %v, want the template refused for its nesting (jinja2: %s)", err, want[1].Error)
 	}
 }
+
+// tojson of a value nested deeper than Python's recursion allows (json.dumps
+// fails past 990 levels from a template, fewer under SGLang's deeper
+// stack) is the template's RecursionError: a request's tools nested
+// thousands deep, dumped with an indent (Llama 3.1's template dumps each
+// tool with indent=4), would otherwise grow with the square of the depth
+// (10 kB of brackets, 100 MB of spaces). Python's json.loads refuses such
+// a value before it reaches the template, so jinja2 is the reference at
+// 900 levels only.
+func TestToJSONDepth(t *testing.T) {
+	deep := func(n int) Chat {
+		return Chat{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true,
+			Tools: json.RawMessage(strings.Repeat("[", n) + strings.Repeat("]", n))}
+	}
+	const template = `{{ tools | tojson(indent=4) }}`
+	want := mocktest.RenderJinja(t, []mocktest.JinjaCase{{Template: template, Context: pythonContext(t, deep(900), "", "")}})
+	tok, err := withTemplate(t, template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tok.RenderChat(deep(900)); want[0].Text == nil || err != nil || got != *want[0].Text {
+		t.Errorf("900 deep: got %d bytes, %v; want jinja2's %v", len(got), err, want[0].Error)
+	}
+	for _, n := range []int{991, 5000} {
+		if got, err := tok.RenderChat(deep(n)); err == nil || !strings.Contains(err.Error(), "RecursionError: maximum recursion depth exceeded while encoding a JSON object") {
+			t.Errorf("%d deep: got %d bytes, %v; want json.dumps's RecursionError", n, len(got), err)
+		}
+	}
+}

@@ -223,7 +223,15 @@ func (j *jsonDumper) newline(b *strings.Builder, level int) {
 	}
 }
 
+// maxJSONDepth is the deepest container json.dumps reaches from a
+// template before Python's recursion limit (1000 frames) stops it: 990
+// levels under jinja2's render, fewer under SGLang's deeper stack.
+const maxJSONDepth = 990
+
 func (j *jsonDumper) dump(b *strings.Builder, v jinja.Value, level int) error {
+	if level >= maxJSONDepth && (v.IsList() || v.IsDict()) {
+		return errors.New("RecursionError: maximum recursion depth exceeded while encoding a JSON object")
+	}
 	switch {
 	case v.IsNone():
 		b.WriteString("null")
