@@ -28,9 +28,10 @@ func bentRows(b *testing.B, n int) []byte {
 // in the same run, 1,000: the time of the whole (wall and CPU) and the
 // ratio of their costs per row, which stays at or below 1: the tables are
 // fitted through at most maxSpans pooled legs, the least squares are
-// normal equations summed once, and leaving a prompt size out subtracts
-// its own legs' (a table is refitted for leave-one-out at 64 sizes at
-// most). A table of a point per row, scanned for every decode round, took
+// normal equations summed once, and leaving out a prompt size whose legs
+// show no spread of their own (these rows') subtracts its own legs' (a
+// table is refitted for leave-one-out at 64 sizes at most, a size with a
+// spread within maxLOOWork legs in all). A table of a point per row, scanned for every decode round, took
 // over ten minutes for these rows. Run it with -benchtime 1x.
 func BenchmarkCalibrate100k(b *testing.B) {
 	base := load(b, "kimi-k2.6-rtx6000")

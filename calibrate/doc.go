@@ -63,9 +63,8 @@
 //	decode:  step_overhead_s + per_seq_s (per round), per_ctx_token_s
 //
 // fitted by least squares weighted by each leg's standard error, with the
-// coefficients held >= 0, through the normal equations (gram), whose sum
-// less a prompt size's legs is the fit without it: every step is linear in
-// the rows. The five must be told apart by the legs (cold prefills at three
+// coefficients held >= 0, through the normal equations (gram): every step
+// is linear in the rows. The five must be told apart by the legs (cold prefills at three
 // prompt sizes or more, legs that decode), or the fit refuses the rows.
 // The covariance of the coefficients (the inverse of the normal equations,
 // scaled up by χ²/DoF when the residuals are larger than the noise says)
@@ -87,7 +86,11 @@
 // # How well it predicts
 //
 // Each prompt size is left out in turn, the same forms fitted to the
-// others, and its legs predicted: the largest error is the profile's
+// others, and its legs predicted. Nothing of the size left out reaches
+// that fit: when its legs showed a spread of their own, the noise is
+// pooled again without them before the others are weighed; when they did
+// not, the others' noise is unchanged and the fit is that of the normal
+// equations less the size's legs. The largest error is the profile's
 // stated accuracy (Result.Accuracy, the profile's calibration.accuracy and
 // comment), with the largest inside the measured range beside it. With
 // three prompt sizes there is none to leave out, and the report says how
@@ -114,6 +117,7 @@
 // report of at most 64 MiB), every count compared without sums that could
 // overflow. Every error about the rows is ErrBadInput (the command exits 2
 // on it). The tables are fitted through at most 1,024 pooled legs and keep
-// at most 64 points, and a table is refitted for leave-one-out at 64
-// prompt sizes at most.
+// at most 64 points, a table is refitted for leave-one-out at 64 prompt
+// sizes at most, and leave-one-out weighs at most 2^24 legs over all its
+// refits (past that the accuracy is not known, and the report says why).
 package calibrate

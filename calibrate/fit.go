@@ -5,8 +5,6 @@ import (
 	"math"
 	"slices"
 
-	"gonum.org/v1/gonum/stat/distuv"
-
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
@@ -263,7 +261,7 @@ func (f *fitter) choose(obs []observation, formula *candidate, res *Result) *can
 		t := Tried{Prefill: forms[0], Decode: forms[1], Parameters: c.params, DoF: c.dof, ChiSquare: c.chi2, Limit: c.limit,
 			Allowed: c.params < res.Distinct, Gain: formula.chi2 - c.chi2}
 		if extra := c.params - formula.params; extra > 0 {
-			t.GainLimit = distuv.ChiSquared{K: float64(extra)}.Quantile(Confidence)
+			t.GainLimit = chiSquareQuantile(Confidence, extra)
 		}
 		res.AlsoTried = append(res.AlsoTried, t)
 		if t.Allowed && t.Gain > t.GainLimit {
@@ -323,7 +321,7 @@ func (f *fitter) fitForms(obs []observation, forms [2]Form) *candidate {
 	}
 	c.dof = len(obs) - c.params
 	if c.dof > 0 {
-		c.limit = distuv.ChiSquared{K: float64(c.dof)}.Quantile(Confidence)
+		c.limit = chiSquareQuantile(Confidence, c.dof)
 	}
 	return c
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // WriteReport prints what the fit took of each row, the noise it judged
@@ -202,7 +200,7 @@ func (l LegFit) Z() float64 { return l.Err() / (l.Noise / z95) }
 // Outside lists up to n legs whose residuals are more than the
 // Confidence quantile of a normal residual, the furthest first.
 func (r *Result) Outside(n int) []LegFit {
-	limit := distuv.UnitNormal.Quantile(1 - (1-Confidence)/2)
+	limit := normalQuantile(1 - (1-Confidence)/2)
 	var out []LegFit
 	for _, l := range r.Legs {
 		if math.Abs(l.Z()) > limit {
@@ -290,7 +288,7 @@ func (r *Result) AccuracyText() string {
 		if a.Need > 0 {
 			return fmt.Sprintf("not known: leave-one-out needs rows at %d prompt sizes or more, and these have %d", minSizes+1, minSizes+1-a.Need)
 		}
-		return fmt.Sprintf("not known: a table is refitted for leave-one-out at %d prompt sizes at most", maxTablePoints)
+		return "not known: " + a.Why
 	}
 	l := r.Legs[a.MaxLeg]
 	u := r.Rows[l.Row]

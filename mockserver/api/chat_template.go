@@ -537,6 +537,7 @@ func objectFields(raw json.RawMessage) ([]tokenizer.Field, error) {
 	if err := json.Unmarshal(raw, &values); err != nil {
 		return nil, err
 	}
+	seen := make(map[string]bool, len(values))
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if _, err := dec.Token(); err != nil {
 		return nil, err
@@ -547,7 +548,8 @@ func objectFields(raw json.RawMessage) ([]tokenizer.Field, error) {
 			return nil, err
 		}
 		key, _ := k.(string)
-		if !slices.Contains(keys, key) {
+		if !seen[key] {
+			seen[key] = true
 			keys = append(keys, key)
 		}
 		var skip json.RawMessage

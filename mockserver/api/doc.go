@@ -150,6 +150,17 @@
 //     the profile's max_output_tokens (default 4096): SGLang's model stops
 //     at EOS, which the mock never samples. max_completion_tokens past the
 //     context length is refused with SGLang's message.
+//   - Chat prompts (chat_template.go) are what SGLang's
+//     _apply_jinja_template renders: each message as its model_dump (a
+//     user message role and content only, null content ""), content parts
+//     joined with a space for a "string" template and kept as a list for
+//     an "openai" one, an assistant's tool-call arguments parsed, the tools
+//     unless tool_choice is "none" (a named one alone; retried as bare
+//     functions when the template fails), reasoning_effort then
+//     chat_template_kwargs; a last assistant message is continued with
+//     continue_final_message (its text after the rendered prompt), else
+//     turned into a user message. The same prompt reaches /tokenize and the
+//     render route.
 //   - Limits: a prompt of max_req_input_len = context length - 6 tokens or
 //     more is refused with the scheduler's message (400, or an OpenAI
 //     stream's error event, above; /server_info reports that

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sglmock/sglmock/mockserver/mocktest"
@@ -47,6 +48,8 @@ func TestChatTemplatesAsJinja2(t *testing.T) {
 	cases := []templateCase{
 		{"escapes", `{{ '\u00e9\x41\r\101\q\\' }}|{{ "tab\there\u4e2d\U0001F600" }}|{{ '\é' }}`, hi},
 		{"none and floats", `{% set ns = namespace(x=none) %}{{ none }}|{{ ns.x }}|{{ 1.0 }}|{{ 1e20 }}|{{ 0.00001 }}|{{ 2.5 }}|{{ 3 }}|{{ true }}|{{ [1, none, 'a'] }}|{{ undefined_name }}`, hi},
+		{"containers", `{{ [1.0, -0.5] }}|{{ {'a': 1.0, "it's": [none, true, 2]} }}|{{ ['a', "b'c", 'd"e'] }}|{{ messages[0] }}|` +
+			`{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments }}{% endfor %}{% endfor %}`, toolChat},
 		{"format", `{{ '%s-%05.1f-%d-%r-%x' | format('a', 3.14159, 7.9, 'q', 255) }}|{{ '%(a)s=%(b)d' | format(a='k', b=3) }}|` +
 			`{{ "%-6s|%6s|%.2s" | format('ab', 'cd', 'xyz') }}|{{ '%e %g %G %c%%' | format(12345.678, 0.0001234, 1e20, 65) }}|{{ "%s %s" | format(none, true) }}`, hi},
 		{"strftime_now", `{{ strftime_now('%d %b %Y') }}|{{ strftime_now("%Y-%m-%d") }}|{{ strftime_now('%-d %B %A %j %U %W %c %x %X %H:%M:%S %p %y') }}|{{ strftime_now('%Y') | length }}`, hi},
@@ -166,4 +169,58 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A template whose brackets nest deeper than jinja2's parser can follow
+// (it runs out of recursion at about 75) is refused when it is loaded,
+// with the reason; one jinja2 renders, the engine renders alike.
+func TestDeeplyNestedTemplates(t *testing.T) {
+	hi := Chat{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true}
+	nested := func(n int) string { return "{{ " + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + " }}" }
+	want := mocktest.RenderJinja(t, []mocktest.JinjaCase{
+		{Template: nested(60), Context: pythonContext(t, hi, "", "")},
+		{Template: nested(101), Context: pythonContext(t, hi, "", "")},
+	})
+	tok, err := withTemplate(t, nested(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tok.RenderChat(hi); want[0].Text == nil || err != nil || got != *want[0].Text {
+		t.Errorf("60 deep: got %q, %v; want jinja2's %v", got, err, want[0])
+	}
+	if want[1].Text != nil {
+		t.Fatalf("jinja2 rendered 101 deep: %q", *want[1].Text)
+	}
+	if _, err := withTemplate(t, nested(101)); err == nil || !strings.Contains(err.Error(), "brackets nested more than 100 deep") {
+		t.Errorf("101 deep: got %v, want the template refused for its nesting (jinja2: %s)", err, want[1].Error)
+	}
+}
+
+// tojson of a value nested deeper than Python's recursion allows (json.dumps
+// fails past 990 levels from a template, fewer under SGLang's deeper
+// stack) is the template's RecursionError: a request's tools nested
+// thousands deep, dumped with an indent (Llama 3.1's template dumps each
+// tool with indent=4), would otherwise grow with the square of the depth
+// (10 kB of brackets, 100 MB of spaces). Python's json.loads refuses such
+// a value before it reaches the template, so jinja2 is the reference at
+// 900 levels only.
+func TestToJSONDepth(t *testing.T) {
+	deep := func(n int) Chat {
+		return Chat{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true,
+			Tools: json.RawMessage(strings.Repeat("[", n) + strings.Repeat("]", n))}
+	}
+	const template = `{{ tools | tojson(indent=4) }}`
+	want := mocktest.RenderJinja(t, []mocktest.JinjaCase{{Template: template, Context: pythonContext(t, deep(900), "", "")}})
+	tok, err := withTemplate(t, template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tok.RenderChat(deep(900)); want[0].Text == nil || err != nil || got != *want[0].Text {
+		t.Errorf("900 deep: got %d bytes, %v; want jinja2's %v", len(got), err, want[0].Error)
+	}
+	for _, n := range []int{991, 5000} {
+		if got, err := tok.RenderChat(deep(n)); err == nil || !strings.Contains(err.Error(), "RecursionError: maximum recursion depth exceeded while encoding a JSON object") {
+			t.Errorf("%d deep: got %d bytes, %v; want json.dumps's RecursionError", n, len(got), err)
+		}
+	}
 }

@@ -71,8 +71,10 @@
 // tokens, so it is encoded without a BOS. Where the engine and Python's
 // jinja2 differ, the template's source is rewritten before it is compiled
 // (prepareTemplate: line breaks, string escapes, printing as str(), the
-// format filter) and strftime_now is Python's strftime at a fixed date. A
-// template that fails is a *TemplateError, the request's 400.
+// format filter) and strftime_now is Python's strftime at a fixed date; a
+// source whose brackets nest deeper than jinja2 can parse (maxNesting) is
+// refused when it is loaded. A template that fails is a *TemplateError,
+// the request's 400.
 // ChatContentFormat is how SGLang hands the template content parts
 // ("string" or "openai"), from the template's source as SGLang detects
 // it. The built-in tokenizer renders the template its profile names

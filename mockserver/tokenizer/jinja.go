@@ -123,6 +123,13 @@ func scanTags(src string) ([]tag, error) {
 	return out, nil
 }
 
+// maxNesting is the deepest a tag's brackets may nest. jinja2's parser
+// recurses a dozen Python frames a bracket and fails past about 75 deep
+// (RecursionError), so no template it renders comes near; a deeper one
+// is refused before the rewrite, whose tuple check reads each bracket's
+// span and would take time quadratic in such a source.
+const maxNesting = 100
+
 // tagEnd is where a tag's closer begins: the first one outside a string
 // literal and outside brackets, as jinja2's lexer balances them (in a
 // comment, the first one).
@@ -140,7 +147,9 @@ func tagEnd(src string, i int, kind tagKind, closer string) (int, error) {
 				i = n
 				continue
 			case '(', '[', '{':
-				depth++
+				if depth++; depth > maxNesting {
+					return 0, fmt.Errorf("brackets nested more than %d deep (jinja2's parser runs out of recursion long before)", maxNesting)
+				}
 			case ')', ']':
 				depth = max(depth-1, 0)
 			case '}':

@@ -18,8 +18,9 @@ import (
 // transformers' strftime_now is datetime.strftime.
 
 // pyPrint is what {{ x }} prints in jinja2, where the engine's own
-// printing differs: None prints "None", a float as Python's repr. An
-// undefined value prints nothing in both.
+// printing differs: None prints "None", a float as Python's repr, a list
+// or a dict as Python's repr (floats with their ".0", a string with a
+// quote in the other quotes). An undefined value prints nothing in both.
 func pyPrint(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) != 1 {
 		return jinja.Undefined(), errors.New("an output takes one value")
@@ -29,6 +30,8 @@ func pyPrint(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) 
 		return jinja.NewString("None"), nil
 	case v.IsFloat():
 		return jinja.NewString(pyFloat(v.AsFloat())), nil
+	case v.IsList(), v.IsDict():
+		return jinja.NewString(pyRepr(v)), nil
 	default:
 		return v, nil
 	}
@@ -220,7 +223,15 @@ func (j *jsonDumper) newline(b *strings.Builder, level int) {
 	}
 }
 
+// maxJSONDepth is the deepest container json.dumps reaches from a
+// template before Python's recursion limit (1000 frames) stops it: 990
+// levels under jinja2's render, fewer under SGLang's deeper stack.
+const maxJSONDepth = 990
+
 func (j *jsonDumper) dump(b *strings.Builder, v jinja.Value, level int) error {
+	if level >= maxJSONDepth && (v.IsList() || v.IsDict()) {
+		return errors.New("RecursionError: maximum recursion depth exceeded while encoding a JSON object")
+	}
 	switch {
 	case v.IsNone():
 		b.WriteString("null")
