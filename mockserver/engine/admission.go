@@ -260,7 +260,7 @@ func (s *scheduler) retractDecode() {
 	s.ratio.current = min(1, float64(decoded+retractDecodeSteps*len(s.running))/float64(maxNew+1))
 	for _, r := range retracted {
 		r.truth.Retractions++
-		s.waiting = append(s.waiting, r)
+		s.queue(r)
 	}
 	s.log.Warn(fmt.Sprintf("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, #new_token_ratio: %.4f -> %.4f",
 		len(retracted), s.free()-before, oldRatio, s.ratio.current))
@@ -283,8 +283,8 @@ func (s *scheduler) abortOutOfMemory(r *req) {
 	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }
 
-// release frees a retracted request's KV without caching its output
-// (SGLang's release_kv_cache with is_insert=False): the prompt chunks
+// release frees a retracted or preempted request's KV without caching
+// its output (SGLang's release_kv_cache with is_insert=False): the prompt chunks
 // already inserted stay in the cache, unlocked. The request keeps its
 // output and is prefilled again, prompt and output, when readmitted.
 func (s *scheduler) release(r *req) {
@@ -293,5 +293,5 @@ func (s *scheduler) release(r *req) {
 	}
 	s.setPrivate(r, 0)
 	r.refill = append(slices.Clip(r.tokens), r.outputs...)
-	r.kvLen = 0
+	r.kvLen, r.prefixLen = 0, 0
 }

@@ -45,6 +45,21 @@ type req struct {
 	abortDue time.Duration
 	done     bool
 	truth    Truth
+
+	// Scheduling policy (policy.go). entry orders its entries into the
+	// waiting queue (SGLang's wait_queue_entry_time, set again when it is
+	// queued again); priority is its priority under priority scheduling,
+	// hasPriority whether the client gave one; routingKey its routing key.
+	entry       uint64
+	priority    int
+	hasPriority bool
+	routingKey  string
+	// prefixLen is SGLang's len(req.prefix_indices) as preemption reads
+	// it: the cached prefix admission last matched, kept when the request
+	// had to wait, 0 after a retraction or preemption. (lpm and dfs-weight
+	// set it too, with their match of the whole sequence; priority
+	// scheduling, the only reader, runs with fcfs and lof alone.)
+	prefixLen int
 }
 
 // seqKV is how many tokens of the request's sequence have KV: what its
@@ -107,6 +122,7 @@ type scheduler struct {
 	settledAt   time.Duration // a flush finds the server idle from here on
 	departed    []*req        // requests whose client left, abort due
 	ratio       tokenRatio
+	policy      *schedPolicy
 	batchFull   bool // no prefill until a request finishes or is retracted
 	onFinish    func(*Truth)
 	counters    Counters
@@ -144,6 +160,7 @@ func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache boo
 		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream+uint64(rank))),
 		active:      make(map[string]*req),
 		ratio:       newTokenRatio(p.ScheduleConservativeness()),
+		policy:      newSchedPolicy(p, !disableCache, rank),
 	}
 	if !disableCache {
 		newTree := radixcache.New[string]
@@ -209,11 +226,34 @@ func (s *scheduler) setPrivate(r *req, private int) {
 	r.private = private
 }
 
+// enqueue takes a new request, as SGLang's scheduler does
+// (_add_request_to_queue): under priority scheduling one without a
+// priority gets the least preferred; without it, one with a priority is
+// aborted with 503 if the profile says so.
 func (s *scheduler) enqueue(r *req) {
 	if _, dup := s.active[r.rid]; dup {
 		panic("engine: duplicate rid " + r.rid) // Submit checks rids first
 	}
+	switch {
+	case s.policy.priority && !r.hasPriority:
+		r.priority = defaultPriority(s.prof.ScheduleLowPriorityValuesFirst)
+	case !s.policy.priority && r.hasPriority && s.prof.AbortOnPriorityWhenDisabled:
+		s.finish(r, Finish{Reason: FinishAbort, Message: PriorityDisabledMessage, StatusCode: 503}, nil, max(s.now, r.truth.Arrival))
+		return
+	}
 	s.active[r.rid] = r
+	s.queue(r)
+}
+
+// PriorityDisabledMessage is SGLang's abort message for a request that
+// gives a priority to a server without priority scheduling, under
+// --abort-on-priority-when-disabled (_set_or_validate_priority).
+const PriorityDisabledMessage = "Using priority is disabled for this server. Please send a new request without a priority."
+
+// queue appends r to the waiting queue, stamping its entry.
+func (s *scheduler) queue(r *req) {
+	r.entry = s.policy.nextEntry
+	s.policy.nextEntry++
 	s.waiting = append(s.waiting, r)
 }
 
@@ -247,9 +287,22 @@ func (s *scheduler) nextArrival() (time.Duration, bool) {
 // the batch; when memory or request slots ran out, no prefill is tried
 // again until a request finishes or is retracted (SGLang's batch_is_full).
 func (s *scheduler) planPrefill() *iteration {
+	preempt := s.policy.preempt
+	if preempt {
+		s.batchFull = false // SGLang tries preemption at every prefill
+	}
 	if s.chunked == nil && (s.batchFull || len(s.waiting) == 0) {
 		return nil
 	}
+	slots := s.prof.RankMaxRunningRequests() - len(s.running)
+	if s.chunked != nil {
+		slots--
+	}
+	if s.chunked == nil && slots <= 0 && !preempt {
+		s.batchFull = true
+		return nil
+	}
+	s.policy.calcPriority(s)
 	budget, chunking := s.prof.ChunkBudget()
 	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
@@ -278,18 +331,33 @@ func (s *scheduler) planPrefill() *iteration {
 			budget = 0 // still chunking: nothing else joins
 		}
 	}
-	slots := s.prof.RankMaxRunningRequests() - len(s.running)
-	if s.chunked != nil {
-		slots--
-	}
-	for len(s.waiting) > 0 && budget > 0 && remInput > 0 {
-		if slots <= 0 {
-			s.batchFull = true
-			break
+	// full is SGLang's batch_is_full once the batch holds as many
+	// requests as may run: from then on each request needs a preemption.
+	full := false
+	var preempted []*req
+	defer func() {
+		for _, r := range preempted {
+			s.queue(r)
 		}
+	}()
+	for len(s.waiting) > 0 && budget > 0 && remInput > 0 {
 		r := s.waiting[0]
 		if r.truth.Arrival > s.now {
 			break // it has not arrived yet on the modelled clock
+		}
+		if slots <= 0 {
+			full = true
+		}
+		if full {
+			var freed []*req
+			if preempt {
+				freed = s.preemptFor(r, &b)
+			}
+			if freed == nil {
+				s.batchFull = true
+				break
+			}
+			preempted = append(preempted, freed...)
 		}
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
@@ -396,7 +464,7 @@ func (s *scheduler) admit(r *req) {
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.kvLen = node, cached
+	r.node, r.kvLen, r.prefixLen = node, cached, cached
 	if r.truth.Retractions == 0 {
 		// A retracted request's hits are never cached tokens again
 		// (SGLang's retracted_stain).
