@@ -56,9 +56,9 @@ type req struct {
 	routingKey  string
 	// prefixLen is SGLang's len(req.prefix_indices) as preemption reads
 	// it: the cached prefix admission last matched, kept when the request
-	// had to wait, 0 after a retraction or preemption. (lpm and dfs-weight
-	// set it too, with their match of the whole sequence; priority
-	// scheduling, the only reader, runs with fcfs and lof alone.)
+	// had to wait, 0 after a retraction or preemption. (In SGLang lpm's
+	// and dfs-weight's matches set it too; priority scheduling, its only
+	// reader, runs with fcfs and lof alone.)
 	prefixLen int
 }
 
@@ -280,12 +280,15 @@ func (s *scheduler) nextArrival() (time.Duration, bool) {
 	return next, found
 }
 
-// planPrefill forms a prefill batch as SGLang's PrefillAdder does: the
-// chunked request's next chunk first, then waiting requests in FCFS order
+// planPrefill forms a prefill batch as SGLang's get_new_batch_prefill and
+// PrefillAdder do: the schedule policy orders the queue, then the chunked
+// request's next chunk goes first, then waiting requests in that order
 // while the memory budget (see prefillBudget), the token budgets and the
 // running-request bound allow. The first request that does not fit stops
 // the batch; when memory or request slots ran out, no prefill is tried
-// again until a request finishes or is retracted (SGLang's batch_is_full).
+// again until a request finishes or is retracted (SGLang's batch_is_full),
+// unless priority preemption may make room: then at every iteration, and
+// a full batch takes a request only by preempting running ones for it.
 func (s *scheduler) planPrefill() *iteration {
 	preempt := s.policy.preempt
 	if preempt {
