@@ -46,6 +46,16 @@
 // SGLang's flag removes the window. /server_info reports
 // disable_overlap_schedule true when the window is 0.
 //
+// # Scheduling
+//
+// schedule_policy is SGLang's --schedule-policy, with its choices (fcfs,
+// the default; lpm, dfs-weight, lof, random, routing-key; "priority" is
+// refused as SGLang's scheduler refuses it), and the priority scheduling
+// keys are its flags of those names (schedule.go); the engine applies
+// them. The in-batch prefix caching thresholds are SGLang's environment
+// variables IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
+// IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD, 32 each when absent.
+//
 // # Output without max_tokens
 //
 // SGLang gives a chat completion without max_tokens the whole context
