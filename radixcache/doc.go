@@ -44,6 +44,10 @@
 //     deleting whole unlocked leaves, least recently used first, and
 //     cascading to parents that become unlocked leaves.
 //   - Reset empties the tree, as /flush_cache does.
+//   - DFSWeightOrder orders requests by the nodes their matches end in, as
+//     SGLang's dfs-weight schedule policy does: a node's children in the
+//     order their first pages were added (a split's upper part takes the
+//     place of the node it splits, as in SGLang's dict of children).
 //
 // A Tree[V] carries a value of type V on each node, given by the Insert
 // that added the node's tokens and kept by both parts of a split: the

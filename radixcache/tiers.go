@@ -264,6 +264,7 @@ func (t *Tree[V]) addLeaf(node *Node[V], ns string, rest []int32, value V) *Node
 func (t *Tree[V]) link(node *Node[V], ns string, rest []int32, value V) *Node[V] {
 	leaf := t.newNode(node, ns, slices.Clone(rest))
 	leaf.end = node.end + len(rest)
+	leaf.order = leaf.seq
 	leaf.value = value
 	if node.children == nil {
 		node.children = make(map[string]*Node[V], 1)

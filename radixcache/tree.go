@@ -31,10 +31,14 @@ type Node[V any] struct {
 	tier     tierState
 	tick     uint64 // logical time of last access
 	seq      uint64 // creation order; breaks recency ties
-	epoch    uint64 // the tree's epoch at creation; Reset makes older nodes stale
-	tree     *Tree[V]
-	digests  []Digest // one per page, only in an observed tree
-	value    V        // given by the Insert that added these tokens; last, so the fields above keep their offsets whatever V
+	// order is the node's place among its parent's children, as a Python
+	// dict keeps SGLang's: when its first page was added there. A split's
+	// upper part takes the place of the node it splits.
+	order   uint64
+	epoch   uint64 // the tree's epoch at creation; Reset makes older nodes stale
+	tree    *Tree[V]
+	digests []Digest // one per page, only in an observed tree
+	value   V        // given by the Insert that added these tokens; last, so the fields above keep their offsets whatever V
 }
 
 // PrefixLen is the number of tokens from the root to the end of n: the
@@ -404,6 +408,7 @@ func (t *Tree[V]) split(child *Node[V], p int) *Node[V] {
 	upper.lockRef = child.lockRef
 	upper.value = child.value
 	upper.tier = child.tier.splitUpper()
+	upper.order, child.order = child.order, upper.seq
 	parent.children[string(t.childKey(parent, child.ns, child.key))] = upper
 	child.key = slices.Clone(child.key[p:])
 	if child.digests != nil {

@@ -48,8 +48,8 @@ func (r *row) setInt(name string, v *int) {
 // Expectation is one claim a step's result must meet.
 type Expectation struct {
 	Line int
-	// Ctx selects the rows of a two-point or stream step; empty means
-	// every row.
+	// Ctx selects the rows of a two-point or stream step, or the prompts
+	// of a raw batch (by number, from 1); empty means every row.
 	Ctx   []int
 	check checker
 }
@@ -74,7 +74,7 @@ const (
 
 func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation, error) {
 	f, err := p.d.mapping(n, path, expVerdict, "cause", "figures", expFigure, "min", "max", "equals", "defined", "real_time",
-		expFlush, expStatus, expBody, "body_contains", "tries", "ctx")
+		expFlush, expStatus, expBody, "body_contains", "tries", "ctx", "prompt")
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation,
 	}
 	allowed := map[string][]string{
 		expVerdict:      {expVerdict, "cause", "figures", "ctx"},
-		expFigure:       {expFigure, "min", "max", "equals", "defined", "real_time", "ctx"},
+		expFigure:       {expFigure, "min", "max", "equals", "defined", "real_time", "ctx", "prompt"},
 		expFlush:        {expFlush, expStatus, expBody, "tries", "ctx"},
 		expStatus:       {expStatus},
 		expBody:         {expBody},
@@ -115,6 +115,11 @@ func (p *parser) expectation(n *yaml.Node, path string, a action) (*Expectation,
 	e := &Expectation{Line: n.Line}
 	if f.has("ctx") {
 		if e.Ctx, err = p.ctxSelection(f, a); err != nil {
+			return nil, err
+		}
+	}
+	if f.has("prompt") {
+		if e.Ctx, err = p.promptSelection(f, a); err != nil {
 			return nil, err
 		}
 	}
@@ -151,6 +156,28 @@ func (p *parser) ctxSelection(f *fields, a action) ([]int, error) {
 			return nil, p.d.errorf(n, fmt.Sprintf("%s[%d]", f.sub("ctx"), i), "%s: want one of the step's contexts %v", profile.NodeKind(n), have)
 		}
 		out = append(out, c)
+	}
+	return out, nil
+}
+
+// promptSelection reads the prompts of a raw batch an expectation checks,
+// by number from 1.
+func (p *parser) promptSelection(f *fields, a action) ([]int, error) {
+	ra, ok := a.(*rawAction)
+	if !ok || ra.prompts == nil {
+		return nil, f.errorf("prompt", "only a raw step with prompts has prompts to select")
+	}
+	list, err := f.list("prompt")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for i, n := range list {
+		k, err := strconv.Atoi(n.Value)
+		if err != nil || n.Kind != yaml.ScalarNode || k < 1 || k > len(ra.prompts) {
+			return nil, p.d.errorf(n, fmt.Sprintf("%s[%d]", f.sub("prompt"), i), "%s: want a prompt's number, 1 to %d", profile.NodeKind(n), len(ra.prompts))
+		}
+		out = append(out, k)
 	}
 	return out, nil
 }

@@ -39,6 +39,8 @@ stop_load:   {name, abort: false}: wait for them to finish, or disconnect
 raw:         one request where no method does it (n > 1, say):
   {method: POST, path: /generate, prompt_tokens: 4000, body: {...}}
   (prompt_tokens puts a fresh prompt of that many ids in input_ids)
+  prompts: [{tokens: 1024}, {tokens: 1024, shared: 600}]: a batch to
+  /generate, fresh for the run, the first shared ids of each the same
 wait:        {seconds: 0.5}, simulated
 restart:     {}: stop the server and start it again on the same profile, as a
   restart of its process would: HiCache's file storage tier stays, every other
@@ -60,9 +62,10 @@ expect:
   - status: 400            # a flush or raw step's answer
   - body: "Flush cache failed.\n"        # exact; body_contains: a part
 
-verdict, figure and flush take ctx: [1024] to check some rows only; by
-default an expectation must hold for every row of its step (every
-context, every copy of a raw request). The figures of each kind of step:
+verdict, figure and flush take ctx: [1024] to check some rows only, and a
+figure of a raw batch prompt: [2, 3]; by default an expectation must hold
+for every row of its step (every context, every copy or prompt of a raw
+request). The figures of each kind of step:
 
 twopoint   prompt_tok ttft_s prefill_tok_s decode_tok_s s_per_out_tok t_a t_b
            cached_a cached_b runs spread rank_a rank_b (the legs' DP ranks),
@@ -75,7 +78,8 @@ flush      status seconds running queued refused_ranks (from the server's record
            on several DP ranks the answer is the first rank's)
 raw        status seconds copies prompt_tokens cached_tokens completion_tokens
            input_tok_s (the copies' prompt tokens summed, over the time)
-           server_requests computed_tokens computed_tok_s (from /sim/requests)
+           server_requests computed_tokens computed_tok_s (from /sim/requests);
+           with prompts, ttft_s (each prompt's, from /sim/requests)
 stop_load  finished aborted
 truth      (the modelled truth, of twopoint and stream rows) ttft_err decode_err
            ttft_bias decode_bias ttft_true_s decode_true_tok_s ttft_cold_s

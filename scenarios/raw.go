@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +23,16 @@ func (a *rawAction) describe() string {
 	if a.promptTokens > 0 {
 		s += fmt.Sprintf(" with a fresh prompt of %d token ids", a.promptTokens)
 	}
+	if a.prompts != nil {
+		parts := make([]string, len(a.prompts))
+		for i, p := range a.prompts {
+			parts[i] = fmt.Sprint(p.tokens)
+			if p.shared > 0 {
+				parts[i] += fmt.Sprintf(" (%d shared)", p.shared)
+			}
+		}
+		s += fmt.Sprintf(" with a batch of %d fresh prompts of token ids: %s", len(a.prompts), strings.Join(parts, ", "))
+	}
 	if a.body != nil {
 		b, _ := json.Marshal(a.body)
 		s += " " + string(b)
@@ -29,9 +40,28 @@ func (a *rawAction) describe() string {
 	return s
 }
 
+// batchIDs builds the batch's prompts, fresh for the run: the shared
+// prefix, as long as the longest share, then each prompt's own ids.
+func (a *rawAction) batchIDs(r *runner) [][]int {
+	longest := 0
+	for _, p := range a.prompts {
+		longest = max(longest, p.shared)
+	}
+	shared := promptIDs(r.newID(), longest)
+	out := make([][]int, len(a.prompts))
+	for i, p := range a.prompts {
+		out[i] = append(slices.Clip(shared[:p.shared]), promptIDs(r.newID(), p.tokens-p.shared)...)
+	}
+	return out
+}
+
 func (a *rawAction) figures() []string {
-	return []string{"status", "seconds", "copies", "prompt_tokens", "cached_tokens", "completion_tokens",
+	figs := []string{"status", "seconds", "copies", "prompt_tokens", "cached_tokens", "completion_tokens",
 		"input_tok_s", "server_requests", "computed_tokens", "computed_tok_s"}
+	if a.prompts != nil {
+		figs = append(figs, "ttft_s")
+	}
+	return figs
 }
 
 func (a *rawAction) expectations() []string { return []string{expStatus, expBody, expFigure} }
@@ -42,9 +72,10 @@ func (a *rawAction) legs() []string         { return nil }
 // batch).
 type copyInfo struct {
 	MetaInfo struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CachedTokens     int `json:"cached_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		ID               string `json:"id"`
+		PromptTokens     int    `json:"prompt_tokens"`
+		CachedTokens     int    `json:"cached_tokens"`
+		CompletionTokens int    `json:"completion_tokens"`
 	} `json:"meta_info"`
 }
 
@@ -67,6 +98,9 @@ func (a *rawAction) run(ctx context.Context, r *runner) (*result, error) {
 		b := maps.Clone(a.body)
 		if a.promptTokens > 0 {
 			b["input_ids"] = promptIDs(r.newID(), a.promptTokens)
+		}
+		if a.prompts != nil {
+			b["input_ids"] = a.batchIDs(r)
 		}
 		enc, err := json.Marshal(b)
 		if err != nil {
@@ -97,10 +131,12 @@ func (a *rawAction) run(ctx context.Context, r *runner) (*result, error) {
 		return nil, err
 	}
 	ran, computed := 0, 0
+	ttft := map[string]*float64{}
 	for _, q := range after {
 		if !seen[q.RID] {
 			ran++
 			computed += q.PromptTokens - q.CachedTokens
+			ttft[q.RID] = q.TTFT
 		}
 	}
 	var copies []copyInfo
@@ -132,6 +168,12 @@ func (a *rawAction) run(ctx context.Context, r *runner) (*result, error) {
 	res := &result{}
 	for i, c := range copies {
 		rw := &row{label: fmt.Sprintf("copy %d", i+1), figures: map[string]*float64{}, status: resp.StatusCode, body: string(b)}
+		if a.prompts != nil {
+			// A prompt of the batch: selected by its number, with the
+			// time to its first token, from the server's records.
+			rw.ctx, rw.label = i+1, fmt.Sprintf("prompt %d", i+1)
+			rw.setPtr("ttft_s", ttft[c.MetaInfo.ID])
+		}
 		common(rw)
 		rw.set("prompt_tokens", float64(c.MetaInfo.PromptTokens))
 		rw.set("cached_tokens", float64(c.MetaInfo.CachedTokens))
@@ -153,13 +195,27 @@ func (a *rawAction) run(ctx context.Context, r *runner) (*result, error) {
 			fmt.Fprintf(&sb, "body: %.300q\n", b)
 		} else {
 			tw := tabwriter.NewWriter(&sb, 0, 0, 1, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "copy\tprompt_tokens\tcached_tokens\tcompletion_tokens\t")
+			items := "copies"
+			if a.prompts != nil {
+				items = "prompts"
+				fmt.Fprintln(tw, "prompt\tprompt_tokens\tshared\tcached_tokens\tcompletion_tokens\tttft_s\t")
+			} else {
+				fmt.Fprintln(tw, "copy\tprompt_tokens\tcached_tokens\tcompletion_tokens\t")
+			}
 			for i, c := range copies {
+				if a.prompts != nil {
+					t := "-"
+					if v := ttft[c.MetaInfo.ID]; v != nil {
+						t = fmt.Sprintf("%.4f", *v)
+					}
+					fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%s\t\n", i+1, c.MetaInfo.PromptTokens, a.prompts[i].shared, c.MetaInfo.CachedTokens, c.MetaInfo.CompletionTokens, t)
+					continue
+				}
 				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\n", i+1, c.MetaInfo.PromptTokens, c.MetaInfo.CachedTokens, c.MetaInfo.CompletionTokens)
 			}
 			tw.Flush()
-			fmt.Fprintf(&sb, "summed over the copies: %d prompt tokens, %.0f tok/s; computed by the server: %d, %.0f tok/s\n",
-				inputTokens, float64(inputTokens)/seconds, computed, float64(computed)/seconds)
+			fmt.Fprintf(&sb, "summed over the %s: %d prompt tokens, %.0f tok/s; computed by the server: %d, %.0f tok/s\n",
+				items, inputTokens, float64(inputTokens)/seconds, computed, float64(computed)/seconds)
 		}
 		_, err := io.WriteString(w, sb.String())
 		return err

@@ -236,9 +236,13 @@ func (e *Expectation) evaluate(rows []*row, realTime bool) Outcome {
 		o.Pass, got = false, []string{"no row to check"}
 	}
 	o.Got = strings.Join(got, ", ")
-	if n > 1 && len(same) == 1 && !hasCtx {
+	prompts := n > 0 && strings.HasPrefix(rows[0].label, "prompt ")
+	switch {
+	case n > 1 && len(same) == 1 && !hasCtx:
 		// Every row of a raw request shares its step's figures: say it once.
 		o.Got = same[0] + " (every copy)"
+	case n > 1 && len(same) == 1 && prompts && len(e.Ctx) == 0:
+		o.Got = same[0] + " (every prompt)"
 	}
 	return o
 }

@@ -92,3 +92,31 @@ func TestFailingExpectation(t *testing.T) {
 		t.Errorf("first outcome: got %+v", o)
 	}
 }
+
+// TestLPMScenarioUnderFCFS: the same batch on an fcfs server reads as the
+// scenario's note says: the second prompt sharing the prefix computes it
+// (0 cached), the third reuses it, the server computes 600 tokens more,
+// and the prompts run in the order sent.
+func TestLPMScenarioUnderFCFS(t *testing.T) {
+	sc, err := scenarios.Builtin("lpm-shared-prefix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Profile = sc.Profile.Clone()
+	sc.Profile.SchedulePolicy = "fcfs"
+	out, res := play(t, sc)
+	for _, line := range []string{
+		"  PASS  HTTP 200: HTTP 200 (every prompt)",
+		"  FAIL  cached_tokens = 600: 0 (prompt 3), 600 (prompt 4)  (builtin/lpm-shared-prefix.yaml:42)",
+		"  FAIL  computed_tokens = 6992: 7592 (every prompt)  (builtin/lpm-shared-prefix.yaml:45)",
+		"  FAIL  ttft_s <= 0.1: 0.09755 (prompt 2), 0.1537 (prompt 5)  (builtin/lpm-shared-prefix.yaml:47)",
+		"  FAIL  ttft_s >= 0.15: 0.09755 (prompt 3), 0.1537 (prompt 4), 0.1929 (prompt 6)  (builtin/lpm-shared-prefix.yaml:51)",
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("output lacks\n%s\ngot\n%s", line, out)
+		}
+	}
+	if got := res.Failed(); got != 4 {
+		t.Errorf("failed: got %d, want 4", got)
+	}
+}

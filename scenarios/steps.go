@@ -82,12 +82,24 @@ type stopLoadAction struct {
 
 // rawAction is one request where no harness method does what the
 // scenario needs (n > 1, say). promptTokens > 0 puts a fresh prompt of
-// that many token ids in the body's input_ids.
+// that many token ids in the body's input_ids; prompts puts a batch of
+// them there, in order.
 type rawAction struct {
 	method, path string
 	body         map[string]any
 	promptTokens int
+	prompts      []batchPrompt
 }
+
+// batchPrompt is one prompt of a raw batch: tokens ids, the first shared
+// of them the run's shared prefix (its head, for a prompt that shares
+// less than another), the rest its own.
+type batchPrompt struct {
+	tokens, shared int
+}
+
+// maxBatchPrompts bounds a raw batch.
+const maxBatchPrompts = 256
 
 // waitAction lets simulated time pass (a load get going, a server settle).
 type waitAction struct {
@@ -345,7 +357,7 @@ func (p *parser) stopLoad(n *yaml.Node, path string) (action, error) {
 }
 
 func (p *parser) raw(n *yaml.Node, path string) (action, error) {
-	f, err := p.d.mapping(n, path, "method", "path", "body", "prompt_tokens")
+	f, err := p.d.mapping(n, path, "method", "path", "body", "prompt_tokens", "prompts")
 	if err != nil {
 		return nil, err
 	}
@@ -373,15 +385,63 @@ func (p *parser) raw(n *yaml.Node, path string) (action, error) {
 			return nil, f.errorf("body", "%v", err)
 		}
 	}
-	if ra.promptTokens > 0 {
+	if f.has("prompts") {
+		if err := p.batchPrompts(f, ra); err != nil {
+			return nil, err
+		}
+	}
+	if ra.promptTokens > 0 || ra.prompts != nil {
+		key := "prompt_tokens"
+		if ra.prompts != nil {
+			key = "prompts"
+		}
 		if ra.body == nil {
 			ra.body = map[string]any{}
 		}
-		if _, ok := ra.body["input_ids"]; ok {
-			return nil, f.errorf("prompt_tokens", "the body already has input_ids")
+		for _, input := range []string{"input_ids", "text"} {
+			if _, ok := ra.body[input]; ok {
+				return nil, f.errorf(key, "the body already has %s", input)
+			}
 		}
 	}
 	return ra, nil
+}
+
+// batchPrompts reads a raw step's prompts: a list of {tokens, shared},
+// sent to /generate as one batch.
+func (p *parser) batchPrompts(f *fields, ra *rawAction) error {
+	if ra.promptTokens > 0 {
+		return f.errorf("prompts", "give prompt_tokens or prompts, not both")
+	}
+	if ra.path != "/generate" || ra.method != "POST" {
+		return f.errorf("prompts", "a batch of prompts goes to POST /generate, not %s %s", ra.method, ra.path)
+	}
+	list, err := f.list("prompts")
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 || len(list) > maxBatchPrompts {
+		return f.errorf("prompts", "want 1 to %d prompts, got %d", maxBatchPrompts, len(list))
+	}
+	for i, n := range list {
+		path := fmt.Sprintf("%s[%d]", f.sub("prompts"), i)
+		pf, err := p.d.mapping(n, path, "tokens", "shared")
+		if err != nil {
+			return err
+		}
+		if err := pf.require("tokens"); err != nil {
+			return err
+		}
+		var bp batchPrompt
+		if err := firstErr([]error{pf.integer("tokens", &bp.tokens, 1, maxPromptTokens), pf.integer("shared", &bp.shared, 0, maxPromptTokens)}); err != nil {
+			return err
+		}
+		if bp.shared > bp.tokens {
+			return pf.errorf("shared", "%d: more than the prompt's %d tokens", bp.shared, bp.tokens)
+		}
+		ra.prompts = append(ra.prompts, bp)
+	}
+	return nil
 }
 
 func (p *parser) wait(n *yaml.Node, path string) (action, error) {

@@ -141,7 +141,8 @@ type Truth struct {
 	FinishReason string   `json:"finish_reason"`
 	SpecVerifyCt int      `json:"spec_verify_ct"`
 	// Retractions counts the times decode ran out of KV and the request
-	// was retracted, queued and prefilled again.
+	// was retracted, or a request of higher priority preempted it, and it
+	// was queued and prefilled again.
 	Retractions int     `json:"num_retractions"`
 	Prefill     []Chunk `json:"prefill"`
 	Rounds      []Round `json:"rounds"`

@@ -29,7 +29,6 @@ import (
 // launch_server spells them, plus --profile, --speedup and --seed.
 type serveOptions struct {
 	host, modelPath, servedModelName, apiKey, logLevel, profileName string
-	schedulePolicy                                                  string
 	port                                                            int
 	speedup, shutdownGrace                                          float64
 	skipWarmup                                                      bool
@@ -108,7 +107,6 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 60*time.Second, "longest wait for more of a request's body, and for the whole body beyond it at 1 MiB/s, before answering 408 (wall time)")
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
-	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
 		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
 		`without a topic, SGLang's empty topic; the mock's own "bind": true binds the endpoint as given, e.g. "tcp://127.0.0.1:5557" for loopback only`)
@@ -141,10 +139,6 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		return nil, fmt.Errorf("--sim-truth-bytes %d: must be >= 1", o.simTruthBytes)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %v: must be >= 0", o.shutdownGrace)
-	case o.schedulePolicy == "lpm" || o.schedulePolicy == "dfs-weight" || o.schedulePolicy == "lof" || o.schedulePolicy == "random":
-		return nil, fmt.Errorf("--schedule-policy %s: not modelled; sglmock schedules fcfs, SGLang's default", o.schedulePolicy)
-	case o.schedulePolicy != "fcfs":
-		return nil, fmt.Errorf("--schedule-policy %q: unknown; SGLang's policies are fcfs, lpm, dfs-weight, lof and random, and sglmock models fcfs", o.schedulePolicy)
 	}
 	for _, d := range []struct {
 		flag string

@@ -62,13 +62,21 @@ func TestServeFlags(t *testing.T) {
 		{"an unknown SGLang release", []string{"--sglang-version", "0.5.15"}, `--sglang-version "0.5.15": not a release sglmock follows: it follows SGLang 0.5.10,`, nil},
 		{"seed", []string{"--seed", "7"}, "", func(o *serveOptions) bool { return o.profile.Seed == 7 }},
 		{"random seed", []string{"--random-seed", "8"}, "", func(o *serveOptions) bool { return o.profile.Seed == 8 }},
-		{"fcfs", []string{"--schedule-policy", "fcfs"}, "", func(o *serveOptions) bool { return o.schedulePolicy == "fcfs" }},
+		{"fcfs", []string{"--schedule-policy", "fcfs"}, "", func(o *serveOptions) bool { return o.profile.Policy() == "fcfs" }},
+		{"lpm", []string{"--schedule-policy", "lpm"}, "", func(o *serveOptions) bool { return o.profile.SchedulePolicy == "lpm" }},
+		{"priority scheduling", []string{"--schedule-policy", "lof", "--enable-priority-scheduling", "--priority-scheduling-preemption-threshold", "4"}, "",
+			func(o *serveOptions) bool {
+				return o.profile.EnablePriorityScheduling && o.profile.PreemptionThreshold() == 4
+			}},
 		{"timeouts", []string{"--idle-timeout", "1m", "--body-timeout", "2s", "--read-header-timeout", "3s"}, "", func(o *serveOptions) bool {
 			return o.idleTimeout == time.Minute && o.bodyTimeout == 2*time.Second && o.readHeaderTimeout == 3*time.Second
 		}},
 		{"zero timeout", []string{"--idle-timeout", "0s"}, "--idle-timeout 0s: must be > 0", nil},
-		{"lpm is not modelled", []string{"--schedule-policy", "lpm"}, "--schedule-policy lpm: not modelled", nil},
-		{"unknown policy", []string{"--schedule-policy", "fifo"}, `--schedule-policy "fifo": unknown`, nil},
+		{"priority is refused as SGLang's scheduler refuses it", []string{"--schedule-policy", "priority"}, "Unknown schedule_policy: policy='priority'", nil},
+		{"unknown policy", []string{"--schedule-policy", "fifo"},
+			"argument --schedule-policy: invalid choice: 'fifo' (choose from 'lpm', 'random', 'fcfs', 'dfs-weight', 'lof', 'priority', 'routing-key')", nil},
+		{"priority scheduling needs fcfs or lof", []string{"--schedule-policy", "lpm", "--enable-priority-scheduling"},
+			"To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported.", nil},
 		{"unknown flag", []string{"--tp-sise", "8"}, "unknown flag --tp-sise: did you mean --tp-size?", nil},
 		{"bad value", []string{"--port", "x"}, `invalid value "x" for flag --port`, nil},
 		{"port range", []string{"--port", "70000"}, "--port 70000", nil},

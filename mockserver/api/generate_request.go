@@ -54,6 +54,11 @@ type generateBody struct {
 	// its deprecated name (routedRank).
 	RoutedDPRank     *integer `json:"routed_dp_rank"`
 	DataParallelRank *integer `json:"data_parallel_rank"`
+	// Priority orders the queue under priority scheduling, for every
+	// item; RoutingKey groups requests for the routing-key policy, for a
+	// single request only (GenerateReqInput.__getitem__ drops it).
+	Priority   *integer `json:"priority"`
+	RoutingKey *string  `json:"routing_key"`
 }
 
 // perItem decodes a field that is either one value for every item or a
@@ -201,6 +206,10 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i], salts[i])
 		it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)
+		it.req.Priority = b.Priority.ptr()
+		if !p.batch && copies == 1 {
+			it.req.RoutingKey = deref(b.RoutingKey)
+		}
 		for range copies {
 			it.index = len(p.items)
 			p.items = append(p.items, it)

@@ -17,7 +17,7 @@ import (
 
 func (s *Server) completions(c *gin.Context) {
 	var body completionBody
-	if !s.readBody(c, &body) || !headerRank(c, &body.openAICommon) {
+	if !s.readBody(c, &body) || !openAIHeaders(c, &body.openAICommon) {
 		return
 	}
 	if isNull(body.Prompt) {
@@ -71,7 +71,7 @@ func (s *Server) completions(c *gin.Context) {
 
 func (s *Server) chatCompletions(c *gin.Context) {
 	var body chatBody
-	if !s.readBody(c, &body) || !headerRank(c, &body.openAICommon) {
+	if !s.readBody(c, &body) || !openAIHeaders(c, &body.openAICommon) {
 		return
 	}
 	var prompt engine.Request

@@ -54,6 +54,10 @@ type openAICommon struct {
 	RoutedDPRank     *integer `json:"routed_dp_rank"`
 	DataParallelRank *integer `json:"data_parallel_rank"`
 	headerDPRank     *int
+	// Priority is the request's priority; routingKey comes from the
+	// x-smg-routing-key header (openAIHeaders).
+	Priority   *integer `json:"priority"`
+	routingKey string
 }
 
 type completionBody struct {
@@ -149,6 +153,10 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			it.req.IgnoreEOS = b.IgnoreEOS
 			it.req.Sampling = b.sampling()
 			it.req.Namespace = ns
+			it.req.Priority = b.Priority.ptr()
+			if !p.batch {
+				it.req.RoutingKey = b.routingKey // a batch's items lose it (GenerateReqInput.__getitem__)
+			}
 			it.req.RoutedDPRank = b.headerDPRank
 			if it.req.RoutedDPRank == nil {
 				it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)

@@ -93,6 +93,15 @@ type ServerArgs struct {
 	LoadBalanceMethod         string  `json:"load_balance_method"`
 	KVEventsConfig            *string `json:"kv_events_config"` // --kv-events-config as given, or null
 	hicacheArgs
+
+	// Priority scheduling, as the profile sets it (schedule_policy is
+	// above).
+	EnablePriorityScheduling       bool `json:"enable_priority_scheduling"`
+	DisablePriorityPreemption      bool `json:"disable_priority_preemption"`
+	DefaultPriorityValue           *int `json:"default_priority_value"`
+	AbortOnPriorityWhenDisabled    bool `json:"abort_on_priority_when_disabled"`
+	ScheduleLowPriorityValuesFirst bool `json:"schedule_low_priority_values_first"`
+	PriorityPreemptionThreshold    int  `json:"priority_scheduling_preemption_threshold"`
 }
 
 // Config configures a Server.
@@ -293,7 +302,8 @@ func (s *Server) fillArgs(a ServerArgs) ServerArgs {
 		a.LogLevel = "info"
 	}
 	a.RandomSeed = p.Seed
-	a.SchedulePolicy, a.RadixEvictionPolicy = "fcfs", "lru"
+	a.SchedulePolicy, a.RadixEvictionPolicy = p.Policy(), "lru"
+	fillPriorityArgs(&a, p)
 	a.DecodeLogInterval = 40
 	a.TPSize, a.DPSize = p.TensorParallel(), p.Ranks()
 	a.EnableDPAttention, a.LoadBalanceMethod = p.DPAttention(), p.BalanceMethod()

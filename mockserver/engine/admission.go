@@ -264,8 +264,7 @@ func (s *scheduler) retractDecode() {
 	s.report.retracted = len(retracted)
 	for _, r := range retracted {
 		r.truth.Retractions++
-		s.waiting = append(s.waiting, r)
-		s.startPrefetch(r, s.now) // _add_request_to_queue prefetches it again
+		s.queue(r) // queue prefetches it again, as _add_request_to_queue does
 		s.counters.RetractedRequests++
 		s.counters.RetractedInputTokens += int64(len(r.tokens))
 		s.counters.RetractedOutputTokens += int64(len(r.outputs))
@@ -296,8 +295,8 @@ func (s *scheduler) abortOutOfMemory(r *req) {
 	s.running = slices.DeleteFunc(s.running, func(x *req) bool { return x.done })
 }
 
-// release frees a retracted request's KV without caching its output
-// (SGLang's release_kv_cache with is_insert=False): the prompt chunks
+// release frees a retracted or preempted request's KV without caching
+// its output (SGLang's release_kv_cache with is_insert=False): the prompt chunks
 // already inserted stay in the cache, unlocked. The request keeps its
 // output and is prefilled again, prompt and output, when readmitted.
 func (s *scheduler) release(r *req) {
@@ -306,5 +305,5 @@ func (s *scheduler) release(r *req) {
 	}
 	s.setPrivate(r, 0)
 	r.refill = append(slices.Clip(r.tokens), r.outputs...)
-	r.kvLen = 0
+	r.kvLen, r.prefixLen = 0, 0
 }

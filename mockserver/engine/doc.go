@@ -5,8 +5,8 @@
 //
 // # Shape
 //
-// An unsynchronized core (scheduler) holds the state: the FCFS waiting
-// queue, the request being prefilled in chunks, the running (decoding)
+// An unsynchronized core (scheduler) holds the state: the waiting queue
+// and its schedule policy, the request being prefilled in chunks, the running (decoding)
 // batch, the KV pool and the radix cache; a deployment of several DP
 // ranks has one a rank (see DP ranks). A thin shell (Engine) owns one
 // goroutine that plans an iteration, waits until its modelled end on an
@@ -73,7 +73,8 @@
 //     admitted, else a decode round over every running request (prefill
 //     first is SGLang's default).
 //   - A prefill batch takes the chunked request's next chunk, then waiting
-//     requests in FCFS order, up to max_prefill_tokens and
+//     requests in the order the schedule policy gives (below), up to
+//     max_prefill_tokens and
 //     chunked_prefill_size tokens and max_running_requests requests. A prompt
 //     that does not fit the rest of the budget is cut into a chunk and
 //     finished in later iterations; with chunking off a prompt runs whole.
@@ -187,6 +188,50 @@
 //     a load back protects the host copies it reads while the device
 //     evicts for it; a prefetch that had to shrink to the host pool's room
 //     looks up no more pages than it has room for).
+//
+// # Schedule policy
+//
+// Before each prefill batch a rank orders its own waiting queue, as
+// SGLang's SchedulePolicy.calc_priority does (policy.go), in place, so a
+// stable sort starts from the last order; only requests that have arrived
+// on the modelled clock take part, ahead of the rest. It runs only when
+// SGLang's get_new_batch_prefill gets that far: not while the batch is
+// full, unless priority preemption may make room.
+//
+//   - fcfs keeps the order of arrival; with priority scheduling, the
+//     priority (higher values first, or lower with
+//     schedule_low_priority_values_first), then the order the requests
+//     entered the queue (a retracted or preempted request enters again).
+//   - lpm matches every waiting request's whole sequence in the radix
+//     cache (a match like any other: it splits nodes and makes them
+//     recently used) and takes the longest match first, capped at what the
+//     request may reuse (num_matched_prefix_tokens). A request whose match
+//     is at most in_batch_prefix_caching_check_threshold (32) tokens is
+//     checked against the waiting requests checked before it: if it shares
+//     in_batch_prefix_caching_deprioritize_threshold (32) tokens or more
+//     with one, which is about to compute them, it goes to the back, so
+//     that a later batch finds them cached (in-batch prefix caching).
+//     Above 128 waiting requests lpm neither matches nor sorts. Without
+//     the radix cache lpm and dfs-weight are fcfs.
+//   - dfs-weight orders by the same matches: a depth-first walk of the
+//     cache, the subtree that more waiting requests end in first, ties in
+//     the order the subtrees were added (radixcache.DFSWeightOrder).
+//   - lof takes the largest max_new_tokens first (after the priority, under
+//     priority scheduling); random shuffles the queue as Python's
+//     random.shuffle does, from a generator seeded with the profile's seed
+//     and the rank; routing-key takes first the requests whose routing key
+//     the running batch holds most.
+//   - Under priority scheduling a request without a priority is the least
+//     preferred (or has default_priority_value); without it, a priority is
+//     ignored, or aborted with 503 under abort_on_priority_when_disabled.
+//     When the running batch is full, a waiting request may preempt running
+//     ones (PrefillAdder.preempt_to_schedule): least preferred first, the
+//     last into the queue on a tie, each more than
+//     priority_scheduling_preemption_threshold (10) below it, until their
+//     expected output covers what it needs beyond the free KV; they are
+//     released as a retraction releases a request and queued again when
+//     the batch is formed (SGLang forgets them when the batch ends up
+//     empty; the mock queues them).
 //
 // # Time
 //

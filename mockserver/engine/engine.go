@@ -414,6 +414,14 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	if e.prof.Speculative != nil {
 		q.rng = requestRNG(e.prof.Seed, rngKey)
 	}
+	q.routingKey = r.RoutingKey
+	if r.Priority == nil && e.prof.EnablePriorityScheduling {
+		// The tokenizer manager's _set_default_priority.
+		r.Priority = e.prof.DefaultPriorityValue
+	}
+	if r.Priority != nil {
+		q.priority, q.hasPriority = *r.Priority, true
+	}
 	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics, Route: r.Route, PromptHash: q.hash, SampleOf: r.SampleOf}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
@@ -497,6 +505,8 @@ func (e *Engine) Check(r Request) error {
 const (
 	// MaxRIDBytes bounds a request id, which the ground truth keeps.
 	MaxRIDBytes = 512
+	// MaxRoutingKeyBytes bounds a routing key, which the request keeps.
+	MaxRoutingKeyBytes = 512
 	// MaxNamespaceBytes bounds a cache namespace (extra_key, cache_salt
 	// and the LoRA adapter together), which the cache keeps.
 	MaxNamespaceBytes = 1024
@@ -562,6 +572,8 @@ func checkBounds(r Request) error {
 	switch {
 	case len(r.RID) > MaxRIDBytes:
 		return refuse("The rid must be at most %d bytes, got %d.", MaxRIDBytes, len(r.RID))
+	case len(r.RoutingKey) > MaxRoutingKeyBytes:
+		return refuse("The routing key must be at most %d bytes, got %d.", MaxRoutingKeyBytes, len(r.RoutingKey))
 	case len(r.Namespace) > MaxNamespaceBytes:
 		return refuse("The cache namespace (extra_key, cache_salt and lora_path together) must be at most %d bytes, got %d.",
 			MaxNamespaceBytes, len(r.Namespace))

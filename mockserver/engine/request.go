@@ -61,6 +61,14 @@ type Request struct {
 	// routed_dp_rank, or the deprecated data_parallel_rank): it must name
 	// one, except that 0 is ignored on a deployment of one rank.
 	RoutedDPRank *int
+	// Priority is the request's priority (SGLang's priority): under
+	// priority scheduling it orders the queue and may preempt running
+	// requests; without it, it is ignored, or the request is refused when
+	// the profile's abort_on_priority_when_disabled says so. Nil is none.
+	Priority *int
+	// RoutingKey groups requests for the routing-key policy (SGLang's
+	// routing_key, the x-smg-routing-key header on the OpenAI routes).
+	RoutingKey string
 }
 
 // Finish reasons, as SGLang spells them.
@@ -195,7 +203,8 @@ type Truth struct {
 	Finish     Finish
 	Spec       SpecStats
 	// Retractions counts the times decode ran out of KV and retracted the
-	// request: its KV was freed, and it was queued and prefilled again.
+	// request, or a request of higher priority preempted it: its KV was
+	// freed, and it was queued and prefilled again.
 	Retractions int
 	Internal    bool
 	NoMetrics   bool

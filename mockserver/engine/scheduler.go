@@ -51,6 +51,21 @@ type req struct {
 	match    radixcache.TierMatch[string]
 	loaded   int
 	prefetch *PrefetchRecord
+
+	// Scheduling policy (policy.go). entry orders its entries into the
+	// waiting queue (SGLang's wait_queue_entry_time, set again when it is
+	// queued again); priority is its priority under priority scheduling,
+	// hasPriority whether the client gave one; routingKey its routing key.
+	entry       uint64
+	priority    int
+	hasPriority bool
+	routingKey  string
+	// prefixLen is SGLang's len(req.prefix_indices) as preemption reads
+	// it: the cached prefix admission last matched, kept when the request
+	// had to wait, 0 after a retraction or preemption. (In SGLang lpm's
+	// and dfs-weight's matches set it too; priority scheduling, its only
+	// reader, runs with fcfs and lof alone.)
+	prefixLen int
 }
 
 // seqKV is how many tokens of the request's sequence have KV: what its
@@ -118,6 +133,7 @@ type scheduler struct {
 	departed    []*req        // requests whose client left, abort due
 	stopping    bool          // the engine is closing: every abort ends its request
 	ratio       tokenRatio
+	policy      *schedPolicy
 	batchFull   bool // no prefill until a request finishes or is retracted
 	onFinish    func(*Truth)
 	counters    Counters
@@ -158,6 +174,7 @@ func newScheduler(p *profile.Profile, tok *tokenizer.Tokenizer, disableCache boo
 		rng:         rand.New(rand.NewPCG(p.Seed, jitterStream+uint64(rank))),
 		active:      make(map[string]*req),
 		ratio:       newTokenRatio(p.ScheduleConservativeness()),
+		policy:      newSchedPolicy(p, !disableCache, rank),
 	}
 	if !disableCache {
 		newTree := radixcache.New[string]
@@ -234,13 +251,43 @@ func (s *scheduler) setPrivate(r *req, private int) {
 	r.private = private
 }
 
+// enqueue takes a new request, as SGLang's scheduler does
+// (_add_request_to_queue): under priority scheduling one without a
+// priority gets the least preferred; without it, one with a priority is
+// aborted with 503 if the profile says so.
 func (s *scheduler) enqueue(r *req) {
 	if _, dup := s.active[r.rid]; dup {
 		panic("engine: duplicate rid " + r.rid) // Submit checks rids first
 	}
+	switch {
+	case s.policy.priority && !r.hasPriority:
+		r.priority = defaultPriority(s.prof.ScheduleLowPriorityValuesFirst)
+	case !s.policy.priority && r.hasPriority && s.prof.AbortOnPriorityWhenDisabled:
+		s.finish(r, Finish{Reason: FinishAbort, Message: PriorityDisabledMessage, StatusCode: 503}, nil, max(s.now, r.truth.Arrival))
+		return
+	}
 	s.active[r.rid] = r
+	s.queue(r)
+}
+
+// PriorityDisabledMessage is SGLang's abort message for a request that
+// gives a priority to a server without priority scheduling, under
+// --abort-on-priority-when-disabled (_set_or_validate_priority).
+const PriorityDisabledMessage = "Using priority is disabled for this server. Please send a new request without a priority."
+
+// queue appends r to the waiting queue, stamping its entry.
+func (s *scheduler) queue(r *req) {
+	r.entry = s.policy.nextEntry
+	s.policy.nextEntry++
 	s.waiting = append(s.waiting, r)
-	s.startPrefetch(r, r.truth.Arrival)
+	// A request queued again (retracted or preempted) is looked up in
+	// storage again now, as _add_request_to_queue does; a new one at its
+	// arrival.
+	at := r.truth.Arrival
+	if r.truth.Scheduled() {
+		at = s.now
+	}
+	s.startPrefetch(r, at)
 }
 
 // prepare does what SGLang's scheduler does before it picks a batch:
@@ -267,16 +314,32 @@ func (s *scheduler) nextArrival() (time.Duration, bool) {
 	return next, found
 }
 
-// planPrefill forms a prefill batch as SGLang's PrefillAdder does: the
-// chunked request's next chunk first, then waiting requests in FCFS order
+// planPrefill forms a prefill batch as SGLang's get_new_batch_prefill and
+// PrefillAdder do: the schedule policy orders the queue, then the chunked
+// request's next chunk goes first, then waiting requests in that order
 // while the memory budget (see prefillBudget), the token budgets and the
 // running-request bound allow. The first request that does not fit stops
 // the batch; when memory or request slots ran out, no prefill is tried
-// again until a request finishes or is retracted (SGLang's batch_is_full).
+// again until a request finishes or is retracted (SGLang's batch_is_full),
+// unless priority preemption may make room: then at every iteration, and
+// a full batch takes a request only by preempting running ones for it.
 func (s *scheduler) planPrefill() *iteration {
+	preempt := s.policy.preempt
+	if preempt {
+		s.batchFull = false // SGLang tries preemption at every prefill
+	}
 	if s.chunked == nil && (s.batchFull || len(s.waiting) == 0) {
 		return nil
 	}
+	slots := s.prof.RankMaxRunningRequests() - len(s.running)
+	if s.chunked != nil {
+		slots--
+	}
+	if s.chunked == nil && slots <= 0 && !preempt {
+		s.batchFull = true
+		return nil
+	}
+	s.policy.calcPriority(s)
 	budget, chunking := s.prof.ChunkBudget()
 	remInput := s.prof.MaxPrefillTokens
 	page := s.prof.PageSize
@@ -305,15 +368,16 @@ func (s *scheduler) planPrefill() *iteration {
 			budget = 0 // still chunking: nothing else joins
 		}
 	}
-	slots := s.prof.RankMaxRunningRequests() - len(s.running)
-	if s.chunked != nil {
-		slots--
-	}
-	for i := 0; i < len(s.waiting) && budget > 0 && remInput > 0; {
-		if slots <= 0 {
-			s.batchFull = true
-			break
+	// full is SGLang's batch_is_full once the batch holds as many
+	// requests as may run: from then on each request needs a preemption.
+	full := false
+	var preempted []*req
+	defer func() {
+		for _, r := range preempted {
+			s.queue(r)
 		}
+	}()
+	for i := 0; i < len(s.waiting) && budget > 0 && remInput > 0; {
 		r := s.waiting[i]
 		if r.truth.Arrival > s.now {
 			break // it has not arrived yet on the modelled clock
@@ -321,6 +385,20 @@ func (s *scheduler) planPrefill() *iteration {
 		if !s.prefetchReady(r) {
 			i++ // its prefetch from storage goes on: the next may run
 			continue
+		}
+		if slots <= 0 {
+			full = true
+		}
+		if full {
+			var freed []*req
+			if preempt {
+				freed = s.preemptFor(r, &b)
+			}
+			if freed == nil {
+				s.batchFull = true
+				break
+			}
+			preempted = append(preempted, freed...)
 		}
 		s.admit(r) // its prefix is locked: not evictable for this test
 		extend := r.remainingFill()
@@ -451,7 +529,7 @@ func (s *scheduler) admit(r *req) {
 	if err := s.tree.Lock(node); err != nil {
 		panic(err) // a node Match just returned is live
 	}
-	r.node, r.kvLen = node, cached
+	r.node, r.kvLen, r.prefixLen = node, cached, cached
 	s.noteCached(r)
 }
 

@@ -78,6 +78,16 @@
 // without speculative decoding replaces the profile's bound (what SGLang
 // derives without it) by 48 unless --max-running-requests is given.
 //
+// # Scheduling
+//
+// schedule_policy is SGLang's --schedule-policy, with its choices (fcfs,
+// the default; lpm, dfs-weight, lof, random, routing-key; "priority" is
+// refused as SGLang's scheduler refuses it), and the priority scheduling
+// keys are its flags of those names (schedule.go); the engine applies
+// them. The in-batch prefix caching thresholds are SGLang's environment
+// variables IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD and
+// IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD, 32 each when absent.
+//
 // # Output without max_tokens
 //
 // SGLang gives a chat completion without max_tokens the whole context

@@ -32,9 +32,23 @@ var fieldDocs = map[string]string{
 	"dp_size":              "DP ranks (SGLang's --dp-size), each a scheduler with its own queue, running batch, KV pool of max_total_tokens and radix cache, behind a controller that sends each request to one; 0 or absent: 1",
 	"enable_dp_attention":  "DP attention (SGLang's --enable-dp-attention): the ranks share one tensor-parallel group and run every iteration together, each divides chunked_prefill_size and max_running_requests by dp_size, and admits with a token ratio scaled by 0.3",
 	"load_balance_method":  "how the controller picks a rank (SGLang's --load-balance-method): auto (round_robin), round_robin, total_requests or total_tokens",
-	"add_bos_token":        "begin every text prompt with a BOS token, as a Llama tokenizer does (prompts sent as input_ids are taken as they are)",
-	"chat_template":        "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1, kimi-k2 or kimi-k2.6 (a thinking model: the generation prompt opens <think>); a loaded tokenizer brings its own",
-	"tokenizer_path":       "a Hugging Face model directory whose tokenizer and chat template replace the built-in ones (--tokenizer-path overrides it); relative to the profile file",
+	"schedule_policy": "the order each rank admits its waiting queue in (SGLang's --schedule-policy): fcfs (the default), lpm (longest cached prefix first), " +
+		"dfs-weight (by the cache's subtrees), lof (longest max_new_tokens first), random (shuffled with seed) or routing-key; lpm and dfs-weight hold back " +
+		"a request whose prefix a waiting request ahead of it is about to compute",
+	"enable_priority_scheduling":         "order fcfs and lof by each request's priority first, and let a request preempt running ones of lower priority (SGLang's --enable-priority-scheduling)",
+	"schedule_low_priority_values_first": "with enable_priority_scheduling, lower priority values go first (SGLang's --schedule-low-priority-values-first); else higher ones",
+	"disable_priority_preemption":        "with enable_priority_scheduling, never preempt a running request (SGLang's --disable-priority-preemption)",
+	"priority_scheduling_preemption_threshold": "a waiting request preempts a running one only when its priority is more than this better (SGLang's " +
+		"--priority-scheduling-preemption-threshold); absent: 10",
+	"default_priority_value":          "with enable_priority_scheduling, the priority of a request that gives none (SGLang's --default-priority-value); absent: the lowest",
+	"abort_on_priority_when_disabled": "without enable_priority_scheduling, abort a request that gives a priority with 503 (SGLang's --abort-on-priority-when-disabled)",
+	"in_batch_prefix_caching_check_threshold": "lpm and dfs-weight check a waiting request against the others when its cached prefix is at most this " +
+		"(SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD); -1: no in-batch prefix caching; absent: 32",
+	"in_batch_prefix_caching_deprioritize_threshold": "a checked request sharing at least this many tokens with a waiting request ahead of it goes to the back " +
+		"(SGLang's IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD); absent: 32",
+	"add_bos_token":  "begin every text prompt with a BOS token, as a Llama tokenizer does (prompts sent as input_ids are taken as they are)",
+	"chat_template":  "the built-in chat template the built-in tokenizer renders chats with: chatml (the default), llama-3.1, kimi-k2 or kimi-k2.6 (a thinking model: the generation prompt opens <think>); a loaded tokenizer brings its own",
+	"tokenizer_path": "a Hugging Face model directory whose tokenizer and chat template replace the built-in ones (--tokenizer-path overrides it); relative to the profile file",
 
 	"prefill":             "the cost of a prefill chunk of m new tokens over p cached ones: overhead_s + per_token_s*m + attention_s*m*(p+m/2), or with table: overhead_s + table(p+m) - table(p)",
 	"prefill.overhead_s":  "seconds each prefill chunk costs whatever its size",

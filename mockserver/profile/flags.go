@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sglmock/sglmock/compat"
@@ -36,6 +37,9 @@ type Flags struct {
 	dpAttention                                              bool
 	loadBalance                                              string
 	hicache                                                  *hicacheFlags
+	schedulePolicy                                           string
+	priority, lowPriorityFirst, noPreemption, abortPriority  bool
+	preemptionThreshold, defaultPriority                     int
 }
 
 // RegisterFlags defines the profile flags on fs.
@@ -64,7 +68,17 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.sglangVersion, "sglang-version", "", "the SGLang `release` whose rules to follow, one of "+
 		strings.Join(compat.Known(), ", ")+" (default: the profile's sglang_version, else "+compat.Default+
 		"); /server_info and /v1/loads report it, and 'sglmock version' lists the rules that differ")
-	seedUsage := "override the profile's seed (acceptance draws, jitter)"
+	fs.StringVar(&f.schedulePolicy, "schedule-policy", "", "the order each DP rank admits its waiting queue in: fcfs, lpm (longest cached prefix first), "+
+		"dfs-weight, lof (longest output first), random (shuffled with --random-seed) or routing-key (default: the profile's, else fcfs)")
+	fs.BoolVar(&f.priority, "enable-priority-scheduling", false, "order fcfs and lof by each request's priority (higher values first), "+
+		"and let a waiting request preempt running ones of lower priority when the running batch is full")
+	fs.BoolVar(&f.lowPriorityFirst, "schedule-low-priority-values-first", false, "with --enable-priority-scheduling, lower priority values go first")
+	fs.BoolVar(&f.noPreemption, "disable-priority-preemption", false, "with --enable-priority-scheduling, never preempt a running request")
+	fs.IntVar(&f.preemptionThreshold, "priority-scheduling-preemption-threshold", DefaultPriorityPreemptionThreshold,
+		"the priority difference above which a waiting request preempts a running one")
+	fs.IntVar(&f.defaultPriority, "default-priority-value", 0, "with --enable-priority-scheduling, the priority of a request that gives none (default: the lowest)")
+	fs.BoolVar(&f.abortPriority, "abort-on-priority-when-disabled", false, "without --enable-priority-scheduling, abort a request that gives a priority (503)")
+	seedUsage := "override the profile's seed (acceptance draws, jitter, the random schedule policy)"
 	fs.Uint64Var(&f.seed, "random-seed", 0, seedUsage)
 	fs.Uint64Var(&f.seed, "seed", 0, seedUsage+"; the same as --random-seed")
 	f.hicache = registerHiCacheFlags(fs)
@@ -136,6 +150,34 @@ func (f *Flags) Apply(p *Profile) error {
 			return fmt.Errorf("--sglang-version %w", err)
 		}
 		p.SGLangVersion = release
+	}
+	if set["schedule-policy"] {
+		if !slices.Contains(SchedulePolicies, f.schedulePolicy) {
+			return fmt.Errorf("argument --schedule-policy: %s", InvalidPolicyChoice(f.schedulePolicy))
+		}
+		p.SchedulePolicy = f.schedulePolicy
+	}
+	for _, b := range []struct {
+		flag string
+		dst  *bool
+		v    bool
+	}{
+		{"enable-priority-scheduling", &p.EnablePriorityScheduling, f.priority},
+		{"schedule-low-priority-values-first", &p.ScheduleLowPriorityValuesFirst, f.lowPriorityFirst},
+		{"disable-priority-preemption", &p.DisablePriorityPreemption, f.noPreemption},
+		{"abort-on-priority-when-disabled", &p.AbortOnPriorityWhenDisabled, f.abortPriority},
+	} {
+		if set[b.flag] {
+			*b.dst = b.v
+		}
+	}
+	if set["priority-scheduling-preemption-threshold"] {
+		v := f.preemptionThreshold
+		p.PriorityPreemptionThreshold = &v
+	}
+	if set["default-priority-value"] {
+		v := f.defaultPriority
+		p.DefaultPriorityValue = &v
 	}
 	if f.disableOverlap {
 		p.FlushBusyAfterFinishS = 0

@@ -54,6 +54,20 @@ type Profile struct {
 	EnableDPAttention bool   `yaml:"enable_dp_attention,omitempty" json:"enable_dp_attention,omitempty"`
 	LoadBalanceMethod string `yaml:"load_balance_method,omitempty" json:"load_balance_method,omitempty"`
 
+	// Scheduling (schedule.go): the order each rank's scheduler admits
+	// its waiting queue in (SGLang's --schedule-policy, fcfs when unset),
+	// priority scheduling and its flags, and the in-batch prefix caching
+	// thresholds (SGLang's environment variables of those names).
+	SchedulePolicy                            string `yaml:"schedule_policy,omitempty" json:"schedule_policy,omitempty"`
+	EnablePriorityScheduling                  bool   `yaml:"enable_priority_scheduling,omitempty" json:"enable_priority_scheduling,omitempty"`
+	ScheduleLowPriorityValuesFirst            bool   `yaml:"schedule_low_priority_values_first,omitempty" json:"schedule_low_priority_values_first,omitempty"`
+	DisablePriorityPreemption                 bool   `yaml:"disable_priority_preemption,omitempty" json:"disable_priority_preemption,omitempty"`
+	PriorityPreemptionThreshold               *int   `yaml:"priority_scheduling_preemption_threshold,omitempty" json:"priority_scheduling_preemption_threshold,omitempty"`
+	DefaultPriorityValue                      *int   `yaml:"default_priority_value,omitempty" json:"default_priority_value,omitempty"`
+	AbortOnPriorityWhenDisabled               bool   `yaml:"abort_on_priority_when_disabled,omitempty" json:"abort_on_priority_when_disabled,omitempty"`
+	InBatchPrefixCachingCheckThreshold        *int   `yaml:"in_batch_prefix_caching_check_threshold,omitempty" json:"in_batch_prefix_caching_check_threshold,omitempty"`
+	InBatchPrefixCachingDeprioritizeThreshold *int   `yaml:"in_batch_prefix_caching_deprioritize_threshold,omitempty" json:"in_batch_prefix_caching_deprioritize_threshold,omitempty"`
+
 	// AddBOSToken makes the tokenizer begin every text prompt (/generate
 	// text, completion prompt strings, chat) with a BOS token, as Llama's
 	// does; prompts sent as input_ids are taken as they are.
@@ -349,6 +363,13 @@ func (p *Profile) Clone() *Profile {
 	c := *p
 	c.Prefill.Table = slices.Clone(p.Prefill.Table)
 	c.Decode.CtxTable = slices.Clone(p.Decode.CtxTable)
+	for _, v := range []**int{&c.PriorityPreemptionThreshold, &c.DefaultPriorityValue,
+		&c.InBatchPrefixCachingCheckThreshold, &c.InBatchPrefixCachingDeprioritizeThreshold} {
+		if *v != nil {
+			x := **v
+			*v = &x
+		}
+	}
 	if p.Speculative != nil {
 		spec := *p.Speculative
 		spec.AcceptProbs = slices.Clone(spec.AcceptProbs)
@@ -464,6 +485,7 @@ func (p *Profile) Validate() error {
 		v.check(false, "sglang_version", p.SGLangVersion, err.Error())
 	}
 	v.validateDP(p)
+	v.validateSchedule(p)
 	v.check(p.MaxOutputTokens >= 0, "max_output_tokens", p.MaxOutputTokens, "must be >= 0 (0: the default)")
 	v.check(p.ChatTemplate == "" || slices.Contains(tokenizer.ChatTemplates(), p.ChatTemplate), "chat_template", p.ChatTemplate,
 		"must be one of "+strings.Join(tokenizer.ChatTemplates(), ", ")+" (a loaded tokenizer brings its own)")
