@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/internal/cputime"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -138,7 +136,7 @@ func load(b *testing.B, client *http.Client, url, body string, n int) float64 {
 }
 
 // BenchmarkThroughput64 measures requests/s at concurrency 64 (100-word
-// prompt, 16 output tokens, zero-cost profile) against a bare gin handler
+// prompt, 16 output tokens, zero-cost profile) against a bare net/http handler
 // that answers the same bytes (a real response's, replayed event by event
 // with a flush each), for /generate and /v1/completions, non-streaming and
 // streaming (16 events and [DONE]).
@@ -175,17 +173,18 @@ func BenchmarkThroughput64(b *testing.B) {
 				if stream && len(events) < 17 {
 					b.Fatalf("got %d events, want at least 17: %q", len(events), sample)
 				}
-				bare := gin.New()
-				bare.POST(tc.path, func(c *gin.Context) {
-					io.Copy(io.Discard, c.Request.Body)
+				bare := http.NewServeMux()
+				bare.HandleFunc("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body)
 					if !stream {
-						c.Data(http.StatusOK, "application/json", sample)
+						w.Header().Set("Content-Type", "application/json")
+						w.Write(sample)
 						return
 					}
-					c.Header("Content-Type", "text/event-stream; charset=utf-8")
+					w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 					for _, ev := range events {
-						c.Writer.WriteString(ev)
-						c.Writer.Flush()
+						io.WriteString(w, ev)
+						w.(http.Flusher).Flush()
 					}
 				})
 				bareURL, stopBare := serveTCP(b, bare)

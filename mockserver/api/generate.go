@@ -2,11 +2,9 @@ package api
 
 import (
 	"errors"
-
-	"github.com/gin-gonic/gin"
 )
 
-func (s *Server) generate(c *gin.Context) {
+func (s *Server) generate(c *exchange) {
 	var body generateBody
 	if !s.readBody(c, &body) {
 		return
@@ -54,7 +52,7 @@ func (s *Server) generate(c *gin.Context) {
 // returns its StreamingResponse before the request is even parsed, so the
 // status line and headers go out at once, before prefill; a request refused
 // after that (refused, or a refusal at submit) gets one error event.
-func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
+func (s *Server) streamGenerate(c *exchange, p plan, refused error) {
 	w := s.newSSE(c)
 	if w.open() != nil {
 		return
