@@ -31,7 +31,9 @@ func TestRouter(t *testing.T) {
 		c.Status(http.StatusAccepted)
 		c.Header("X-After", "set after the status")
 	})
-	r.handle([]string{"GET"}, "/one/:id", func(c *exchange) { c.Data(http.StatusOK, "text/plain", []byte("id="+c.Param("id")+" other="+c.Param("x"))) })
+	r.handle([]string{"GET"}, "/one/:id", func(c *exchange) {
+		c.Data(http.StatusOK, "text/plain", []byte("id="+c.Param("id")+" other="+c.Param("x")))
+	})
 	r.handle([]string{"GET"}, "/rest/*name", func(c *exchange) { c.Data(http.StatusOK, "text/plain", []byte("name="+c.Param("name"))) })
 	r.handle([]string{"GET"}, "/panic", func(c *exchange) { panic(errors.New("boom")) })
 	r.handle([]string{"GET"}, "/abort", func(c *exchange) { panic(http.ErrAbortHandler) })
