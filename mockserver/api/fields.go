@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"fmt"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 )
@@ -37,4 +38,24 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// plainString is raw's text when raw is a JSON string with no escape, no
+// control character and valid UTF-8, which decodes to its own bytes: a
+// long prompt then costs one scan instead of a second decode. Any other
+// string (or value) reports false, for the decoder to read.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	for _, c := range body {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(body) {
+		return "", false
+	}
+	return string(body), true
 }

@@ -121,6 +121,9 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 // parsePrompt reads a completions prompt: a string, a list of strings, a
 // list of token ids or a list of such lists.
 func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
+	if one, ok := plainString(raw); ok {
+		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
+	}
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
 		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil

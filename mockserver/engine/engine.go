@@ -415,14 +415,15 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	case r.MaxNewTokens < 0:
 		return &InvalidRequestError{Message: fmt.Sprintf("max_new_tokens must be at least 0, got %d.", r.MaxNewTokens)}
 	}
+	vocab := e.tok.VocabSize()
 	for _, id := range tokens {
 		if id < 0 {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, e.tok.VocabSize())}
+				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, vocab)}
 		}
-		if int64(id) >= e.tok.VocabSize() {
+		if int64(id) >= vocab {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), e.tok.VocabSize())}
+				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), vocab)}
 		}
 	}
 	switch maxInput := e.prof.MaxReqInputLen(); {
