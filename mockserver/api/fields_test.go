@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 
 	json "github.com/goccy/go-json"
@@ -25,6 +26,11 @@ func TestPlainString(t *testing.T) {
 		{`["a"]`, false},
 		{`12`, false},
 		{`"`, false},
+		{`"eight by` + "\x01" + `tes and more"`, false},
+		{`"` + strings.Repeat("long plain text ", 40) + `"`, true},
+		{`"` + strings.Repeat("long plain text ", 40) + "\x1f" + `"`, false},
+		{`"` + strings.Repeat("long text é ", 40) + `"`, true},
+		{`"` + strings.Repeat("long text ", 40) + "\xc3" + `"`, false},
 	}
 	for _, tt := range tests {
 		got, ok := plainString([]byte(tt.raw))
