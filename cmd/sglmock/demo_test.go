@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/sglmock/sglmock/harness"
-	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/internal/norace"
 )
 
 // demoTolerance is what the demo's test asks of the fixed method over
@@ -36,7 +36,7 @@ func TestDemoOverLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs about 12 s of wall time")
 	}
-	mocktest.SkipUnderRace(t, "checks the demo's figures against the truth over loopback")
+	norace.Skip(t, "checks the demo's figures against the truth over loopback")
 	set := demoSettings{b: 193, points: []demoPoint{
 		{demoPoints[0].Point, 1},
 		{demoPoints[1].Point, 10},

@@ -13,8 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
-	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
 // installDoc is the install guide, whose GitHub Actions recipe the test
@@ -53,7 +53,7 @@ func TestInstallRecipe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds sglmock through go install")
 	}
-	mocktest.SkipUnderRace(t, "builds sglmock and runs the recipe's steps: it checks the documented commands")
+	norace.Skip(t, "builds sglmock and runs the recipe's steps: it checks the documented commands")
 	for _, tool := range []string{"bash", "curl", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s here: %v", tool, err)

@@ -259,17 +259,3 @@ func CheckIdle(t testing.TB, e *engine.Engine) {
 			st.Idle, st.Running, st.Queued, st.CacheProtected, st.KVUsed, st.KVFree, st.CacheTokens, st.KVCapacity)
 	}
 }
-
-// SkipUnderRace skips a test under the race detector when its subject is
-// not concurrency and the detector makes it slow (it multiplies the CPU
-// time of a long simulated sweep, a real-time loopback run or a build some
-// fivefold); why says what the test checks. CI (.ci/run) runs every
-// package that calls it again without -race, so the test still runs once
-// (docs/testing.md). A test about goroutines, locks or shutdown never
-// calls it.
-func SkipUnderRace(t testing.TB, why string) {
-	t.Helper()
-	if raceDetector {
-		t.Skipf("%s, not goroutines: it runs without -race (.ci/run)", why)
-	}
-}
