@@ -12,6 +12,8 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/sglmock/sglmock/internal/norace"
 )
 
 func fp(x float64) *float64 { return &x }
@@ -149,6 +151,7 @@ func TestPlotFormat(t *testing.T) {
 // Every format draws; the SVG carries the title and the subtitle's server,
 // speedup and date.
 func TestWritePlotFormats(t *testing.T) {
+	norace.Skip(t, "checks the plot's files")
 	caption := PlotCaption{Server: "http://gpu:30000", Date: time.Date(2026, 5, 1, 14, 3, 0, 0, time.UTC)}
 	for _, ext := range PlotFormats() {
 		var out bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 
 	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
@@ -25,6 +26,7 @@ func streamRun(t *testing.T, m *mocktest.Mock, points []harness.Point, maxNew in
 // ±5.6 % only: SUSPECT, with the --max-new-tokens that narrows it, at which
 // the verdict has only the events to say.
 func TestStreamOnEagle3(t *testing.T) {
+	norace.Skip(t, "checks the stream method's figures")
 	synctest.Test(t, func(t *testing.T) {
 		p := mocktest.Profile(t, "llama-8b-eagle3-h100")
 		p.FlushBusyAfterFinishS = 0 // no overlap flush window: this run never retries its flush

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 
 	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
@@ -32,6 +33,7 @@ func causeSweep(t *testing.T) *harness.Report {
 // both legs ("legs a and b"), one for every row whatever its figures (the
 // note gives the first row's and says so).
 func TestCompactTable(t *testing.T) {
+	norace.Skip(t, "checks a sweep's table")
 	synctest.Test(t, func(t *testing.T) {
 		var out bytes.Buffer
 		if err := causeSweep(t).WriteTable(&out); err != nil {
@@ -49,6 +51,7 @@ func TestCompactTable(t *testing.T) {
 // --wide: every column, and a note per distinct text (each row's own
 // figures), still once for both legs.
 func TestWideTable(t *testing.T) {
+	norace.Skip(t, "checks a sweep's table")
 	synctest.Test(t, func(t *testing.T) {
 		var out bytes.Buffer
 		if err := causeSweep(t).WriteWideTable(&out); err != nil {
@@ -61,6 +64,7 @@ func TestWideTable(t *testing.T) {
 // A TableWriter fed the report as it grows writes each row as it comes,
 // and in the end the same bytes as the whole report's table.
 func TestTableWriterStreams(t *testing.T) {
+	norace.Skip(t, "checks the table's rows")
 	synctest.Test(t, func(t *testing.T) {
 		rep := causeSweep(t)
 		for _, wide := range []bool{false, true} {
@@ -102,6 +106,7 @@ func rowLines(table string) int { return len(rowLine.FindAllString(table, -1)) }
 // Told how many rows a table has, the writer ends each table with its last
 // row: the notes come out before the next method has a row.
 func TestTableWriterEndsTables(t *testing.T) {
+	norace.Skip(t, "checks the table's rows")
 	synctest.Test(t, func(t *testing.T) {
 		rep := causeSweep(t)
 		var out bytes.Buffer

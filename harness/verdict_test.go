@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 	"github.com/sglmock/sglmock/mockserver/profile"
@@ -76,6 +77,7 @@ func lateClient(m *mocktest.Mock, delay func(rid string, maxNew int) time.Durati
 // lateness and the speedup at which it would leave 2.5 %; at that speedup
 // the same lateness leaves every row within 5 %.
 func TestSweepAtASpeedupTheHostCannotKeep(t *testing.T) {
+	norace.Skip(t, "checks the verdicts of sweeps")
 	const sweepB = 1025
 	sweep := func(t *testing.T, speedup float64, delay func(string, int) time.Duration) *harness.Report {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), Speedup: speedup})
@@ -304,6 +306,7 @@ func rowHists(t *testing.T, row harness.Row) [][]int {
 // interval narrows by √n, and the row says the wider of it and the
 // runs' measured spread, once.
 func TestAcceptanceScatter(t *testing.T) {
+	norace.Skip(t, "checks the acceptance-scatter verdicts")
 	for _, tt := range []struct {
 		profile string
 		b       int
@@ -433,6 +436,7 @@ func TestReversedRunAmongRepeats(t *testing.T) {
 // two-token word steps over the target, and over the OpenAI routes, which
 // size with the server's /tokenize too.
 func TestContextIsExact(t *testing.T) {
+	norace.Skip(t, "checks a sweep's figures")
 	for _, backend := range []harness.Backend{harness.SGLang, harness.OpenAI} {
 		synctest.Test(t, func(t *testing.T) {
 			m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
@@ -530,6 +534,7 @@ func pctOf(x *float64) string {
 // against sglmock the scatter comes from /sim/profile's accept_dist, and
 // the rounds from its mean (192 / 4.40385 = 43.6).
 func TestAcceptanceScatterFromSim(t *testing.T) {
+	norace.Skip(t, "checks the acceptance-scatter verdicts")
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "kimi-k2.6-rtx6000"), EnableCacheReport: true})
 		tp := twoPoint(m, []harness.Point{{CtxReq: 32768, Tokens: 45507}}, harness.NonceMethod)
@@ -549,6 +554,7 @@ func TestAcceptanceScatterFromSim(t *testing.T) {
 // its rates (Kimi's decode slows steeply past 1.4k tokens); where it holds
 // steady, or the span is short, nothing is said of it.
 func TestContextGrowth(t *testing.T) {
+	norace.Skip(t, "checks the context-growth verdicts")
 	for _, tt := range []struct {
 		tokens, b int
 		want      string

@@ -1,6 +1,8 @@
 package radixcache
 
 import (
+	"github.com/sglmock/sglmock/internal/norace"
+
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -144,6 +146,7 @@ func TestObserverEvents(t *testing.T) {
 // resets) into a PageSet and compares it with the tree's pages after each
 // one, for token and bigram trees and several page sizes.
 func TestObservedReplayMatchesPages(t *testing.T) {
+	norace.Skip(t, "checks the observed pages (the tree has no goroutines)")
 	for _, bigram := range []bool{false, true} {
 		for _, page := range []int{1, 2, 4} {
 			t.Run(fmt.Sprintf("bigram=%v/page=%d", bigram, page), func(t *testing.T) {

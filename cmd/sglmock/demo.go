@@ -99,12 +99,18 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 	fmt.Fprintln(stdout)
 	combined := &harness.Report{Method: "twopoint"}
 	var fixed []harness.Row
-	for _, dp := range set.points {
+	for i, dp := range set.points {
+		// The tables come at the end, naive's rows together; meanwhile each
+		// context says what runs and, when it ends, how long it took.
+		fmt.Fprintf(stderr, "[%d/%d] ctx %d (%d prompt tokens) at x%g: naive, then flush+nonce ...", i+1, len(set.points), dp.CtxReq, dp.Tokens, dp.speedup)
+		start := time.Now()
 		rep, err := demoContext(ctx, p, dp, set.b)
 		if err != nil {
+			fmt.Fprintln(stderr)
 			fmt.Fprintln(stderr, "sglmock demo:", err)
 			return nil, 1
 		}
+		fmt.Fprintf(stderr, " %.1f s\n", time.Since(start).Seconds())
 		combined.Server = rep.Server
 		for _, row := range rep.Rows {
 			if row.Method == harness.FlushNonce {

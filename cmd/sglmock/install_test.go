@@ -1,10 +1,8 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,44 +12,48 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglmock/sglmock/internal/norace"
+	"github.com/sglmock/sglmock/mockserver/api"
 )
 
 // installDoc is the install guide, whose GitHub Actions recipe the test
 // runs.
 var installDoc = filepath.Join("..", "..", "docs", "install.md")
 
-// recipeVersion is the version the test's module proxy serves this
-// checkout as. It is the process's own, so that two test runs on one
-// machine (they share its module cache) never extract or forget each
-// other's copy.
-var recipeVersion = fmt.Sprintf("v0.0.0-recipe.%d", os.Getpid())
+// sglmockCheckout is where the recipe checks sglmock out, beside the
+// user's repository, and builds it.
+const sglmockCheckout = ".sglmock"
 
 // workflow is the part of a GitHub Actions workflow the recipe uses.
 type workflow struct {
 	Jobs map[string]struct {
 		RunsOn string `yaml:"runs-on"`
 		Steps  []struct {
-			Name string            `yaml:"name"`
-			Uses string            `yaml:"uses"`
-			With map[string]string `yaml:"with"`
-			If   string            `yaml:"if"`
-			Run  string            `yaml:"run"`
+			Name             string            `yaml:"name"`
+			Uses             string            `yaml:"uses"`
+			With             map[string]string `yaml:"with"`
+			If               string            `yaml:"if"`
+			Run              string            `yaml:"run"`
+			WorkingDirectory string            `yaml:"working-directory"`
 		} `yaml:"steps"`
 	} `yaml:"jobs"`
 }
 
 // The GitHub Actions recipe of docs/install.md works on a fresh runner for
-// a user's own repository: its go install resolves the module path, and
-// its audit passes a benchmark that flushes and fails one that does not.
-// The run steps run as written, with bash -eo pipefail as the runner does
-// and $GITHUB_PATH applied between steps; go install fetches
-// github.com/sglmock/sglmock from a module proxy on disk that serves this
-// checkout, the other modules from the local module cache. The uses steps
-// are GitHub's actions: what they are given is checked, they are not run.
+// a user's own repository: it checks sglmock out beside the user's code,
+// builds it from that checkout, and its audit passes a benchmark that
+// flushes and fails one that does not. The run steps run as written, in
+// their working directory, with bash -eo pipefail as the runner does and
+// $GITHUB_PATH applied between steps; the user's repository is a directory
+// holding ./bench.sh, sglmock's checkout a copy of this one, and the build
+// takes its modules from the local module cache. The uses steps are
+// GitHub's actions: what they are given is checked, they are not run.
 func TestInstallRecipe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds sglmock through go install")
 	}
+	norace.Skip(t, "builds sglmock and runs the recipe's steps: it checks the documented commands")
 	for _, tool := range []string{"bash", "curl", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s here: %v", tool, err)
@@ -78,20 +80,30 @@ func TestInstallRecipe(t *testing.T) {
 		if job.RunsOn != "ubuntu-latest" {
 			t.Errorf("job %s runs on %q, want a stock runner, ubuntu-latest", name, job.RunsOn)
 		}
-		proxy, gopath := moduleProxy(t), t.TempDir()
-		t.Cleanup(func() { forgetRecipeVersion(t) })
+		gopath := t.TempDir()
 		work := t.TempDir()
 		writeBench(t, work, true)
 		ghPath := filepath.Join(t.TempDir(), "github_path")
 		os.WriteFile(ghPath, nil, 0o644)
-		env := recipeEnv(proxy, gopath, ghPath)
+		env := recipeEnv(gopath, ghPath)
 		var ran []string
+		checkedOut := false
 		for i, step := range job.Steps {
 			switch {
+			case step.Uses == "actions/checkout@v4" && step.With["repository"] == "":
+				// The user's repository: work, with its ./bench.sh.
 			case step.Uses == "actions/checkout@v4":
+				if step.With["repository"] != "sglmock/sglmock" || step.With["path"] != sglmockCheckout {
+					t.Errorf("step %d checks out %q at %q, want sglmock/sglmock at %s", i, step.With["repository"], step.With["path"], sglmockCheckout)
+				}
+				copyCheckout(t, filepath.Join(work, step.With["path"]))
+				checkedOut = true
 			case step.Uses == "actions/setup-go@v5":
 				if step.With["go-version"] != goVersion {
 					t.Errorf("setup-go installs Go %q; go.mod asks for %s", step.With["go-version"], goVersion)
+				}
+				if want := sglmockCheckout + "/go.sum"; step.With["cache-dependency-path"] != want {
+					t.Errorf("setup-go keys its cache on %q, want sglmock's %s", step.With["cache-dependency-path"], want)
 				}
 			case step.Uses == "actions/upload-artifact@v4":
 				if step.With["path"] != "audit.json" {
@@ -100,13 +112,16 @@ func TestInstallRecipe(t *testing.T) {
 			case step.Uses != "":
 				t.Errorf("step %d uses %s, which the test does not know", i, step.Uses)
 			case step.Run != "":
-				out, err := runStep(work, step.Run, env, ghPath)
+				if strings.Contains(step.Run, "go install") && !checkedOut {
+					t.Fatalf("step %d (%s) builds sglmock before any step checks it out", i, step.Name)
+				}
+				out, err := runStep(filepath.Join(work, step.WorkingDirectory), step.Run, env, ghPath)
 				if err != nil {
 					t.Fatalf("step %d (%s): %v\n%s", i, step.Name, err, out)
 				}
 				ran = append(ran, step.Name)
-				if strings.Contains(step.Run, "sglmock version") && !strings.Contains(out, "sglmock "+recipeVersion+"\n") {
-					t.Errorf("sglmock version after go install: %q, want the installed module's version %s", out, recipeVersion)
+				if strings.Contains(step.Run, "sglmock version") && !strings.Contains(out, "sglmock "+api.SimVersion+"\n") {
+					t.Errorf("sglmock version after go install: %q, want the checkout's version %s", out, api.SimVersion)
 				}
 			}
 		}
@@ -127,7 +142,7 @@ func TestInstallRecipe(t *testing.T) {
 				last = step
 			}
 		}
-		if out, err := runStep(work, last.Run, env, ghPath); err == nil || !strings.Contains(out, "POISONED") {
+		if out, err := runStep(filepath.Join(work, last.WorkingDirectory), last.Run, env, ghPath); err == nil || !strings.Contains(out, "POISONED") {
 			t.Errorf("the audit step passed a poisoned benchmark: %v\n%s", err, out)
 		}
 	}
@@ -176,48 +191,18 @@ echo "bench: done"
 
 // recipeEnv is a runner's environment for the run steps: this machine's,
 // with GOPATH (where go install puts the binary) in a temporary directory,
-// the module proxy on disk first, the checksum database off (it does not
-// know the proxy's version), and no toolchain download.
-func recipeEnv(proxy, gopath, ghPath string) []string {
+// the modules from the local module cache alone, and no toolchain download.
+func recipeEnv(gopath, ghPath string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "GOPATH", "GOMODCACHE", "GOPROXY", "GOSUMDB", "GOFLAGS", "GOTOOLCHAIN", "GOBIN", "GITHUB_PATH", "CI":
+		case "GOPATH", "GOMODCACHE", "GOPROXY", "GOFLAGS", "GOTOOLCHAIN", "GOBIN", "GITHUB_PATH", "CI":
 		default:
 			env = append(env, kv)
 		}
 	}
-	cache := goEnv("GOMODCACHE")
-	return append(env, "GOPATH="+gopath, "GOMODCACHE="+cache,
-		"GOPROXY=file://"+proxy+",file://"+filepath.Join(cache, "cache", "download"), "GOSUMDB=off",
+	return append(env, "GOPATH="+gopath, "GOMODCACHE="+goEnv("GOMODCACHE"), "GOPROXY=off",
 		"GOFLAGS=-modcacherw", "GOTOOLCHAIN=local", "GITHUB_PATH="+ghPath, "CI=true")
-}
-
-// forgetRecipeVersion removes the proxy's version of sglmock from the
-// module cache, which go install extracted it into: the build shares the
-// machine's module and build caches, so that only sglmock's own packages
-// compile, and leaves no version behind that no real proxy has.
-func forgetRecipeVersion(t *testing.T) {
-	cache := goEnv("GOMODCACHE")
-	paths := []string{filepath.Join(cache, "github.com", "sglmock", "sglmock@"+recipeVersion)}
-	download := filepath.Join(cache, "cache", "download", "github.com", "sglmock", "sglmock", "@v")
-	for _, ext := range []string{".info", ".mod", ".zip", ".ziphash", ".lock", ".partial"} {
-		paths = append(paths, filepath.Join(download, recipeVersion+ext))
-	}
-	for _, p := range paths {
-		if err := os.RemoveAll(p); err != nil {
-			t.Errorf("cleaning the module cache: %v", err)
-		}
-	}
-	list := filepath.Join(download, "list")
-	if b, err := os.ReadFile(list); err == nil {
-		kept := strings.ReplaceAll(string(b), recipeVersion+"\n", "")
-		if kept == "" {
-			os.Remove(list)
-		} else {
-			os.WriteFile(list, []byte(kept), 0o644)
-		}
-	}
 }
 
 func goEnv(key string) string {
@@ -249,24 +234,15 @@ func runStep(dir, script string, env []string, ghPath string) (string, error) {
 	return string(out), err
 }
 
-// moduleProxy writes a module proxy on disk (GOPROXY=file://DIR) that
-// serves this checkout as github.com/sglmock/sglmock at recipeVersion, the
-// module zip made as the go command makes one: every file of the module,
-// without nested modules, version control or files that are not regular.
-func moduleProxy(t *testing.T) string {
+// copyCheckout copies this checkout to dir as actions/checkout lays one
+// out: every file of the module, without nested modules, version control
+// or files that are not regular.
+func copyCheckout(t *testing.T, dir string) {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const module = "github.com/sglmock/sglmock"
-	proxy := t.TempDir()
-	dir := filepath.Join(proxy, module, "@v")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var zbuf bytes.Buffer
-	zw := zip.NewWriter(&zbuf)
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -274,15 +250,15 @@ func moduleProxy(t *testing.T) string {
 		rel, _ := filepath.Rel(root, path)
 		if d.IsDir() {
 			if path == root {
-				return nil
+				return os.MkdirAll(dir, 0o755)
 			}
-			if d.Name() == ".git" || d.Name() == "vendor" {
+			if d.Name() == ".git" {
 				return filepath.SkipDir
 			}
 			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
 				return filepath.SkipDir // a module of its own
 			}
-			return nil
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
 		}
 		if !d.Type().IsRegular() {
 			return nil
@@ -291,32 +267,23 @@ func moduleProxy(t *testing.T) string {
 		if err != nil {
 			return err
 		}
-		w, err := zw.Create(module + "@" + recipeVersion + "/" + filepath.ToSlash(rel))
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return os.WriteFile(filepath.Join(dir, rel), b, 0o644)
 	})
-	if err == nil {
-		err = zw.Close()
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+}
+
+// The README's first install command builds from the checkout the reader
+// has: the module is not on the Go module proxy, where MODULE@VERSION
+// fails.
+func TestReadmeInstallsFromCheckout(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range map[string][]byte{
-		"list":                  []byte(recipeVersion + "\n"),
-		recipeVersion + ".info": fmt.Appendf(nil, `{"Version":%q,"Time":"2026-12-02T00:00:00Z"}`, recipeVersion),
-		recipeVersion + ".mod":  goMod,
-		recipeVersion + ".zip":  zbuf.Bytes(),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	first := regexp.MustCompile("(?m)go install [^ `\n]+").Find(b)
+	if want := "go install ./cmd/sglmock"; string(first) != want {
+		t.Errorf("the README's first go install is %q, want %q", first, want)
 	}
-	return proxy
 }

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/internal/cputime"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -27,12 +25,16 @@ import (
 
 // serveTCP serves h on a loopback port until the returned stop runs.
 func serveTCP(b *testing.B, h http.Handler) (string, func()) {
+	return serveHTTP(b, &http.Server{Handler: h})
+}
+
+// serveHTTP is serveTCP with a server of the caller's.
+func serveHTTP(b *testing.B, hs *http.Server) (string, func()) {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { hs.Close() }
 }
@@ -137,86 +139,100 @@ func load(b *testing.B, client *http.Client, url, body string, n int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
-// BenchmarkThroughput64 measures requests/s at concurrency 64 (100-word
-// prompt, 16 output tokens, zero-cost profile) against a bare gin handler
-// that answers the same bytes (a real response's, replayed event by event
-// with a flush each), for /generate and /v1/completions, non-streaming and
-// streaming (16 events and [DONE]).
+// BenchmarkThroughput64 measures requests/s at concurrency 64 (16 output
+// tokens, zero-cost profile) against a bare net/http handler that answers
+// the same bytes (a real response's, replayed event by event with a flush
+// each), for /generate and /v1/completions with a 100-word prompt,
+// non-streaming and streaming (16 events and [DONE]), and /v1/completions
+// with an 8,000-word prompt (about 10k tokens: tokenizing, the radix
+// cache's match and insert, and reading the body dominate). The three
+// /v1/completions loads are the ones compared side by side with
+// llm-d-inference-sim (docs/testing.md); x-bare is the figure to watch.
 func BenchmarkThroughput64(b *testing.B) {
 	if len(strings.Fields(hundredWords)) != 100 {
 		b.Fatalf("prompt has %d words", len(strings.Fields(hundredWords)))
 	}
+	longPrompt := strings.TrimSpace(strings.Repeat(hundredWords+" ", 80))
 	p := constantPrefill(b, 0)
-	cases := []struct{ name, path, body string }{
-		{"generate", "/generate", `{"text": %q, "sampling_params": {"max_new_tokens": 16}, "stream": %v}`},
-		{"completions", "/v1/completions", `{"model": "m", "prompt": %q, "max_tokens": 16, "stream": %v}`},
+	const generate, completions = `{"text": %q, "sampling_params": {"max_new_tokens": 16}, "stream": %v}`, `{"model": "m", "prompt": %q, "max_tokens": 16, "stream": %v}`
+	cases := []struct {
+		name, path, body, prompt string
+		stream                   bool
+	}{
+		{"generate/stream=false", "/generate", generate, hundredWords, false},
+		{"generate/stream=true", "/generate", generate, hundredWords, true},
+		{"completions/stream=false", "/v1/completions", completions, hundredWords, false},
+		{"completions/stream=true", "/v1/completions", completions, hundredWords, true},
+		{"completions-8k-words/stream=false", "/v1/completions", completions, longPrompt, false},
 	}
 	for _, tc := range cases {
-		for _, stream := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(b *testing.B) {
-				s, err := api.New(api.Config{Profile: p, SpinWindow: engine.DefaultSpinWindow})
-				if err != nil {
-					b.Fatal(err)
+		stream := tc.stream
+		b.Run(tc.name, func(b *testing.B) {
+			// The mock as sglmock serve runs it, with its default timeouts.
+			s, err := api.New(api.Config{Profile: p, SpinWindow: engine.DefaultSpinWindow,
+				ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Second, BodyTimeout: 60 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			s.MarkReady()
+			mockURL, stopMock := serveHTTP(b, s.HTTPServer())
+			defer stopMock()
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}}
+			body := fmt.Sprintf(tc.body, tc.prompt, stream)
+			// The bare handler replays a real response's bytes.
+			resp, err := client.Post(mockURL+tc.path, "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sample, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			events := strings.SplitAfter(string(sample), "\n\n")
+			if stream && len(events) < 17 {
+				b.Fatalf("got %d events, want at least 17: %q", len(events), sample)
+			}
+			bare := http.NewServeMux()
+			bare.HandleFunc("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				if !stream {
+					w.Header().Set("Content-Type", "application/json")
+					w.Write(sample)
+					return
 				}
-				defer s.Close()
-				s.MarkReady()
-				mockURL, stopMock := serveTCP(b, s.Handler())
-				defer stopMock()
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}}
-				body := fmt.Sprintf(tc.body, hundredWords, stream)
-				// The bare handler replays a real response's bytes.
-				resp, err := client.Post(mockURL+tc.path, "application/json", strings.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
+				w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+				for _, ev := range events {
+					io.WriteString(w, ev)
+					w.(http.Flusher).Flush()
 				}
-				sample, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				events := strings.SplitAfter(string(sample), "\n\n")
-				if stream && len(events) < 17 {
-					b.Fatalf("got %d events, want at least 17: %q", len(events), sample)
-				}
-				bare := gin.New()
-				bare.POST(tc.path, func(c *gin.Context) {
-					io.Copy(io.Discard, c.Request.Body)
-					if !stream {
-						c.Data(http.StatusOK, "application/json", sample)
-						return
-					}
-					c.Header("Content-Type", "text/event-stream; charset=utf-8")
-					for _, ev := range events {
-						c.Writer.WriteString(ev)
-						c.Writer.Flush()
-					}
-				})
-				bareURL, stopBare := serveTCP(b, bare)
-				defer stopBare()
-				// Rounds of 1,600 requests to each, alternating, and the
-				// median of the rounds' ratios: a neighbour's burst on a
-				// shared machine then moves one round, not the figure.
-				const rounds, perRound = 9, 1600
-				var ratios, cpuRatios, mockRPS, bareRPS, mockCPU, bareCPU []float64
-				for b.Loop() {
-					for range rounds {
-						cpu := cputime.Of(b)
-						bare := load(b, client, bareURL+tc.path, body, perRound)
-						bareUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
-						cpu = cputime.Of(b)
-						mock := load(b, client, mockURL+tc.path, body, perRound)
-						mockUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
-						ratios, cpuRatios = append(ratios, mock/bare), append(cpuRatios, bareUs/mockUs)
-						mockRPS, bareRPS = append(mockRPS, mock), append(bareRPS, bare)
-						mockCPU, bareCPU = append(mockCPU, mockUs), append(bareCPU, bareUs)
-					}
-				}
-				b.ReportMetric(median(mockRPS), "mock-req/s")
-				b.ReportMetric(median(bareRPS), "bare-req/s")
-				b.ReportMetric(median(ratios), "x-bare")
-				// Client included: the CPU time per request, and bare's over
-				// the mock's (what the ratio would be on a saturated host).
-				b.ReportMetric(median(mockCPU), "mock-cpu-µs/req")
-				b.ReportMetric(median(bareCPU), "bare-cpu-µs/req")
-				b.ReportMetric(median(cpuRatios), "x-bare-cpu")
 			})
-		}
+			bareURL, stopBare := serveTCP(b, bare)
+			defer stopBare()
+			// Rounds of 1,600 requests to each, alternating, and the
+			// median of the rounds' ratios: a neighbour's burst on a
+			// shared machine then moves one round, not the figure.
+			const rounds, perRound = 9, 1600
+			var ratios, cpuRatios, mockRPS, bareRPS, mockCPU, bareCPU []float64
+			for b.Loop() {
+				for range rounds {
+					cpu := cputime.Of(b)
+					bare := load(b, client, bareURL+tc.path, body, perRound)
+					bareUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
+					cpu = cputime.Of(b)
+					mock := load(b, client, mockURL+tc.path, body, perRound)
+					mockUs := float64((cputime.Of(b) - cpu).Microseconds()) / perRound
+					ratios, cpuRatios = append(ratios, mock/bare), append(cpuRatios, bareUs/mockUs)
+					mockRPS, bareRPS = append(mockRPS, mock), append(bareRPS, bare)
+					mockCPU, bareCPU = append(mockCPU, mockUs), append(bareCPU, bareUs)
+				}
+			}
+			b.ReportMetric(median(mockRPS), "mock-req/s")
+			b.ReportMetric(median(bareRPS), "bare-req/s")
+			b.ReportMetric(median(ratios), "x-bare")
+			// Client included: the CPU time per request, and bare's over
+			// the mock's (what the ratio would be on a saturated host).
+			b.ReportMetric(median(mockCPU), "mock-cpu-µs/req")
+			b.ReportMetric(median(bareCPU), "bare-cpu-µs/req")
+			b.ReportMetric(median(cpuRatios), "x-bare-cpu")
+		})
 	}
 }

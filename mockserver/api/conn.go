@@ -12,8 +12,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/gin-gonic/gin"
 )
 
 // Connection limits keep a slow or idle client from holding memory and
@@ -101,7 +99,7 @@ func (b *progressBody) Read(p []byte) (int, error) {
 // limitBody bounds the request body's size and pace; readers past the size
 // get a *http.MaxBytesError and readers past the pace a deadline error,
 // which readBody turns into 413 and 408.
-func (s *Server) limitBody(c *gin.Context) {
+func (s *Server) limitBody(c *exchange) {
 	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
 		writeTooLarge(c, s.cfg.MaxBodyBytes)
 		c.Abort()
@@ -116,7 +114,7 @@ func (s *Server) limitBody(c *gin.Context) {
 
 // writeReadError answers a body that could not be read: too large, too
 // slow, or cut off.
-func (s *Server) writeReadError(c *gin.Context, err error) {
+func (s *Server) writeReadError(c *exchange, err error) {
 	var tooLarge *http.MaxBytesError
 	var slow *bodyTimeoutError
 	switch {
@@ -137,7 +135,7 @@ func (s *Server) writeReadError(c *gin.Context, err error) {
 // authenticate checks --api-key as SGLang does: health checks and metrics
 // are open, everything else needs the bearer token. The comparison takes
 // the same time whatever the token, so it leaks nothing of the key.
-func (s *Server) authenticate(c *gin.Context) {
+func (s *Server) authenticate(c *exchange) {
 	if s.cfg.APIKey == "" || c.Request.Method == http.MethodOptions {
 		return
 	}
@@ -148,7 +146,7 @@ func (s *Server) authenticate(c *gin.Context) {
 	got := []byte(c.GetHeader("Authorization"))
 	want := []byte("Bearer " + s.cfg.APIKey)
 	if subtle.ConstantTimeCompare(got, want) != 1 {
-		writeJSON(c, http.StatusUnauthorized, gin.H{"error": "Unauthorized"})
+		writeJSON(c, http.StatusUnauthorized, jsonObject{"error": "Unauthorized"})
 		c.Abort()
 	}
 }
@@ -166,7 +164,7 @@ func (s *Server) authenticate(c *gin.Context) {
 // browser may name the server as it likes (a Kubernetes service name).
 // The server never sends CORS headers, so no other site may read a
 // response either.
-func (s *Server) sameOriginOnly(c *gin.Context) {
+func (s *Server) sameOriginOnly(c *exchange) {
 	r := c.Request
 	site := r.Header.Get("Sec-Fetch-Site")
 	origin := r.Header.Get("Origin")
@@ -192,7 +190,7 @@ func (s *Server) sameOriginOnly(c *gin.Context) {
 	}
 }
 
-func (s *Server) refuseStateChange(c *gin.Context, message string) {
+func (s *Server) refuseStateChange(c *exchange, message string) {
 	writeJSON(c, http.StatusForbidden, errorObject(message, "Forbidden", 403))
 	c.Abort()
 }

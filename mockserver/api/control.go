@@ -11,8 +11,6 @@ import (
 
 	json "github.com/goccy/go-json"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
@@ -23,7 +21,7 @@ const flushedText = "Cache flushed.\nPlease check backend logs for more details.
 // flushCache flushes the radix cache: 200 when idle, else 400 with the
 // reason; ?timeout=S (simulated seconds) waits for idle up to S. As SGLang's
 // plain Response, the reply has no Content-Type.
-func (s *Server) flushCache(c *gin.Context) {
+func (s *Server) flushCache(c *exchange) {
 	var timeout time.Duration
 	if raw := c.Query("timeout"); raw != "" {
 		secs, err := strconv.ParseFloat(raw, 64)
@@ -50,11 +48,11 @@ func (s *Server) flushCache(c *gin.Context) {
 
 // health answers 200 at once when serving (the stateGate answers 503 while
 // starting or shutting down), as current SGLang does.
-func (s *Server) health(c *gin.Context) { c.Status(http.StatusOK) }
+func (s *Server) health(c *exchange) { c.Status(http.StatusOK) }
 
 // healthGenerate runs a one-token generation unless something already runs,
 // as SGLang does; the request stays out of the metrics and /sim/requests.
-func (s *Server) healthGenerate(c *gin.Context) {
+func (s *Server) healthGenerate(c *exchange) {
 	if !s.eng.Stats().Idle {
 		c.Status(http.StatusOK)
 		return
@@ -83,8 +81,8 @@ func (s *Server) healthGenerate(c *gin.Context) {
 	c.Status(http.StatusOK)
 }
 
-func (s *Server) modelInfo(c *gin.Context) {
-	writeJSON(c, http.StatusOK, gin.H{
+func (s *Server) modelInfo(c *exchange) {
+	writeJSON(c, http.StatusOK, jsonObject{
 		"model_path":                s.args.ModelPath,
 		"tokenizer_path":            s.args.TokenizerPath,
 		"is_generation":             true,
@@ -107,11 +105,11 @@ func (s *Server) flatArgs() map[string]any {
 }
 
 // simInfo is the "sim" section: what SGLang does not have.
-func (s *Server) simInfo() gin.H {
-	return gin.H{"profile": s.cfg.Profile.Name, "speedup": s.eng.Speedup(), "version": SimVersion}
+func (s *Server) simInfo() jsonObject {
+	return jsonObject{"profile": s.cfg.Profile.Name, "speedup": s.eng.Speedup(), "version": SimVersion}
 }
 
-func (s *Server) serverInfo(c *gin.Context) {
+func (s *Server) serverInfo(c *exchange) {
 	info := s.flatArgs()
 	// The scheduler's info, which SGLang merges in at launch.
 	info["status"] = "ready"
@@ -159,7 +157,7 @@ func kvEventsBlock(kv *KVEventsInfo, pageSize, dpSize int) *kvEventsDescriptor {
 		Topic: kv.Topic, BlockSize: pageSize, DPSize: dpSize}
 }
 
-func (s *Server) abortRequest(c *gin.Context) {
+func (s *Server) abortRequest(c *exchange) {
 	var body struct {
 		RID      string `json:"rid"`
 		AbortAll bool   `json:"abort_all"`
@@ -177,15 +175,15 @@ func (s *Server) abortRequest(c *gin.Context) {
 
 // startProfile and stopProfile accept SGLang's profiler calls: the mock has
 // nothing to profile, so they only answer as SGLang does.
-func (s *Server) startProfile(c *gin.Context) {
+func (s *Server) startProfile(c *exchange) {
 	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("Start profiling.\n"))
 }
 
-func (s *Server) stopProfile(c *gin.Context) {
+func (s *Server) stopProfile(c *exchange) {
 	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("Stop profiling. This will take some time.\n"))
 }
 
-func (s *Server) tokenize(c *gin.Context) {
+func (s *Server) tokenize(c *exchange) {
 	var body struct {
 		Prompt json.RawMessage `json:"prompt"`
 		chatTemplateRequest
@@ -231,14 +229,14 @@ func (s *Server) tokenize(c *gin.Context) {
 	} else {
 		ids = tok.Encode(ids, text)
 	}
-	writeJSON(c, http.StatusOK, gin.H{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.Profile.ContextLength})
+	writeJSON(c, http.StatusOK, jsonObject{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.Profile.ContextLength})
 }
 
 // maxTokenizeTokens bounds /tokenize and /detokenize: five times the
 // longest context of any deployment modelled, a few MB of JSON.
 const maxTokenizeTokens = 1 << 20
 
-func (s *Server) detokenize(c *gin.Context) {
+func (s *Server) detokenize(c *exchange) {
 	var body struct {
 		Tokens []int32 `json:"tokens"`
 		// SkipSpecialTokens leaves special tokens out of the text, as
@@ -257,7 +255,7 @@ func (s *Server) detokenize(c *gin.Context) {
 		return
 	}
 	skip := body.SkipSpecialTokens == nil || *body.SkipSpecialTokens
-	writeJSON(c, http.StatusOK, gin.H{"text": s.eng.Tokenizer().Decode(body.Tokens, skip)})
+	writeJSON(c, http.StatusOK, jsonObject{"text": s.eng.Tokenizer().Decode(body.Tokens, skip)})
 }
 
 // resetPrefixCache is vLLM's POST /reset_prefix_cache, which vLLM serves
@@ -273,7 +271,7 @@ func (s *Server) detokenize(c *gin.Context) {
 // the mock does not model preemption, and says so with 501 while requests
 // run. reset_external resets a KV connector's cache, which the mock has
 // not: it is accepted.
-func (s *Server) resetPrefixCache(c *gin.Context) {
+func (s *Server) resetPrefixCache(c *exchange) {
 	var resetRunning bool
 	for _, name := range []string{"reset_running_requests", "reset_external"} {
 		raw, given := c.GetQuery(name)
@@ -282,7 +280,7 @@ func (s *Server) resetPrefixCache(c *gin.Context) {
 		}
 		v, ok := fastAPIBool(raw)
 		if !ok {
-			writeJSON(c, http.StatusUnprocessableEntity, gin.H{"detail": []gin.H{{
+			writeJSON(c, http.StatusUnprocessableEntity, jsonObject{"detail": []jsonObject{{
 				"type": "bool_parsing", "loc": []string{"query", name},
 				"msg": "Input should be a valid boolean, unable to interpret input", "input": clip(raw),
 			}}})
@@ -309,7 +307,7 @@ func (s *Server) resetPrefixCache(c *gin.Context) {
 	if err != nil && errors.Is(err, c.Request.Context().Err()) {
 		return // the client left while the reset waited
 	}
-	writeJSON(c, http.StatusOK, gin.H{"success": err == nil})
+	writeJSON(c, http.StatusOK, jsonObject{"success": err == nil})
 }
 
 // fastAPIBool reads a query parameter as FastAPI (pydantic) reads a bool.

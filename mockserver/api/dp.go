@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -38,7 +37,7 @@ const dpRankHeader = "X-Data-Parallel-Rank"
 // headerRank reads X-Data-Parallel-Rank into the body's headerDPRank. A
 // value that is no integer is refused with SGLang's 400 and detail, and
 // false.
-func headerRank(c *gin.Context, b *openAICommon) bool {
+func headerRank(c *exchange, b *openAICommon) bool {
 	raw, ok := c.Request.Header[dpRankHeader]
 	if !ok || len(raw) == 0 {
 		return true
@@ -46,7 +45,7 @@ func headerRank(c *gin.Context, b *openAICommon) bool {
 	// Python's int() takes surrounding white space and a sign.
 	r, err := strconv.Atoi(strings.TrimSpace(raw[0]))
 	if err != nil {
-		writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf(
+		writeJSON(c, http.StatusBadRequest, jsonObject{"detail": fmt.Sprintf(
 			"Invalid X-Data-Parallel-Rank header: must be an integer, got '%s'", clip(raw[0]))})
 		return false
 	}
@@ -96,7 +95,7 @@ func (s *Server) internalStates() []map[string]any {
 		if st.SpecRounds > 0 {
 			state["avg_spec_accept_length"] = st.AvgSpecAcceptLength
 		}
-		state["memory_usage"] = gin.H{"weight": 0.0, "kvcache": 0.0, "token_capacity": st.KVCapacity, "graph": 0.0}
+		state["memory_usage"] = jsonObject{"weight": 0.0, "kvcache": 0.0, "token_capacity": st.KVCapacity, "graph": 0.0}
 		state["effective_max_running_requests_per_dp"] = s.cfg.Profile.RankMaxRunningRequests()
 		out = append(out, state)
 	}

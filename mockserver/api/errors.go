@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
 )
@@ -66,7 +64,7 @@ const (
 // writeRefusal answers a request that err refused: 400, with the
 // validation envelope for a malformed body and the endpoint's own for any
 // other error (an engine's InvalidRequestError included).
-func writeRefusal(c *gin.Context, env envelope, err error) {
+func writeRefusal(c *exchange, env envelope, err error) {
 	switch {
 	case errors.Is(err, errMalformed):
 		writeValidationError(c, err.Error())
@@ -145,8 +143,8 @@ func abortWithStatus(outs []*output) (schedulerAbort, bool) {
 // writeDetail answers a request whose output ended in a 500 or 503
 // abort: SGLang's tokenizer manager raises FastAPI's HTTPException, whose
 // body is {"detail": message}.
-func writeDetail(c *gin.Context, a schedulerAbort) {
-	writeJSON(c, a.status, gin.H{"detail": a.message})
+func writeDetail(c *exchange, a schedulerAbort) {
+	writeJSON(c, a.status, jsonObject{"detail": a.message})
 }
 
 // statusNames are Python's HTTPStatus names, which an OpenAI stream's error

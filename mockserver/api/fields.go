@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 )
@@ -37,4 +39,38 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// plainString is raw's text when raw is a JSON string with no escape, no
+// control character and valid UTF-8, which decodes to its own bytes: a
+// long prompt then costs one fast scan instead of a second decode. Any
+// other string (or value) reports false, for the decoder to read.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') >= 0 || bytes.IndexByte(body, '"') >= 0 {
+		return "", false
+	}
+	// Eight bytes at a time while all are printable ASCII: a byte below
+	// 0x20 or from 0x80 marks its word (a false mark only ends the fast
+	// part early); the rest is checked byte by byte.
+	const lows, highs = 0x2020202020202020, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(body); i += 8 {
+		w := binary.LittleEndian.Uint64(body[i:])
+		if ((w-lows)&^w|w)&highs != 0 {
+			break
+		}
+	}
+	for _, c := range body[i:] {
+		if c < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(body[i:]) {
+		return "", false
+	}
+	return string(body), true
 }

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 )
 
-func (s *Server) generate(c *gin.Context) {
+func (s *Server) generate(c *exchange) {
 	var body generateBody
 	if !s.readBody(c, &body) {
 		return
@@ -57,7 +56,7 @@ func (s *Server) generate(c *gin.Context) {
 // returns its StreamingResponse before the request is even parsed, so the
 // status line and headers go out at once, before prefill; a request refused
 // after that (refused, or a refusal at submit) gets one error event.
-func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
+func (s *Server) streamGenerate(c *exchange, p plan, refused error) {
 	w := s.newSSE(c)
 	if w.open() != nil {
 		return
@@ -92,7 +91,7 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 // prompt SGLang leaves the request, which the tokenizer manager yields to a
 // stream (_handle_abort_finish_reason) where it raises for a plain answer;
 // then [DONE].
-func (s *Server) streamSchedulerAbort(c *gin.Context, w *sse, it item, a schedulerAbort) {
+func (s *Server) streamSchedulerAbort(c *exchange, w *sse, it item, a schedulerAbort) {
 	rid := it.req.RID
 	if rid == "" {
 		u := uuid.New()

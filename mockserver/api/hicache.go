@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -55,18 +54,18 @@ func hicacheServerArgs(p *profile.Profile) hicacheArgs {
 }
 
 // hicacheRoutes serves SGLang's storage-tier admin routes.
-func (s *Server) hicacheRoutes(r *gin.Engine) {
-	r.POST("/hicache/storage-backend/clear", s.sameOriginOnly, func(c *gin.Context) { s.clearHiCacheStorage(c, false) })
-	for _, m := range []string{http.MethodGet, http.MethodPost} {
-		r.Handle(m, "/clear_hicache_storage_backend", s.sameOriginOnly, func(c *gin.Context) { s.clearHiCacheStorage(c, true) })
-	}
+func (s *Server) hicacheRoutes(r *router) {
+	r.handle([]string{http.MethodPost}, "/hicache/storage-backend/clear", s.sameOriginOnly,
+		func(c *exchange) { s.clearHiCacheStorage(c, false) })
+	r.handle([]string{http.MethodGet, http.MethodPost}, "/clear_hicache_storage_backend", s.sameOriginOnly,
+		func(c *exchange) { s.clearHiCacheStorage(c, true) })
 }
 
 // clearHiCacheStorage is /hicache/storage-backend/clear and its deprecated
 // route: the storage tier is emptied, whatever runs (SGLang does not wait
 // for idle). SGLang answers 200 whenever HiCache is on, with a storage
 // backend or without, and 400 with the same text when it is off.
-func (s *Server) clearHiCacheStorage(c *gin.Context, deprecated bool) {
+func (s *Server) clearHiCacheStorage(c *exchange, deprecated bool) {
 	on, _, _ := s.eng.ClearStorage()
 	body := "Hierarchical cache storage backend cleared.\n"
 	if deprecated {

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
@@ -185,6 +186,7 @@ func TestHugeOutputLengths(t *testing.T) {
 // prompts x n, stop strings, rids and cache namespaces, each refused with
 // a 400 that says the bound.
 func TestRequestBounds(t *testing.T) {
+	norace.Skip(t, "checks what each bound refuses")
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		generateError := func(msg string) string { return `{"error":{"message":` + jsonOf(msg) + `}}` }

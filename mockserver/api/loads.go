@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
@@ -33,7 +31,7 @@ type loadInfo struct {
 // getLoad is /get_load: num_tokens is the used tokens plus the waiting
 // requests', num_pending_tokens the tokens waiting for prefill
 // (_get_num_pending_tokens: the queue's and the chunked request's rest).
-func (s *Server) getLoad(c *gin.Context) {
+func (s *Server) getLoad(c *exchange) {
 	var out []loadInfo
 	for r, st := range s.eng.RankStats() {
 		out = append(out, loadInfo{
@@ -136,7 +134,7 @@ func round(x float64, digits int) float64 {
 
 // loads is /v1/loads: SGLang's object of per-rank loads and their
 // aggregate, or with ?format=prometheus the same as gauges.
-func (s *Server) loads(c *gin.Context) {
+func (s *Server) loads(c *exchange) {
 	var include []string
 	if raw := c.Query("include"); raw != "" {
 		var bad []string
@@ -148,7 +146,7 @@ func (s *Server) loads(c *gin.Context) {
 			}
 		}
 		if bad != nil {
-			writeJSON(c, http.StatusBadRequest, gin.H{"detail": fmt.Sprintf("Invalid include sections: {%s}. Valid options: ['%s']",
+			writeJSON(c, http.StatusBadRequest, jsonObject{"detail": fmt.Sprintf("Invalid include sections: {%s}. Valid options: ['%s']",
 				clip(strings.Join(bad, ", ")), strings.Join(loadSections, "', '"))})
 			return
 		}

@@ -5,17 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
 )
 
-func (s *Server) completions(c *gin.Context) {
+func (s *Server) completions(c *exchange) {
 	var body completionBody
 	if !s.readBody(c, &body) || !openAIHeaders(c, &body.openAICommon) {
 		return
@@ -69,7 +67,7 @@ func (s *Server) completions(c *gin.Context) {
 	r.run()
 }
 
-func (s *Server) chatCompletions(c *gin.Context) {
+func (s *Server) chatCompletions(c *exchange) {
 	var body chatBody
 	if !s.readBody(c, &body) || !openAIHeaders(c, &body.openAICommon) {
 		return
@@ -151,7 +149,7 @@ func (r *openAIRun) logprobs(o *output, from int, withInput bool) any {
 // openAIRun serves one completions or chat request.
 type openAIRun struct {
 	s      *Server
-	c      *gin.Context
+	c      *exchange
 	common *openAICommon
 	plan   plan
 	object string
@@ -357,8 +355,8 @@ func (r *openAIRun) streamRefused(a schedulerAbort) {
 }
 
 // modelCard is one /v1/models entry.
-func (s *Server) modelCard() gin.H {
-	return gin.H{
+func (s *Server) modelCard() jsonObject {
+	return jsonObject{
 		"id":            s.args.ServedModelName,
 		"object":        "model",
 		"created":       time.Now().Unix(),
@@ -369,14 +367,14 @@ func (s *Server) modelCard() gin.H {
 	}
 }
 
-func (s *Server) listModels(c *gin.Context) {
-	writeJSON(c, http.StatusOK, gin.H{"object": "list", "data": []gin.H{s.modelCard()}})
+func (s *Server) listModels(c *exchange) {
+	writeJSON(c, http.StatusOK, jsonObject{"object": "list", "data": []jsonObject{s.modelCard()}})
 }
 
-func (s *Server) getModel(c *gin.Context) {
-	name := strings.TrimPrefix(c.Param("model"), "/")
+func (s *Server) getModel(c *exchange) {
+	name := c.Param("model")
 	if name != s.args.ServedModelName {
-		writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
+		writeJSON(c, http.StatusNotFound, jsonObject{"error": jsonObject{
 			"message": fmt.Sprintf("The model '%s' does not exist", clip(name)),
 			"type":    "invalid_request_error",
 			"param":   "model",

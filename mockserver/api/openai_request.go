@@ -181,6 +181,9 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 	if emptyPrompt(raw) {
 		return nil, errEmptyPrompt
 	}
+	if one, ok := plainString(raw); ok {
+		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
+	}
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
 		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 	"github.com/sglmock/sglmock/mockserver/profile"
@@ -54,6 +55,7 @@ func pinnedBy(t *testing.T, m *mocktest.Mock, path, body string) (pinned int64, 
 // The heap a request holds at its largest is measured on a sixteenth of the
 // bound and scaled: at most 128 MiB of output, 320 MiB of logprobs.
 func TestRequestOutputIsBoundedInBytes(t *testing.T) {
+	norace.Skip(t, "checks the output's bounds")
 	synctest.Test(t, func(t *testing.T) {
 		m := mocktest.Start(t, api.Config{Profile: zeroCost(t)})
 		const outputBudget, logprobBudget = 128 << 20, 320 << 20

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
@@ -13,7 +11,7 @@ const routingKeyHeader = "x-smg-routing-key"
 // openAIHeaders reads what an OpenAI route takes from the headers: the
 // routing key and X-Data-Parallel-Rank (headerRank). It reports false,
 // having answered, when a header is refused.
-func openAIHeaders(c *gin.Context, b *openAICommon) bool {
+func openAIHeaders(c *exchange, b *openAICommon) bool {
 	b.routingKey = c.GetHeader(routingKeyHeader)
 	return headerRank(c, b)
 }

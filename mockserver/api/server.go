@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/compat"
@@ -24,15 +23,6 @@ import (
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 	"github.com/sglmock/sglmock/sim"
 )
-
-// gin's debug mode prints every route at start-up; a mock SGLang server
-// has no use for it, so it runs in release mode unless GIN_MODE says
-// otherwise.
-func init() {
-	if os.Getenv(gin.EnvGinMode) == "" {
-		gin.SetMode(gin.ReleaseMode)
-	}
-}
 
 // SimVersion is sglmock's own version, under /server_info's "sim"; the
 // SGLang release the mock follows (the profile's, compat.Default unless
@@ -180,7 +170,7 @@ type Server struct {
 	args    ServerArgs
 	rules   compat.Rules // the profile's SGLang release's
 	eng     *engine.Engine
-	router  *gin.Engine
+	router  *router
 	state   atomic.Int32
 	metrics *metrics
 	// healthChecks numbers /health_generate requests: two checks in the
@@ -361,65 +351,74 @@ func (s *Server) Close() {
 }
 
 // routes builds the router. Old and new endpoint names are both served.
-func (s *Server) routes() *gin.Engine {
-	r := gin.New()
-	r.HandleMethodNotAllowed = true
-	r.NoRoute(func(c *gin.Context) { writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"}) })
-	r.NoMethod(func(c *gin.Context) {
-		writeJSON(c, http.StatusMethodNotAllowed, gin.H{"detail": "Method Not Allowed"})
-	})
-	r.Use(gin.CustomRecovery(func(c *gin.Context, err any) {
-		writeJSON(c, http.StatusInternalServerError, errorObject(fmt.Sprint(err), "Internal Server Error", 500))
-	}))
-	r.Use(s.stateGate, s.authenticate, s.limitBody)
-
-	getPost := []string{http.MethodGet, http.MethodPost}
-	handle := func(methods []string, path string, h ...gin.HandlerFunc) {
-		for _, m := range methods {
-			r.Handle(m, path, h...)
-		}
+func (s *Server) routes() *router {
+	r := newRouter()
+	r.notFound = func(c *exchange) { writeJSON(c, http.StatusNotFound, jsonObject{"detail": "Not Found"}) }
+	r.methodNotAllowed = func(c *exchange) {
+		writeJSON(c, http.StatusMethodNotAllowed, jsonObject{"detail": "Method Not Allowed"})
 	}
-	handle([]string{http.MethodPost, http.MethodPut}, "/generate", s.generate)
-	r.POST("/v1/completions", requireJSON, s.completions)
-	r.POST("/v1/chat/completions", requireJSON, s.chatCompletions)
-	r.GET("/v1/models", s.listModels)
-	r.GET("/v1/models/*model", s.getModel)
-	handle(getPost, "/flush_cache", s.sameOriginOnly, s.flushCache)
-	r.POST("/reset_prefix_cache", s.sameOriginOnly, s.resetPrefixCache) // vLLM's, for --backend vllm rehearsals
-	r.GET("/health", s.health)
-	r.GET("/health_generate", s.healthGenerate)
-	r.GET("/get_model_info", s.modelInfo)
-	r.GET("/model_info", s.modelInfo)
-	r.GET("/get_server_info", s.serverInfo)
-	r.GET("/server_info", s.serverInfo)
-	r.GET("/get_load", s.getLoad)
-	r.GET("/v1/loads", s.loads)
-	r.GET("/metrics", s.serveMetrics)
-	handle(getPost, "/start_profile", s.startProfile)
-	handle(getPost, "/stop_profile", s.stopProfile)
-	r.POST("/abort_request", s.sameOriginOnly, s.abortRequest)
-	r.POST("/tokenize", s.tokenize)
-	r.POST("/v1/tokenize", s.tokenize)
-	r.POST("/detokenize", s.detokenize)
-	r.POST("/v1/detokenize", s.detokenize)
-	handle(getPost, "/ping", func(c *gin.Context) { c.Status(http.StatusOK) })
-	r.GET("/sim/profile", s.simProfile)
-	r.GET("/sim/expect", s.simExpect)
-	r.GET("/sim/requests", s.simRequests)
-	r.GET("/sim/requests/:rid", s.simRequest)
-	r.GET("/sim/flushes", s.simFlushes)
-	r.GET("/sim/stats", s.simStats)
-	r.POST("/v1/completions/render", requireJSON, s.renderCompletions)
-	r.POST("/v1/chat/completions/render", requireJSON, s.renderChat)
+	r.onPanic = s.recovered
+	r.middleware = []handlerFunc{s.stateGate, s.authenticate, s.limitBody}
+
+	get, post, getPost := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodPost}
+	r.handle([]string{http.MethodPost, http.MethodPut}, "/generate", s.generate)
+	r.handle(post, "/v1/completions", requireJSON, s.completions)
+	r.handle(post, "/v1/chat/completions", requireJSON, s.chatCompletions)
+	r.handle(get, "/v1/models", s.listModels)
+	r.handle(get, "/v1/models/*model", s.getModel)
+	r.handle(getPost, "/flush_cache", s.sameOriginOnly, s.flushCache)
+	r.handle(post, "/reset_prefix_cache", s.sameOriginOnly, s.resetPrefixCache) // vLLM's, for --backend vllm rehearsals
+	r.handle(get, "/health", s.health)
+	r.handle(get, "/health_generate", s.healthGenerate)
+	r.handle(get, "/get_model_info", s.modelInfo)
+	r.handle(get, "/model_info", s.modelInfo)
+	r.handle(get, "/get_server_info", s.serverInfo)
+	r.handle(get, "/server_info", s.serverInfo)
+	r.handle(get, "/get_load", s.getLoad)
+	r.handle(get, "/v1/loads", s.loads)
+	r.handle(get, "/metrics", s.serveMetrics)
+	r.handle(getPost, "/start_profile", s.startProfile)
+	r.handle(getPost, "/stop_profile", s.stopProfile)
+	r.handle(post, "/abort_request", s.sameOriginOnly, s.abortRequest)
+	r.handle(post, "/tokenize", s.tokenize)
+	r.handle(post, "/v1/tokenize", s.tokenize)
+	r.handle(post, "/detokenize", s.detokenize)
+	r.handle(post, "/v1/detokenize", s.detokenize)
+	r.handle(getPost, "/ping", func(c *exchange) { c.Status(http.StatusOK) })
+	r.handle(get, "/sim/profile", s.simProfile)
+	r.handle(get, "/sim/expect", s.simExpect)
+	r.handle(get, "/sim/requests", s.simRequests)
+	r.handle(get, "/sim/requests/:rid", s.simRequest)
+	r.handle(get, "/sim/flushes", s.simFlushes)
+	r.handle(get, "/sim/stats", s.simStats)
+	r.handle(post, "/v1/completions/render", requireJSON, s.renderCompletions)
+	r.handle(post, "/v1/chat/completions/render", requireJSON, s.renderChat)
 	s.hicacheRoutes(r)
 	return r
+}
+
+// recovered answers a handler's panic with 500 and logs it with its
+// stack; a panic with http.ErrAbortHandler goes on to net/http, which
+// closes the connection.
+func (s *Server) recovered(c *exchange, err any) {
+	if err == http.ErrAbortHandler {
+		panic(err)
+	}
+	logger := s.cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.Error("panic serving a request", "method", c.Request.Method, "path", c.Request.URL.Path, "panic", err, "stack", string(debug.Stack()))
+	if !c.Writer.written {
+		writeJSON(c, http.StatusInternalServerError, errorObject(fmt.Sprint(err), "Internal Server Error", 500))
+	}
 }
 
 // stateGate answers 503 as SGLang does: while starting, the health checks
 // fail (clients poll them to know when to begin; SGLang's own warmup request
 // goes through /generate meanwhile); while shutting down, everything but
 // the endpoints that describe the server refuses new work.
-func (s *Server) stateGate(c *gin.Context) {
+func (s *Server) stateGate(c *exchange) {
 	state := s.state.Load()
 	path := c.Request.URL.Path
 	health := strings.HasPrefix(path, "/health")
@@ -442,13 +441,13 @@ func (s *Server) stateGate(c *gin.Context) {
 	c.Abort()
 }
 
-func writeTooLarge(c *gin.Context, limit int64) {
+func writeTooLarge(c *exchange, limit int64) {
 	writeJSON(c, http.StatusRequestEntityTooLarge,
 		errorObject(fmt.Sprintf("Request body too large: the limit is %d bytes.", limit), "Request Entity Too Large", 413))
 }
 
 // requireJSON is SGLang's check on /v1 POST endpoints.
-func requireJSON(c *gin.Context) {
+func requireJSON(c *exchange) {
 	media, _, _ := strings.Cut(strings.ToLower(c.GetHeader("Content-Type")), ";")
 	if strings.TrimSpace(media) != "application/json" {
 		writeValidationError(c, "[{'loc': ('header', 'content-type'), 'msg': \"Unsupported Media Type: Only 'application/json' is allowed\", 'type': 'value_error'}]")
@@ -456,22 +455,18 @@ func requireJSON(c *gin.Context) {
 	}
 }
 
-// receivedKey keeps, in a request's gin context, the simulated time its
-// body had arrived (readBody), which its engine requests count from.
-const receivedKey = "sglmock.received"
-
 // received is the simulated time c's body had arrived; the engine's now if
 // it was not read.
-func (s *Server) received(c *gin.Context) time.Duration {
-	if at, ok := c.Get(receivedKey); ok {
-		return at.(time.Duration)
+func (s *Server) received(c *exchange) time.Duration {
+	if c.hasReceived {
+		return c.received
 	}
 	return s.eng.Now()
 }
 
 // readBody decodes the JSON body into v. On failure it has written the
 // response (400 or 413) and returns false.
-func (s *Server) readBody(c *gin.Context, v any) bool {
+func (s *Server) readBody(c *exchange, v any) bool {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	defer putBodyBuffer(buf)
 	// Size the buffer for a small declared body; a large one grows as its
@@ -483,7 +478,7 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 		s.writeReadError(c, err)
 		return false
 	}
-	c.Set(receivedKey, s.eng.Now())
+	c.received, c.hasReceived = s.eng.Now(), true
 	if len(bytes.TrimSpace(buf.Bytes())) == 0 {
 		writeValidationError(c, "Field required: the request body is empty")
 		return false
@@ -549,7 +544,7 @@ var jsonContentType = []string{"application/json"}
 
 // writeJSON writes v as one line of JSON without HTML escaping, as orjson
 // and pydantic do.
-func writeJSON(c *gin.Context, status int, v any) {
+func writeJSON(c *exchange, status int, v any) {
 	c.Writer.Header()["Content-Type"] = jsonContentType
 	c.Status(status)
 	c.Writer.Write(marshal(v))
@@ -578,24 +573,24 @@ func errorObject(message, typ string, code int) errorResponse {
 
 // writeValidationError is the 400 SGLang returns for a request that fails
 // validation (FastAPI's 422, turned into 400).
-func writeValidationError(c *gin.Context, message string) {
+func writeValidationError(c *exchange, message string) {
 	writeJSON(c, http.StatusBadRequest, errorObject(message, "Bad Request", 400))
 }
 
 // writeGenerateError is /generate's 400 envelope for errors raised while
 // handling the request.
-func writeGenerateError(c *gin.Context, message string) {
-	writeJSON(c, http.StatusBadRequest, gin.H{"error": gin.H{"message": message}})
+func writeGenerateError(c *exchange, message string) {
+	writeJSON(c, http.StatusBadRequest, jsonObject{"error": jsonObject{"message": message}})
 }
 
 // writeOpenAIError is the OpenAI endpoints' 400 for a refused request.
-func writeOpenAIError(c *gin.Context, message string) {
+func writeOpenAIError(c *exchange, message string) {
 	writeJSON(c, http.StatusBadRequest, errorObject(message, "BadRequestError", 400))
 }
 
-func (s *Server) serveMetrics(c *gin.Context) {
+func (s *Server) serveMetrics(c *exchange) {
 	if s.metrics == nil {
-		writeJSON(c, http.StatusNotFound, gin.H{"detail": "Not Found"})
+		writeJSON(c, http.StatusNotFound, jsonObject{"detail": "Not Found"})
 		return
 	}
 	s.metrics.serve(c.Writer, c.Request)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
 )
@@ -18,7 +16,7 @@ import (
 // has none; the harness uses them when it finds them. Their JSON is the
 // sim package's types; times are simulated seconds.
 
-func (s *Server) simProfile(c *gin.Context) {
+func (s *Server) simProfile(c *exchange) {
 	writeJSON(c, http.StatusOK, sim.Profile{
 		Name:              s.cfg.Profile.Name,
 		Speedup:           s.eng.Speedup(),
@@ -31,7 +29,7 @@ func (s *Server) simProfile(c *gin.Context) {
 
 // simExpect is the model evaluator: GET
 // /sim/expect?prompt_tokens=N&cached_tokens=C&completion_tokens=K.
-func (s *Server) simExpect(c *gin.Context) {
+func (s *Server) simExpect(c *exchange) {
 	get := func(name string, def int) (int, error) {
 		raw := c.Query(name)
 		if raw == "" {
@@ -146,7 +144,7 @@ func (s *Server) dpRankOf(t *engine.Truth) *int {
 	return &r
 }
 
-func (s *Server) simRequests(c *gin.Context) {
+func (s *Server) simRequests(c *exchange) {
 	truths := s.eng.Truths()
 	out := make([]sim.RequestSummary, len(truths))
 	for i, t := range truths {
@@ -193,10 +191,10 @@ func (s *Server) prefillCosts(t *engine.Truth) (own, cold float64) {
 	return d.Seconds(), cold
 }
 
-func (s *Server) simRequest(c *gin.Context) {
+func (s *Server) simRequest(c *exchange) {
 	t, ok := s.eng.Truth(c.Param("rid"))
 	if !ok {
-		writeJSON(c, http.StatusNotFound, gin.H{"detail": fmt.Sprintf("no finished request with rid %q", clip(c.Param("rid")))})
+		writeJSON(c, http.StatusNotFound, jsonObject{"detail": fmt.Sprintf("no finished request with rid %q", clip(c.Param("rid")))})
 		return
 	}
 	out := truthJSON(t)
@@ -204,7 +202,7 @@ func (s *Server) simRequest(c *gin.Context) {
 	writeJSON(c, http.StatusOK, out)
 }
 
-func (s *Server) simFlushes(c *gin.Context) {
+func (s *Server) simFlushes(c *exchange) {
 	hist := s.eng.FlushHistory()
 	out := make([]sim.Flush, len(hist))
 	for i, f := range hist {

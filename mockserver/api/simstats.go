@@ -3,14 +3,12 @@ package api
 import (
 	"net/http"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/sim"
 )
 
 // simStats serves GET /sim/stats: the load and the cache, what `sglmock
 // fleet status` prints for each replica.
-func (s *Server) simStats(c *gin.Context) {
+func (s *Server) simStats(c *exchange) {
 	st := s.eng.Stats()
 	out := sim.Stats{
 		Now: st.Now.Seconds(), Running: st.Running, Queued: st.Queued,

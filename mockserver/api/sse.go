@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
@@ -16,7 +14,7 @@ import (
 // yields back to back (a chat's role chunk and its first content) leave
 // together.
 type sse struct {
-	c       *gin.Context
+	c       *exchange
 	started bool
 	buf     []byte
 	// stalls puts every write under the stall deadline (stall.go); err is
@@ -26,7 +24,7 @@ type sse struct {
 }
 
 // newSSE starts an SSE writer for c's response.
-func (s *Server) newSSE(c *gin.Context) *sse { return &sse{c: c, stalls: s.stalls} }
+func (s *Server) newSSE(c *exchange) *sse { return &sse{c: c, stalls: s.stalls} }
 
 // The SSE headers' values, shared by every response: net/http only reads
 // them.
@@ -83,7 +81,7 @@ func (w *sse) done() error { return w.data([]byte("[DONE]")) }
 // streamError is a streaming /generate's answer to a request refused
 // inside SGLang's generator: one error event, then [DONE].
 func streamError(w *sse, message string) {
-	w.data(marshal(gin.H{"error": gin.H{"message": message}}))
+	w.data(marshal(jsonObject{"error": jsonObject{"message": message}}))
 	w.done()
 }
 

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gin-gonic/gin"
 )
 
 // Clients that stop reading. A streaming client that stops reading (or a
@@ -124,7 +122,7 @@ const answerChunk = 64 << 10
 // client that reads slowly but steadily gets it whole, and one that stops
 // is cut off. It carries its Content-Length, as SGLang's JSONResponse does:
 // the flushes would otherwise send it chunked.
-func (s *Server) writeAnswer(c *gin.Context, v any) {
+func (s *Server) writeAnswer(c *exchange, v any) {
 	b := marshal(v)
 	h := c.Writer.Header()
 	h["Content-Type"] = jsonContentType

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -150,13 +149,13 @@ func (e renderError) Error() string { return e.message }
 
 // writeRenderRefusal answers a refused render: vLLM's envelope for its own
 // refusals, SGLang's for the rest.
-func writeRenderRefusal(c *gin.Context, err error) {
+func writeRenderRefusal(c *exchange, err error) {
 	var re renderError
 	if !errors.As(err, &re) {
 		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
-	writeJSON(c, http.StatusBadRequest, gin.H{"error": gin.H{
+	writeJSON(c, http.StatusBadRequest, jsonObject{"error": jsonObject{
 		"message": re.message, "type": "BadRequestError", "param": re.param, "code": http.StatusBadRequest,
 	}})
 }
@@ -168,18 +167,18 @@ func renderID(prefix string) string {
 
 // checkRenderModel answers vLLM's 404 for a model the server does not
 // serve; an empty model is the served one.
-func (s *Server) checkRenderModel(c *gin.Context, model string) bool {
+func (s *Server) checkRenderModel(c *exchange, model string) bool {
 	if model == "" || model == s.args.ServedModelName {
 		return true
 	}
-	writeJSON(c, http.StatusNotFound, gin.H{"error": gin.H{
+	writeJSON(c, http.StatusNotFound, jsonObject{"error": jsonObject{
 		"message": fmt.Sprintf("The model `%s` does not exist.", clip(model)),
 		"type":    "NotFoundError", "param": "model", "code": http.StatusNotFound,
 	}})
 	return false
 }
 
-func (s *Server) renderCompletions(c *gin.Context) {
+func (s *Server) renderCompletions(c *exchange) {
 	var body renderBody
 	if !s.readBody(c, &body) || !s.checkRenderModel(c, body.Model) {
 		return
@@ -228,7 +227,7 @@ func (s *Server) renderCompletions(c *gin.Context) {
 	s.writeAnswer(c, out)
 }
 
-func (s *Server) renderChat(c *gin.Context) {
+func (s *Server) renderChat(c *exchange) {
 	var body renderBody
 	if !s.readBody(c, &body) || !s.checkRenderModel(c, body.Model) {
 		return

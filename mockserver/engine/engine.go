@@ -529,14 +529,15 @@ func (e *Engine) validate(r Request, tokens []int32) error {
 	if len(tokens) == 0 {
 		return &InvalidRequestError{Message: "The input is empty: it must have at least one token."}
 	}
+	vocab := e.tok.VocabSize()
 	for _, id := range tokens {
 		if id < 0 {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, e.tok.VocabSize())}
+				"The input_ids contain a token id %d outside the vocabulary [0, %d).", id, vocab)}
 		}
-		if int64(id) >= e.tok.VocabSize() {
+		if int64(id) >= vocab {
 			return &InvalidRequestError{Message: fmt.Sprintf(
-				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), e.tok.VocabSize())}
+				"The input_ids %s contains values greater than the vocab size (%d).", pythonList(tokens), vocab)}
 		}
 	}
 	switch {

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/internal/norace"
 	"github.com/sglmock/sglmock/mockserver/profile"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
@@ -156,6 +157,7 @@ func TestTTFTIsTheModelledPrefill(t *testing.T) {
 // its mean over many rids is held to that table's figure, and every leg to its
 // own modelled timeline exactly.
 func TestKimiReproducesTheOriginalTable(t *testing.T) {
+	norace.Skip(t, "checks the model's figures")
 	rows := []struct {
 		prompt int
 		ta, tb float64
