@@ -379,3 +379,21 @@ func TestStatsAddUpTheRanks(t *testing.T) {
 		checkDrained(t, e)
 	})
 }
+
+// TestRankCacheEventsCount: Config.RankCacheEvents has one sink a rank, or
+// none (an empty list is no list).
+func TestRankCacheEventsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := dpProfile(t, 2, true)
+		if _, err := New(Config{Profile: p, RankCacheEvents: make([]CacheEvents, 1)}); err == nil ||
+			err.Error() != "engine: 1 KV event sinks for 2 DP ranks" {
+			t.Fatalf("one sink for two ranks: got %v", err)
+		}
+		e := startEngine(t, Config{Profile: p, RankCacheEvents: []CacheEvents{}})
+		defer e.Close()
+		for r := range 2 {
+			run(t, e, Request{InputIDs: prompt(int32(r), 10), MaxNewTokens: 1, RoutedDPRank: rank(r)})
+		}
+		checkDrained(t, e)
+	})
+}

@@ -213,7 +213,7 @@ func New(cfg Config) (*Engine, error) {
 		s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
 		s.onFinish = onFinish
 		sink := cfg.CacheEvents
-		if cfg.RankCacheEvents != nil {
+		if len(cfg.RankCacheEvents) > 0 {
 			sink = cfg.RankCacheEvents[r]
 		} else if r > 0 {
 			sink = nil
