@@ -309,3 +309,30 @@ func TestBuiltinDPProfile(t *testing.T) {
 		}
 	})
 }
+
+// TestParallelSamplingSpreadsOverRanks: SGLang's parallel sampling sends
+// the prompt's prefill and then each copy as requests of their own, which
+// the controller dispatches one by one: on two ranks the prefill runs on
+// rank 0, the first copy on rank 1, cold, and the second on rank 0, where
+// the prompt is cached.
+func TestParallelSamplingSpreadsOverRanks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
+		body := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 2, "n": 2}}`, jsonOf(ids(0, 100)))
+		code, out, _ := ts.Do(t, "POST", "/generate", body)
+		var resp []struct {
+			MetaInfo struct {
+				DPRank       int `json:"dp_rank"`
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); code != 200 || err != nil || len(resp) != 2 {
+			t.Fatalf("got %d %s (%v)", code, out, err)
+		}
+		for i, want := range []struct{ rank, cached int }{{1, 0}, {0, 99}} {
+			if got := resp[i].MetaInfo; got.DPRank != want.rank || got.CachedTokens != want.cached {
+				t.Fatalf("copy %d: rank %d, %d cached; want rank %d, %d cached", i+1, got.DPRank, got.CachedTokens, want.rank, want.cached)
+			}
+		}
+	})
+}

@@ -154,7 +154,7 @@ func (m *metrics) observe(t *engine.Truth) {
 // its labels too (engine_type "unified": neither prefill nor decode of a
 // disaggregated pair; tp_rank the scheduler's, 0 on one rank). With
 // several DP ranks it is the tokenizer manager's alone, and each rank's
-// scheduler has a rankCollector (metrics_dp.go).
+// scheduler has a rankCollector (dp.go).
 type engineCollector struct {
 	eng   *engine.Engine
 	model string
