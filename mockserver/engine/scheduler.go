@@ -747,7 +747,7 @@ func (s *scheduler) wake() (time.Duration, bool) {
 	at, due := s.nextAbortDue()
 	if f := s.flush; f != nil {
 		flushAt := f.deadline
-		if settled := s.flushSettledAt(); s.flushReady() && settled < flushAt {
+		if settled := s.flushSettledAt(); s.idle() && s.flushReady() && settled < flushAt {
 			flushAt = settled
 		}
 		if !due || flushAt < at {
