@@ -130,6 +130,20 @@
 // for by the server (Timeout, /flush_cache?timeout=); a leg whose flush
 // was never accepted is still sent and its row carries the server's text.
 //
+// # DP ranks
+//
+// A server of several DP ranks (/server_info's dp_size) has a prefix cache
+// a rank, and its controller places each request (placement.go). A leg is
+// cold when the request it repeats ran on another rank: by placement, not
+// by method, and one more request from anyone puts both on one rank. So a
+// naive row whose leg b was cold is SUSPECT unless both legs ran on one
+// rank (meta_info.dp_rank, or the mock's /sim/); an audited repeat cold
+// only by placement is SUSPECT too. SGLang answers /flush_cache with the
+// first rank's answer, so against sglmock a flush answered 200 counts only
+// when /sim/flushes says every rank took it, and is retried otherwise. The
+// floor probes are pinned to rank 0 (routed_dp_rank), which leaves the
+// round robin where it was.
+//
 // # A server is not trusted
 //
 // Every answer is read within a bound set by the request (ErrTooLarge

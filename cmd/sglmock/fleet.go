@@ -81,8 +81,10 @@ router (v0.10) configuration that watches it and scores by prefix cache (KV
 events, block size the page size: give --page-size 16, as every built-in
 profile has page size 1) and load; the table ends with the router's command
 line. EAGLE-family profiles send bigram KV events the router cannot decode
-(a warning says so). Ctrl-C stops them all. "sglmock fleet status" prints each
-replica's load, cache size and hit rate.
+(a warning says so); --enable-dp-attention is refused (SGLang sends DP rank r's
+KV events to the endpoint's port + r, which the router does not bind). Ctrl-C
+stops them all. "sglmock fleet status" prints each replica's load, cache size
+and hit rate.
 `
 
 func runFleet(args []string, stdout, stderr io.Writer) int {
@@ -146,6 +148,13 @@ type fleetPlan struct {
 // planFleet lays the replicas out from the flags; its errors are usage
 // errors.
 func planFleet(fo fleetOptions, o *serveOptions) (fleetPlan, error) {
+	if p := o.profile; p.DPAttention() {
+		// SGLang's publisher of attention-DP rank r offsets the endpoint's
+		// port by r (offset_endpoint_port): the router binds only the one.
+		return fleetPlan{}, fmt.Errorf("--enable-dp-attention with --dp-size %d: SGLang sends DP rank r's KV events to the endpoint's port + r, "+
+			"and the router this fleet configures binds one endpoint, so it would never see ranks 1..%d; run the fleet without DP attention",
+			p.Ranks(), p.Ranks()-1)
+	}
 	model := api.ServedModelName(api.ServerArgs{ModelPath: o.modelPath, ServedModelName: o.servedModelName}, o.profile)
 	replicas, err := fleet.Plan(fo.replicas, fo.layout, o.host, o.port, model, o.kvEvents)
 	if err != nil {

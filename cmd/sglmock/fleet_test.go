@@ -229,6 +229,31 @@ func TestFleetUsageErrors(t *testing.T) {
 	}
 }
 
+// Under DP attention SGLang's rank r sends its KV events to the
+// endpoint's port + r, which the router the fleet configures does not
+// bind: the fleet refuses it, and takes plain DP ranks, which all use the
+// endpoint itself.
+func TestFleetRefusesDPAttention(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"}, "--enable-dp-attention with --dp-size 2: " +
+			"SGLang sends DP rank r's KV events to the endpoint's port + r, and the router this fleet configures binds one endpoint, so it would never " +
+			"see ranks 1..1; run the fleet without DP attention"},
+		{[]string{"--dp-size", "2"}, ""},
+	} {
+		o, err := parseServeFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = planFleet(fleetOptions{replicas: 2, layout: fleet.LayoutAddresses, dir: t.TempDir()}, o)
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("fleet %q: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 func TestFleetStatusHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"fleet", "status", "--help"}, &stdout, &stderr); code != 0 ||

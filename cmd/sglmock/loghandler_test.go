@@ -13,7 +13,8 @@ import (
 
 // A DP rank's scheduler lines carry its rank after the time, as SGLang's
 // scheduler processes prefix theirs: " DP1 TP1" under DP attention on
-// tp 2, " DP1" alone with one GPU a rank; one rank's carry none.
+// tp 2, " DP1" alone with one GPU a rank, " TP0" on one rank of tp 2; one
+// rank on one GPU carries none.
 func TestLogLinesNameTheRank(t *testing.T) {
 	for _, tc := range []struct {
 		dp, tp    int
@@ -22,6 +23,7 @@ func TestLogLinesNameTheRank(t *testing.T) {
 	}{
 		{2, 2, true, `^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d DP1 TP1\] Prefill batch, `},
 		{2, 1, false, `^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d DP1\] Prefill batch, `},
+		{1, 2, false, `^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Prefill batch, `},
 		{1, 1, false, `^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] Prefill batch, `},
 	} {
 		synctest.Test(t, func(t *testing.T) {

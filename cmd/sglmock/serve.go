@@ -66,7 +66,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveOptions, error) {
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Serves SGLang's HTTP API over a simulated engine. Flags are SGLang's launch_server flags;")
 		fmt.Fprintln(stderr, "those that describe the model override the profile. Every other flag of SGLang's launch_server")
-		fmt.Fprintln(stderr, "(--tp-size, --trust-remote-code, --mem-fraction-static, ...) is accepted, with its values,")
+		fmt.Fprintln(stderr, "(--trust-remote-code, --mem-fraction-static, --kv-cache-dtype, ...) is accepted, with its values,")
 		fmt.Fprintln(stderr, "and named in one warning line; as in SGLang, a flag may be shortened to an unambiguous prefix")
 		fmt.Fprintln(stderr, "(--tp 8), and --config FILE reads flags from a YAML file.")
 		fmt.Fprintln(stderr)

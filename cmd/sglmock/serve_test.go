@@ -407,6 +407,27 @@ func TestServeSGLangLaunchCommands(t *testing.T) {
 	}
 }
 
+// The usage's examples of SGLang flags that are accepted and ignored name
+// none that serve gives an effect.
+func TestServeUsageIgnoredExamples(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseServeFlags([]string{"--help"}, &out); err != flag.ErrHelp {
+		t.Fatalf("--help: got %v", err)
+	}
+	usage := strings.Join(strings.Fields(out.String()), " ")
+	_, list, ok := strings.Cut(usage, "Every other flag of SGLang's launch_server (")
+	list, _, ok2 := strings.Cut(list, ", ...)")
+	if !ok || !ok2 {
+		t.Fatalf("the usage lists no ignored flags:\n%s", out.String())
+	}
+	fs, _, _ := serveFlags(io.Discard)
+	for _, name := range strings.Split(list, ", ") {
+		if fs.Lookup(strings.TrimPrefix(name, "--")) != nil {
+			t.Errorf("the usage gives %s as a flag without effect, but serve defines it", name)
+		}
+	}
+}
+
 // A launch flag given wrong gets SGLang's argparse reading in one line.
 func TestServeSGLangLaunchMistakes(t *testing.T) {
 	dir := t.TempDir()

@@ -41,24 +41,31 @@ func generateMeta(t *testing.T, ts *mocktest.Mock, body string, header ...string
 // TestGenerateNamesAndPinsTheRank: meta_info carries the rank that ran the
 // request; routed_dp_rank pins it, data_parallel_rank is its deprecated
 // name, which routed_dp_rank wins over; a rank the deployment lacks is
-// refused with the tokenizer manager's message. The warmup request takes
-// rank 0 through the controller like any other.
+// refused with the tokenizer manager's message. The warmup is a batch of
+// its prompt once a rank (SGLang's _execute_server_warmup), which the
+// controller spreads over the ranks like any other requests: every rank
+// holds the prompt, and the round robin is back at rank 0.
 func TestGenerateNamesAndPinsTheRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
 		if err := ts.Warmup(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+		for r, st := range ts.Engine().RankStats() {
+			if st.Requests != 1 || st.CacheTokens == 0 {
+				t.Fatalf("rank %d after the warmup: %d requests, %d tokens cached; want 1 and the warmup prompt", r, st.Requests, st.CacheTokens)
+			}
+		}
 		for i, tc := range []struct {
 			fields string
 			want   float64
 		}{
-			{``, 1}, // the warmup took rank 0
-			{``, 0},
+			{``, 0}, // the warmup took ranks 0 and 1
+			{``, 1},
 			{`, "routed_dp_rank": 1`, 1},
 			{`, "data_parallel_rank": 1`, 1},
 			{`, "routed_dp_rank": 0, "data_parallel_rank": 1`, 0},
-			{``, 1}, // pinned requests do not move the round robin
+			{``, 0}, // pinned requests do not move the round robin
 		} {
 			body := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 2}%s}`, jsonOf(ids(i, 20)), tc.fields)
 			code, meta, out := generateMeta(t, ts, body)
@@ -300,6 +307,33 @@ func TestBuiltinDPProfile(t *testing.T) {
 		_, body, _ = ts.Do(t, "GET", "/server_info", "")
 		if !strings.Contains(body, `"chunked_prefill_size":1024,`) {
 			t.Fatalf("/server_info: want chunked_prefill_size 1024 (8192 / 8): %s", body)
+		}
+	})
+}
+
+// TestParallelSamplingSpreadsOverRanks: SGLang's parallel sampling sends
+// the prompt's prefill and then each copy as requests of their own, which
+// the controller dispatches one by one: on two ranks the prefill runs on
+// rank 0, the first copy on rank 1, cold, and the second on rank 0, where
+// the prompt is cached.
+func TestParallelSamplingSpreadsOverRanks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
+		body := fmt.Sprintf(`{"input_ids": %s, "sampling_params": {"max_new_tokens": 2, "n": 2}}`, jsonOf(ids(0, 100)))
+		code, out, _ := ts.Do(t, "POST", "/generate", body)
+		var resp []struct {
+			MetaInfo struct {
+				DPRank       int `json:"dp_rank"`
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"meta_info"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); code != 200 || err != nil || len(resp) != 2 {
+			t.Fatalf("got %d %s (%v)", code, out, err)
+		}
+		for i, want := range []struct{ rank, cached int }{{1, 0}, {0, 99}} {
+			if got := resp[i].MetaInfo; got.DPRank != want.rank || got.CachedTokens != want.cached {
+				t.Fatalf("copy %d: rank %d, %d cached; want rank %d, %d cached", i+1, got.DPRank, got.CachedTokens, want.rank, want.cached)
+			}
 		}
 	})
 }

@@ -164,8 +164,11 @@ func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]
 // and checked before anything runs; then, prompt after prompt, a copy with
 // max_new_tokens 0 and a fresh rid prefills it into the cache and is
 // waited for. It is a request like any other (counted in the metrics,
-// listed under /sim/requests), so each of the n copies submitted next finds
-// the whole prompt cached. The copies share one tokenization.
+// listed under /sim/requests, dispatched to a DP rank), so each of the n
+// copies submitted next that runs on its rank finds the whole prompt
+// cached; on several ranks the controller spreads the copies, and those on
+// other ranks prefill it again, as in SGLang. The copies share one
+// tokenization.
 func (s *Server) cachePrompts(ctx context.Context, p plan, received time.Duration) error {
 	for i := 0; i < len(p.items); i += p.copies {
 		group := p.items[i : i+p.copies]

@@ -315,22 +315,32 @@ func (s *Server) MarkReady() { s.state.CompareAndSwap(stateStarting, stateReady)
 
 // Warmup runs SGLang's warmup request (a short generation of "The capital
 // city of France is") and marks the server ready, as launch_server does.
-// Like SGLang's, the warmup prompt stays in the prefix cache and the
-// request counts in the metrics (an ordinary /generate there); it stays
-// out of /sim/requests, which lists the clients' requests.
+// With several DP ranks the request is a batch of the prompt once a rank
+// (_execute_server_warmup), which the controller spreads one to a rank:
+// every rank's cache holds the prompt, and round_robin starts again at
+// rank 0. Like SGLang's, the warmup prompt stays in the prefix cache and
+// the request counts in the metrics (an ordinary /generate there); it
+// stays out of /sim/requests, which lists the clients' requests.
 func (s *Server) Warmup(ctx context.Context) error {
-	st, err := s.eng.Submit(engine.Request{Text: "The capital city of France is", MaxNewTokens: 8, Internal: true})
-	if err != nil {
-		return err
-	}
-	for {
-		ev, err := st.Next(ctx)
+	var streams []*engine.Stream
+	for range s.eng.Ranks() {
+		st, err := s.eng.Submit(engine.Request{Text: "The capital city of France is", MaxNewTokens: 8, Internal: true})
 		if err != nil {
-			st.Abort()
+			abortStreams(streams)
 			return err
 		}
-		if ev.Finish != nil {
-			break
+		streams = append(streams, st)
+	}
+	for i, st := range streams {
+		for {
+			ev, err := st.Next(ctx)
+			if err != nil {
+				abortStreams(streams[i:])
+				return err
+			}
+			if ev.Finish != nil {
+				break
+			}
 		}
 	}
 	s.MarkReady()

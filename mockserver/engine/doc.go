@@ -27,8 +27,8 @@
 // the round-robin counter); otherwise round_robin takes turns, and
 // total_requests and total_tokens take the least loaded rank by their
 // budget, which counts each dispatch (one request, its prompt tokens) and
-// takes each rank's own load after every batch it runs. The warmup
-// request goes through it like any other.
+// takes each rank's own load after every batch it runs. The server's
+// warmup, its prompt once a rank, goes through it like any other request.
 //
 // The ranks run in groups (group.go). Under DP attention all are one
 // group: SGLang gathers every rank's batch before each forward pass

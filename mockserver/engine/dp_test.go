@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -378,4 +379,48 @@ func TestStatsAddUpTheRanks(t *testing.T) {
 		}
 		checkDrained(t, e)
 	})
+}
+
+// TestRankCacheEventsCount: Config.RankCacheEvents has one sink a rank, or
+// none (an empty list is no list).
+func TestRankCacheEventsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := dpProfile(t, 2, true)
+		if _, err := New(Config{Profile: p, RankCacheEvents: make([]CacheEvents, 1)}); err == nil ||
+			err.Error() != "engine: 1 KV event sinks for 2 DP ranks" {
+			t.Fatalf("one sink for two ranks: got %v", err)
+		}
+		e := startEngine(t, Config{Profile: p, RankCacheEvents: []CacheEvents{}})
+		defer e.Close()
+		for r := range 2 {
+			run(t, e, Request{InputIDs: prompt(int32(r), 10), MaxNewTokens: 1, RoutedDPRank: rank(r)})
+		}
+		checkDrained(t, e)
+	})
+}
+
+// TestParkedFlushWakesAtSettleOnlyWhenIdle: a rank with nothing to run
+// but something queued wakes for its parked flush at the flush's
+// deadline, not when the last batch settled: the flush cannot run before
+// the queue empties, and a wake-up in the past would spin the loop.
+func TestParkedFlushWakesAtSettleOnlyWhenIdle(t *testing.T) {
+	for _, attention := range []bool{false, true} {
+		p := dpProfile(t, 2, attention)
+		e := &Engine{prof: p}
+		ranks := []*scheduler{
+			newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40, 0),
+			newScheduler(p, builtinTok, false, slog.New(slog.DiscardHandler), 40, 1),
+		}
+		groupRanks(p, ranks)
+		s := ranks[0]
+		s.now, s.settledAt = 2*time.Second, time.Second
+		s.flush = &pendingFlush{deadline: 10 * time.Second, call: e.flushes.start(0, 10*time.Second, "test", 2)}
+		if at, due := s.wake(); !due || at != time.Second {
+			t.Fatalf("attention %v, idle: wakes at %v (%v), want the settle time 1s", attention, at, due)
+		}
+		s.waiting = append(s.waiting, &req{rid: "queued", tokens: prompt(1, 10), maxNew: 1})
+		if at, due := s.wake(); !due || at != 10*time.Second {
+			t.Fatalf("attention %v, a request queued: wakes at %v (%v), want the deadline 10s", attention, at, due)
+		}
+	}
 }

@@ -225,7 +225,7 @@ func New(cfg Config) (*Engine, error) {
 		s.decodeLineGap = time.Duration(float64(decodeLineWallGap) * e.speedup)
 		s.onFinish = onFinish
 		sink := cfg.CacheEvents
-		if cfg.RankCacheEvents != nil {
+		if len(cfg.RankCacheEvents) > 0 {
 			sink = cfg.RankCacheEvents[r]
 		} else if r > 0 {
 			sink = nil
@@ -254,16 +254,15 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// rankLogger is the logger of rank r's scheduler: with several ranks, its
-// lines carry the rank, as SGLang's scheduler processes prefix theirs
-// ("DP1 TP1"): dp_rank and, with tp_size > 1, tp_rank, the tensor-parallel
-// rank that logs for the rank (its attention group's first; each
-// replica's first without DP attention).
+// rankLogger is the logger of rank r's scheduler, whose lines carry what
+// SGLang's scheduler processes prefix theirs with (configure_scheduler_process:
+// "DP1 TP1"): dp_rank with several ranks and, with tp_size > 1, tp_rank,
+// the tensor-parallel rank that logs for the rank (its attention group's
+// first; each replica's first without DP attention, and 0 on one rank).
 func rankLogger(l *slog.Logger, p *profile.Profile, r int) *slog.Logger {
-	if p.Ranks() == 1 {
-		return l
+	if p.Ranks() > 1 {
+		l = l.With(slog.Int("dp_rank", r))
 	}
-	l = l.With(slog.Int("dp_rank", r))
 	if p.TensorParallel() > 1 {
 		l = l.With(slog.Int("tp_rank", RankTPRank(p, r)))
 	}

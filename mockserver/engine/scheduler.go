@@ -949,7 +949,7 @@ func (s *scheduler) wake() (time.Duration, bool) {
 	}
 	if f := s.flush; f != nil {
 		flushAt := f.deadline
-		if settled := s.flushSettledAt(); s.flushReady() && s.hiCacheDrained() && settled < flushAt {
+		if settled := s.flushSettledAt(); s.idle() && s.flushReady() && s.hiCacheDrained() && settled < flushAt {
 			flushAt = settled
 		}
 		if !due || flushAt < at {
