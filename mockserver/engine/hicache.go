@@ -527,8 +527,7 @@ func (s *scheduler) loadBack(r *req, m radixcache.TierMatch[string]) int {
 		panic(err) // MatchTiers just returned it
 	}
 	if s.free() < m.Host {
-		s.tree.Evict(m.Host)
-		s.takeHostWrites()
+		s.evict(m.Host)
 	}
 	s.tree.ReleaseHost(m.End)
 	if s.free() < m.Host {

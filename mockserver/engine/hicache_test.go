@@ -307,3 +307,29 @@ func TestHiCacheRefusesDisabledRadixCache(t *testing.T) {
 		t.Fatalf("file backend without a directory: got %v", err)
 	}
 }
+
+// A load back that must evict for its host hit counts that eviction in the
+// eviction counters, as HiRadixCache.load_back's evict calls
+// update_eviction_metrics: the 2500-token prompt evicts a's 1000 tokens
+// (the shortfall, 501, takes the whole leaf), and a's repeat evicts the
+// 2500 tokens, backed up by then, to load its 999 back into a pool with
+// 500 free.
+func TestLoadBackEvictionIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "")})
+		defer e.Close()
+		a := prompt(1, 1000)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		run(t, e, Request{InputIDs: prompt(2, 2500), MaxNewTokens: 1})
+		if c := e.Stats().Counters; c.Evictions != 1 || c.EvictedTokens != 1000 {
+			t.Fatalf("after the evicting request: %d evictions of %d tokens, want 1 of 1000", c.Evictions, c.EvictedTokens)
+		}
+		ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if ev.Truth.LoadBackTokens != 999 {
+			t.Fatalf("a's repeat loaded back %d tokens, want 999", ev.Truth.LoadBackTokens)
+		}
+		if c := e.Stats().Counters; c.Evictions != 2 || c.EvictedTokens != 3500 {
+			t.Fatalf("after the load back: %d evictions of %d tokens, want 2 of 3500", c.Evictions, c.EvictedTokens)
+		}
+	})
+}
