@@ -248,6 +248,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.ranks = append(e.ranks, s)
 	}
+	shareStore(e.ranks)
 	e.groups = groupRanks(prof, e.ranks)
 	e.spinEarned = e.wallStart
 	go e.loop()

@@ -118,6 +118,10 @@ type hiCache struct {
 	block      float64       // seconds of write-back the next iteration waits for
 	stats      HiCacheStats
 	storeErr   error // the last storage I/O error, logged once
+
+	// sharers are the ranks whose backups write to store, this one
+	// included.
+	sharers []*scheduler
 }
 
 // errStorageDir is a file backend without a directory.
@@ -349,8 +353,12 @@ func (s *scheduler) startPrefetch(r *req, at time.Duration) {
 	}
 	op := &prefetchOp{r: r, from: from, at: matched, tokens: n, reserved: n, issued: at}
 	// The prefetch thread's query: the pages' keys, chained from the last
-	// backed-up node's hash, found in storage in a row.
-	s.applyBackups(at)
+	// backed-up node's hash, found in storage in a row. Every rank's backup
+	// thread writes to the store on its own: the pages whose writes ended
+	// by now are there, whichever rank wrote them.
+	for _, peer := range hc.sharers {
+		peer.applyBackups(at)
+	}
 	var prior *radixcache.Digest
 	if d, ok := from.LastDigest(); ok {
 		prior = &d
@@ -672,4 +680,18 @@ func (s *scheduler) hiCacheStats() HiCacheStats {
 	st.HostBackedTokens, st.HostOnlyTokens = ts.HostTokens, ts.HostOnly
 	st.LoadBackSeconds = slices.Clone(st.LoadBackSeconds)
 	return st
+}
+
+// shareStore tells each rank with a storage tier which ranks write to it:
+// all of them, as they share one store.
+func shareStore(ranks []*scheduler) {
+	var sharers []*scheduler
+	for _, s := range ranks {
+		if s.hi != nil && s.hi.store != nil {
+			sharers = append(sharers, s)
+		}
+	}
+	for _, s := range sharers {
+		s.hi.sharers = sharers
+	}
 }

@@ -333,3 +333,40 @@ func TestLoadBackEvictionIsCounted(t *testing.T) {
 		}
 	})
 }
+
+// DP ranks share one storage tier, and each rank's backup thread writes to
+// it on its own: a prefetch on rank 1 finds every page rank 0's backup has
+// written by then, even while an iteration runs. Rank 0 backs a's 1000
+// pages up from 0.111 s to 1.111 s; c keeps the ranks busy from 1 s to
+// 1.2 s; a's repeat on rank 1 arrives at 1.15 s and finds all 1000 pages
+// (not the 768 rank 0 had put by the last boundary, at 1 s: 889 written,
+// put 128 at a time), reads them in 1 s
+// (wait_complete) and loads 999 back under one token's prefill.
+func TestDPRanksShareTheStoreAsItIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := hiProfile(t, "write_through", "memory")
+		p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+		p.HiCache.PrefetchPolicy = "wait_complete"
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		a := prompt(1, 1000)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1, RoutedDPRank: rank(0)})
+		time.Sleep(900 * time.Millisecond)
+		c := submit(t, e, Request{InputIDs: prompt(2, 2000), MaxNewTokens: 1, RoutedDPRank: rank(1)})
+		time.Sleep(150 * time.Millisecond)
+		ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1, RoutedDPRank: rank(1)})
+		drain(t, c)
+		if pf := ev.Truth.Prefetch; ev.Truth.DPRank != 1 || pf == nil || pf.Issued != 1150*time.Millisecond || pf.Pages != 1000 || pf.Fetched != 1000 {
+			t.Fatalf("a's repeat on rank %d: prefetch %+v, want 1000 pages found at 1.15 s", ev.Truth.DPRank, pf)
+		}
+		if tiers := tiersOf(ev); tiers != (CacheTiers{Storage: 999, Backend: "MockMemoryStorage"}) {
+			t.Fatalf("a's repeat: tiers %+v, want 999 from storage", tiers)
+		}
+		if want := time.Second + 11015*time.Microsecond; got != want {
+			t.Fatalf("a's repeat: TTFT %v, want %v", got, want)
+		}
+	})
+}
