@@ -78,6 +78,12 @@ type SchedulerStats struct {
 	// NewTokenRatio is the token ratio the prefill batch was admitted
 	// with.
 	NewTokenRatio float64
+	// HiCache says the rank runs HiCache; HostUsedTokens and
+	// HostTotalTokens are then its host pool's use and size
+	// (_log_hicache_stats: hicache_host_used_tokens and
+	// hicache_host_total_tokens).
+	HiCache                         bool
+	HostUsedTokens, HostTotalTokens int
 }
 
 // Stats is a snapshot of the engine's state.
