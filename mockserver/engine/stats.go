@@ -165,7 +165,8 @@ func (s *scheduler) stats() Stats {
 // sumStats is the deployment's snapshot from its ranks': counts, tokens
 // and throughputs add up; the speculative averages are over every rank's
 // rounds, the cache hit rate the ranks' mean, and the clock the latest.
-// One rank's is its own.
+// Logged stays empty: what a metrics reporter logged is each rank's
+// (RankStats), as SGLang's scheduler gauges are. One rank's is its own.
 func sumStats(ranks []Stats) Stats {
 	if len(ranks) == 1 {
 		return ranks[0]
