@@ -440,3 +440,31 @@ func TestSumStatsCombinesEveryField(t *testing.T) {
 		t.Errorf("Logged: got %+v, want each rank's only", sum.Logged)
 	}
 }
+
+// TestDPAttentionFlushFollowsTheReleasesOverlapRule: an idle DP-attention
+// rank is busy for a flush while another runs only when the overlap
+// scheduler is on. SGLang 0.5.12 runs NGRAM without it, so there rank 0
+// flushes at once; 0.5.18 keeps it on, and rank 0 refuses.
+func TestDPAttentionFlushFollowsTheReleasesOverlapRule(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    error
+	}{{"0.5.12", nil}, {"0.5.18", ErrFlushLockstep}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+			p.SGLangVersion, p.Speculative.Algorithm = tc.release, "NGRAM"
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			load := busyRank(t, e, 1)
+			if err := e.Flush(context.Background(), 0, "test"); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Errorf("SGLang %s: got %v, want %v", tc.release, err, tc.want)
+			}
+			load.Abort()
+			drain(t, load)
+		})
+	}
+}
