@@ -154,7 +154,7 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 			return nil, errStorageDir
 		}
 		model := cmpOr(cfg.ServedModelName, p.ServedModelName)
-		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, h.KV.MLA()); err != nil {
+		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, p.AttnTPSize(), h.KV.MLA()); err != nil {
 			return nil, err
 		}
 	default:

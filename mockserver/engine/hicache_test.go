@@ -370,3 +370,40 @@ func TestDPRanksShareTheStoreAsItIsWritten(t *testing.T) {
 		}
 	})
 }
+
+// The file backend names a page for the attention group's tensor-parallel
+// rank 0 and size, as HiCacheStorageConfig carries them: tp_size without
+// DP attention, tp_size / dp_size under it.
+func TestFilePagesNamedForTheAttentionGroup(t *testing.T) {
+	for _, tc := range []struct {
+		dp, tp    int
+		attention bool
+		suffix    string
+	}{
+		{1, 2, false, "_sglmock-small-1b_0_2.bin"},
+		{2, 4, true, "_sglmock-small-1b_0_2.bin"},
+		{2, 2, true, "_sglmock-small-1b_0_1.bin"},
+	} {
+		dir := t.TempDir()
+		synctest.Test(t, func(t *testing.T) {
+			p := hiProfile(t, "write_through", "file")
+			p.DPSize, p.TPSize, p.EnableDPAttention = tc.dp, tc.tp, tc.attention
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			e := startEngine(t, Config{Profile: p, HiCacheStorageDir: dir})
+			defer e.Close()
+			run(t, e, Request{InputIDs: prompt(1, 10), MaxNewTokens: 1})
+			if err := e.Flush(context.Background(), time.Minute, "test"); err != nil { // after the backup
+				t.Fatal(err)
+			}
+		})
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 10 {
+			t.Fatalf("dp %d tp %d: %d page files (%v), want 10", tc.dp, tc.tp, len(entries), err)
+		}
+		if got := entries[0].Name()[64:]; got != tc.suffix {
+			t.Errorf("dp %d tp %d attention %v: page file suffix %q, want %q", tc.dp, tc.tp, tc.attention, got, tc.suffix)
+		}
+	}
+}
