@@ -225,13 +225,19 @@
 //     engine_type ("unified"), cached_tokens_total its cache_source
 //     ("device"); the scheduler's gauges, counters (realtime tokens,
 //     retractions) and queue time carry engine_type, model_name,
-//     moe_ep_rank, pp_rank and tp_rank; the radix cache's
-//     evicted_tokens_total and eviction_duration_seconds carry cache_type
-//     ("RadixCache"), each eviction observed as 0 s (the model charges it
-//     nothing). The scheduler's gauges are what its metrics reporter last
-//     logged (each prefill batch, every decode-log interval), token_usage
-//     rounded to two decimals; a counter SGLang increments only by a
-//     positive amount has no series before its first increment. The warmup
+//     moe_ep_rank, pp_rank and tp_rank (and dp_rank, one series a rank,
+//     with several DP ranks); the radix cache's evicted_tokens_total and
+//     eviction_duration_seconds, and under HiCache load_back_tokens_total
+//     and load_back_duration_seconds, carry cache_type, the tree cache's
+//     class ("RadixCache", "HiRadixCache"), one series for every rank (the
+//     sum, as SGLang's multiprocess registry adds them), each eviction and
+//     load back observed as 0 s (SGLang times the host's work, not the
+//     transfer); HiCache's host pool gauges are the scheduler's, and the
+//     storage counters carry StorageMetricsCollector's labels, one series
+//     an attention-DP rank. The scheduler's gauges are what its metrics
+//     reporter last logged (each prefill batch, every decode-log interval),
+//     token_usage rounded to two decimals; a counter SGLang increments only
+//     by a positive amount has no series before its first increment. The warmup
 //     request counts, an ordinary request on SGLang; /health_generate's
 //     does not (log_metrics=false). Neither is listed under /sim/requests.
 //   - A client that stops reading its answer or stream is cut off once a

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // A request names its DP rank with routed_dp_rank, or with
@@ -78,9 +79,17 @@ func registerRankCollectors(reg *prometheus.Registry, eng *engine.Engine, model 
 		return
 	}
 	for r := range eng.Ranks() {
-		prometheus.WrapRegistererWith(prometheus.Labels{"dp_rank": strconv.Itoa(r)}, reg).
-			MustRegister(&rankCollector{eng: eng, model: model, rank: r})
+		rankRegisterer(reg, eng.Profile(), r).MustRegister(&rankCollector{eng: eng, model: model, rank: r})
 	}
+}
+
+// rankRegisterer is where DP rank r's scheduler metrics register: with
+// its dp_rank label in a deployment of several ranks.
+func rankRegisterer(reg prometheus.Registerer, p *profile.Profile, r int) prometheus.Registerer {
+	if p.Ranks() == 1 {
+		return reg
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"dp_rank": strconv.Itoa(r)}, reg)
 }
 
 // internalStates are /server_info's internal_states: one a DP rank, each

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -115,43 +116,44 @@ func prefetchJSON(p *engine.PrefetchRecord) *sim.Prefetch {
 		FetchedPages: p.Fetched, Tokens: p.Tokens, Terminated: p.Terminated}
 }
 
-// hicacheCollector exposes SGLang's HiCache metrics: the host pool's
-// gauges and the load-back counter with the scheduler's labels, and the
-// storage tier's counters with StorageMetricsCollector's.
+// hicacheCollector exposes the storage tier's counters with
+// StorageMetricsCollector's labels: one series an attention-DP rank (its
+// dp_rank; every rank is attention-DP rank 0 without DP attention, so
+// their counts add up in one series, as SGLang's multiprocess registry
+// adds them), each appearing with its first increment. The host pool's
+// gauges are the schedulers' (collectScheduler), the load backs the radix
+// cache's (collectRadixCache).
 type hicacheCollector struct {
-	eng   *engine.Engine
-	model string
+	eng *engine.Engine
 }
 
 var (
 	storageLabels = []string{"attn_cp_rank", "attn_cp_size", "dp_rank", "pp_rank", "pp_size", "storage_backend", "tp_rank"}
 
-	descHostUsed       = desc(schedulerLabels, "sglang:hicache_host_used_tokens", "Number of tokens currently used in the host KV cache.")
-	descHostTotal      = desc(schedulerLabels, "sglang:hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.")
-	descLoadBackTokens = desc(schedulerLabels, "sglang:load_back_tokens_total", "The number of tokens loaded from CPU to GPU.")
-	descPrefetched     = desc(storageLabels, "sglang:prefetched_tokens_total", "Number of prefetched prompt tokens.")
-	descBackedUp       = desc(storageLabels, "sglang:backuped_tokens_total", "Number of backuped tokens.")
+	descPrefetched = desc(storageLabels, "sglang:prefetched_tokens_total", "Number of prefetched prompt tokens.")
+	descBackedUp   = desc(storageLabels, "sglang:backuped_tokens_total", "Number of backuped tokens.")
 )
 
 func (c *hicacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHostUsed, descHostTotal, descLoadBackTokens, descPrefetched, descBackedUp} {
-		ch <- d
-	}
+	ch <- descPrefetched
+	ch <- descBackedUp
 }
 
 func (c *hicacheCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.eng.HiCache()
-	if !st.Enabled {
+	p := c.eng.Profile()
+	if h := p.HiCacheConfig(); h == nil || h.StorageBackend == "" {
 		return
 	}
-	scheduler := []string{"unified", c.model, "0", "0", "0"}
-	ch <- prometheus.MustNewConstMetric(descHostUsed, prometheus.GaugeValue, float64(st.HostUsedTokens), scheduler...)
-	ch <- prometheus.MustNewConstMetric(descHostTotal, prometheus.GaugeValue, float64(st.HostTotalTokens), scheduler...)
-	ch <- prometheus.MustNewConstMetric(descLoadBackTokens, prometheus.CounterValue, float64(st.LoadBackTokens), scheduler...)
-	if st.StorageBackend == "" {
-		return
+	ranks := c.eng.HiCacheRanks()
+	sums := make([]engine.HiCacheStats, p.AttnDPRank(len(ranks)-1)+1)
+	for r, st := range ranks {
+		sum := &sums[p.AttnDPRank(r)]
+		sum.PrefetchedTokens += st.PrefetchedTokens
+		sum.BackedUpTokens += st.BackedUpTokens
 	}
-	storage := []string{"0", "1", "0", "0", "1", st.StorageBackend, "0"}
-	ch <- prometheus.MustNewConstMetric(descPrefetched, prometheus.CounterValue, float64(st.PrefetchedTokens), storage...)
-	ch <- prometheus.MustNewConstMetric(descBackedUp, prometheus.CounterValue, float64(st.BackedUpTokens), storage...)
+	for dp, st := range sums {
+		storage := []string{"0", "1", strconv.Itoa(dp), "0", "1", p.HiCache.StorageBackend, "0"}
+		lazyCounter(ch, descPrefetched, st.PrefetchedTokens, storage)
+		lazyCounter(ch, descBackedUp, st.BackedUpTokens, storage)
+	}
 }

@@ -68,7 +68,7 @@ func TestHiCacheOverHTTP(t *testing.T) {
 			`sglang:cached_tokens_total{cache_source="storage_HiCacheFile",engine_type="unified",model_name="sglmock/small-1b"} 999`,
 			`sglang:hicache_host_total_tokens{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 6001`,
 			`sglang:prefetched_tokens_total{attn_cp_rank="0",attn_cp_size="1",dp_rank="0",pp_rank="0",pp_size="1",storage_backend="file",tp_rank="0"} 1000`,
-			`sglang:load_back_tokens_total{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 999`)
+			`sglang:load_back_tokens_total{cache_type="HiRadixCache"} 999`)
 		if strings.Contains(body, `cache_source="host"`) {
 			t.Errorf("metrics show a host source before any host hit:\n%s", body)
 		}

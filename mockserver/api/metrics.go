@@ -3,12 +3,14 @@ package api
 import (
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // metrics are SGLang's Prometheus metrics. Counters and gauges are read
@@ -24,7 +26,8 @@ type metrics struct {
 	ttft     prometheus.Observer
 	itl      prometheus.Observer
 	e2e      prometheus.Observer
-	queue    prometheus.Observer
+	// queue is each DP rank's queue time, its scheduler's.
+	queue []prometheus.Observer
 	// The token counts of each finished request: its prompt, the part of
 	// it not served from the cache, and its output.
 	promptTokens, uncachedTokens, generationTokens prometheus.Observer
@@ -55,33 +58,41 @@ var (
 		600000, 800000, 1000000, 1100000}
 	evictionBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01, 0.02, 0.03, 0.04,
 		0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
+	loadBackBuckets = []float64{0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01, 0.02, 0.03, 0.04,
+		0.05, 0.1, 0.2, 0.5, 1}
 )
 
 // engineType is SGLang's engine_type label of a server that is neither the
 // prefill nor the decode half of a disaggregated pair.
 const engineType = "unified"
 
-func newMetrics(model string) *metrics {
+func newMetrics(model string, p *profile.Profile) *metrics {
 	reg := prometheus.NewRegistry()
 	tokenizer := prometheus.Labels{"model_name": model, "engine_type": engineType}
-	scheduler := prometheus.Labels{"engine_type": engineType, "model_name": model, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
-	hist := func(labels prometheus.Labels, name, help string, buckets []float64) prometheus.Observer {
+	hist := func(reg prometheus.Registerer, labels prometheus.Labels, name, help string, buckets []float64) prometheus.Observer {
 		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 		reg.MustRegister(h)
 		return h
 	}
+	// The queue time is the scheduler's, observed as a request enters its
+	// first prefill batch (req_time_stats.py): each rank's own, with its
+	// dp_rank when it has one.
+	var queue []prometheus.Observer
+	for r := range p.Ranks() {
+		scheduler := prometheus.Labels{"engine_type": engineType, "model_name": model, "moe_ep_rank": "0", "pp_rank": "0",
+			"tp_rank": strconv.Itoa(engine.RankTPRank(p, r))}
+		queue = append(queue, hist(rankRegisterer(reg, p, r), scheduler, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", queueBuckets))
+	}
 	m := &metrics{
-		registry: reg,
-		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		ttft:     hist(tokenizer, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
-		itl:      hist(tokenizer, "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
-		e2e:      hist(tokenizer, "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
-		// The queue time is the scheduler's, observed as a request enters
-		// its first prefill batch (req_time_stats.py).
-		queue:            hist(scheduler, "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", queueBuckets),
-		promptTokens:     hist(tokenizer, "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", tokenBuckets),
-		uncachedTokens:   hist(tokenizer, "sglang:uncached_prompt_tokens_histogram", "Histogram of uncached (compute) prompt token length.", tokenBuckets),
-		generationTokens: hist(tokenizer, "sglang:generation_tokens_histogram", "Histogram of generation token length.", tokenBuckets),
+		registry:         reg,
+		handler:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		ttft:             hist(reg, tokenizer, "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets),
+		itl:              hist(reg, tokenizer, "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets),
+		e2e:              hist(reg, tokenizer, "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2eBuckets),
+		queue:            queue,
+		promptTokens:     hist(reg, tokenizer, "sglang:prompt_tokens_histogram", "Histogram of prompt token length.", tokenBuckets),
+		uncachedTokens:   hist(reg, tokenizer, "sglang:uncached_prompt_tokens_histogram", "Histogram of uncached (compute) prompt token length.", tokenBuckets),
+		generationTokens: hist(reg, tokenizer, "sglang:generation_tokens_histogram", "Histogram of generation token length.", tokenBuckets),
 		wake:             make(chan struct{}, 1),
 		stop:             make(chan struct{}),
 		stopped:          make(chan struct{}),
@@ -157,7 +168,7 @@ func (m *metrics) observe(t *engine.Truth) {
 	if t.Scheduled() {
 		// SGLang observes the queue time as a request enters its first
 		// prefill batch: never for one aborted while it waited.
-		m.queue.Observe(t.QueueTime().Seconds())
+		m.queue[t.DPRank].Observe(t.QueueTime().Seconds())
 	}
 	if t.CompletionTokens == 0 || !t.Prefilled {
 		return
@@ -179,9 +190,11 @@ func (m *metrics) observe(t *engine.Truth) {
 // the tokenizer manager's counters carry model_name and engine_type; the
 // scheduler's its labels too (engine_type "unified": neither prefill nor
 // decode of a disaggregated pair; tp_rank the scheduler's, 0 on one rank);
-// the radix cache's cache_type alone. With several DP ranks it is the
-// tokenizer manager's alone, and each rank's scheduler has a rankCollector
-// (dp.go).
+// the radix cache's cache_type alone, the tree cache's class. With several
+// DP ranks the scheduler's are each rank's rankCollector's (dp.go); the
+// radix cache's stay one series, the ranks' sum, as SGLang's
+// multiprocess registry adds up the counters of every process that keeps
+// a tree.
 //
 // Counters are read at scrape time, so no update is lost. SGLang creates a
 // labelled counter's series at its first increment, so those it only
@@ -216,6 +229,11 @@ var (
 	descRetractedOutput  = desc(schedulerLabels, "sglang:num_retracted_output_tokens_total", "Total number of retracted output tokens.")
 	descEvictedTokens    = desc(radixCacheLabel, "sglang:evicted_tokens_total", "The number of tokens evicted from GPU to CPU.")
 	descEvictionDuration = desc(radixCacheLabel, "sglang:eviction_duration_seconds", "Time taken to evict memory from GPU to CPU in seconds.")
+	descLoadBackTokens   = desc(radixCacheLabel, "sglang:load_back_tokens_total", "The number of tokens loaded from CPU to GPU.")
+	descLoadBackDuration = desc(radixCacheLabel, "sglang:load_back_duration_seconds", "Time taken to load memory from CPU to GPU in seconds.")
+	// HiCache's host pool, a scheduler's gauges (_log_hicache_stats).
+	descHostUsed  = desc(schedulerLabels, "sglang:hicache_host_used_tokens", "Number of tokens currently used in the host KV cache.")
+	descHostTotal = desc(schedulerLabels, "sglang:hicache_host_total_tokens", "Total capacity of the host KV cache in tokens.")
 
 	// The gauges of SGLang's log_stats, each with what it reads of the
 	// logged stats.
@@ -259,11 +277,15 @@ var (
 var (
 	tokenizerDescs = []*prometheus.Desc{descPromptTokens, descGenerationTokens, descSpecVerifyCalls, descCachedTokens, descRequests, descAborted}
 	schedulerDescs = []*prometheus.Desc{descRealtimeTokens, descMaxTotalTokens, descRetracted, descRetractedInput, descRetractedOutput,
-		descEvictedTokens, descEvictionDuration}
+		descHostUsed, descHostTotal}
+	radixCacheDescs = []*prometheus.Desc{descEvictedTokens, descEvictionDuration, descLoadBackTokens, descLoadBackDuration}
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range tokenizerDescs {
+		ch <- d
+	}
+	for _, d := range radixCacheDescs {
 		ch <- d
 	}
 	if c.schedulers {
@@ -290,11 +312,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descCachedTokens, st.CachedDevice, tokenizer, "device")
 	// SGLang's series for another source appears with its first token.
 	lazyCounter(ch, descCachedTokens, st.CachedHost, tokenizer, "host")
+	var hi engine.HiCacheStats
+	if c.eng.Profile().HiCacheConfig() != nil {
+		hi = c.eng.HiCache()
+	}
 	if st.CachedStorage > 0 {
-		counter(ch, descCachedTokens, st.CachedStorage, tokenizer, "storage_"+c.eng.HiCache().StorageClass)
+		counter(ch, descCachedTokens, st.CachedStorage, tokenizer, "storage_"+hi.StorageClass)
 	}
 	counter(ch, descRequests, st.Requests, tokenizer)
 	counter(ch, descAborted, st.Aborted, tokenizer)
+	collectRadixCache(ch, st.Counters, hi)
 	if c.schedulers {
 		collectScheduler(ch, st, []string{engineType, c.model, "0", "0", "0"})
 	}
@@ -322,21 +349,43 @@ func collectScheduler(ch chan<- prometheus.Metric, st engine.Stats, scheduler []
 	lazyCounter(ch, descRetracted, st.RetractedRequests, scheduler)
 	lazyCounter(ch, descRetractedInput, st.RetractedInputTokens, scheduler)
 	lazyCounter(ch, descRetractedOutput, st.RetractedOutputTokens, scheduler)
-	if st.Evictions > 0 {
-		// The radix cache's (RadixCache). The mock's evictions take no
-		// modelled time, so each is observed as 0 s: the count is the
-		// evictions, the sum 0.
-		cache := []string{"RadixCache"}
-		counter(ch, descEvictedTokens, st.EvictedTokens, cache)
-		buckets := make(map[float64]uint64, len(evictionBuckets))
-		for _, b := range evictionBuckets {
-			buckets[b] = uint64(st.Evictions)
-		}
-		ch <- prometheus.MustNewConstHistogram(descEvictionDuration, uint64(st.Evictions), 0, buckets, cache...)
+	l := st.Logged
+	if !l.Logged {
+		return
 	}
-	if st.Logged.Logged {
-		for _, g := range loggedGauges {
-			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(st.Logged), scheduler...)
+	for _, g := range loggedGauges {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(l), scheduler...)
+	}
+	if l.HiCache {
+		ch <- prometheus.MustNewConstMetric(descHostUsed, prometheus.GaugeValue, float64(l.HostUsedTokens), scheduler...)
+		ch <- prometheus.MustNewConstMetric(descHostTotal, prometheus.GaugeValue, float64(l.HostTotalTokens), scheduler...)
+	}
+}
+
+// collectRadixCache reports the radix cache's series (RadixCacheMetricsCollector),
+// labelled with the tree cache's class: evictions, and under HiCache the
+// load backs. Each appears with its first increment. Neither takes
+// modelled time (SGLang times the host's work to evict, or to issue a
+// load, not the transfer), so each is observed as 0 s: a histogram's count
+// is the evictions or load backs, its sum 0.
+func collectRadixCache(ch chan<- prometheus.Metric, c engine.Counters, hi engine.HiCacheStats) {
+	cache := []string{"RadixCache"}
+	if hi.Enabled {
+		cache = []string{"HiRadixCache"}
+	}
+	zeroSeconds := func(d *prometheus.Desc, bounds []float64, n int64) {
+		buckets := make(map[float64]uint64, len(bounds))
+		for _, b := range bounds {
+			buckets[b] = uint64(n)
 		}
+		ch <- prometheus.MustNewConstHistogram(d, uint64(n), 0, buckets, cache...)
+	}
+	if c.Evictions > 0 {
+		counter(ch, descEvictedTokens, c.EvictedTokens, cache)
+		zeroSeconds(descEvictionDuration, evictionBuckets, c.Evictions)
+	}
+	if hi.LoadBacks > 0 {
+		counter(ch, descLoadBackTokens, hi.LoadBackTokens, cache)
+		zeroSeconds(descLoadBackDuration, loadBackBuckets, hi.LoadBacks)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // longTruth is a finished request of n output tokens, one per round.
@@ -40,7 +41,7 @@ func itlCount(t *testing.T, m *metrics) uint64 {
 // or a scrape, observes its tokens. Here the goroutine is stopped first, so
 // the queued truth waits for the scrape.
 func TestFinishHookOnlyQueues(t *testing.T) {
-	m := newMetrics("m")
+	m := newMetrics("m", &profile.Profile{})
 	m.close()
 	m.finished(longTruth(16384))
 	m.finished(&engine.Truth{NoMetrics: true, CompletionTokens: 5, Prefilled: true})
@@ -59,7 +60,7 @@ func TestFinishHookOnlyQueues(t *testing.T) {
 // hook did on the engine goroutine, is reported against the same baseline.
 func BenchmarkFinishHook(b *testing.B) {
 	long, short := longTruth(16384), longTruth(16)
-	m := newMetrics("m")
+	m := newMetrics("m", &profile.Profile{})
 	defer m.close()
 	var longNs, shortNs, observeNs int64
 	hooks := func(t *engine.Truth) int64 {

@@ -215,7 +215,7 @@ func New(cfg Config) (*Server, error) {
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
-		s.metrics = newMetrics(s.args.ServedModelName)
+		s.metrics = newMetrics(s.args.ServedModelName, cfg.Profile)
 		onFinish = s.metrics.finished
 	}
 	eng, err := engine.New(engine.Config{
@@ -242,7 +242,7 @@ func New(cfg Config) (*Server, error) {
 	s.eng = eng
 	if s.metrics != nil {
 		s.metrics.registry.MustRegister(&engineCollector{eng: eng, model: s.args.ServedModelName, schedulers: eng.Ranks() == 1}, &mockCollector{s: s},
-			&hicacheCollector{eng: eng, model: s.args.ServedModelName})
+			&hicacheCollector{eng: eng})
 		registerRankCollectors(s.metrics.registry, eng, s.args.ServedModelName)
 	}
 	s.router = s.routes()

@@ -178,6 +178,10 @@
 //   - A flush waits for no write-through, backup or prefetch to be in
 //     flight, and empties the device and host tiers, never storage
 //     (ClearStorage does). The loop wakes at each transfer's end.
+//   - Each DP rank has its own host pool, transfers and prefetches; the
+//     ranks share one storage tier, as SGLang's ranks share a backend:
+//     a rank's lookup finds every page any rank's backup has written by
+//     then, and ClearStorage clears it once.
 //   - Where SGLang's code does something odd, the mock does too: a node
 //     split while it is written through keeps the write in its lower part,
 //     so the upper part's host copy is never announced nor backed up to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -422,5 +423,93 @@ func TestParkedFlushWakesAtSettleOnlyWhenIdle(t *testing.T) {
 		if at, due := s.wake(); !due || at != 10*time.Second {
 			t.Fatalf("attention %v, a request queued: wakes at %v (%v), want the deadline 10s", attention, at, due)
 		}
+	}
+}
+
+// TestSumStatsCombinesEveryField: every field of Stats is combined as
+// sumStats says, ranks 1 and 2 in every figure: counts add up, the clock
+// is the latest, the rates are the mean, the average accept length is over
+// both ranks' rounds; Logged stays each rank's. A field added to Stats or
+// Counters fails here until it has a rule.
+func TestSumStatsCombinesEveryField(t *testing.T) {
+	rankOf := func(v float64) Stats {
+		var st Stats
+		fill := func(s reflect.Value) {
+			for i := range s.NumField() {
+				switch f := s.Field(i); f.Kind() {
+				case reflect.Int, reflect.Int64:
+					f.SetInt(int64(v))
+				case reflect.Float64:
+					f.SetFloat(v)
+				case reflect.Bool:
+					f.SetBool(true)
+				}
+			}
+		}
+		fill(reflect.ValueOf(&st.Counters).Elem())
+		fill(reflect.ValueOf(&st).Elem())
+		st.Logged = SchedulerStats{Logged: true, Running: int(v)}
+		return st
+	}
+	sum := sumStats([]Stats{rankOf(1), rankOf(2)})
+	want := map[string]float64{"Now": 2, "LastCacheHitRate": 1.5, "SpecAcceptLength": 1.5, "SpecAcceptRate": 1.5,
+		"AvgSpecAcceptLength": (1*1 + 2*2) / 3.0, "Idle": 1}
+	check := func(s reflect.Value) {
+		for i := range s.NumField() {
+			name, f := s.Type().Field(i).Name, s.Field(i)
+			var got float64
+			switch f.Kind() {
+			case reflect.Int, reflect.Int64:
+				got = float64(f.Int())
+			case reflect.Float64:
+				got = f.Float()
+			case reflect.Bool:
+				if f.Bool() {
+					got = 1
+				}
+			default:
+				continue
+			}
+			w, ok := want[name]
+			if !ok {
+				w = 3
+			}
+			if got != w {
+				t.Errorf("%s: got %v, want %v", name, got, w)
+			}
+		}
+	}
+	check(reflect.ValueOf(sum.Counters))
+	check(reflect.ValueOf(sum))
+	if sum.Logged != (SchedulerStats{}) {
+		t.Errorf("Logged: got %+v, want each rank's only", sum.Logged)
+	}
+}
+
+// TestDPAttentionFlushFollowsTheReleasesOverlapRule: an idle DP-attention
+// rank is busy for a flush while another runs only when the overlap
+// scheduler is on. SGLang 0.5.12 runs NGRAM without it, so there rank 0
+// flushes at once; 0.5.18 keeps it on, and rank 0 refuses.
+func TestDPAttentionFlushFollowsTheReleasesOverlapRule(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    error
+	}{{"0.5.12", nil}, {"0.5.18", ErrFlushLockstep}} {
+		synctest.Test(t, func(t *testing.T) {
+			p := loadProfile(t, "llama-8b-eagle3-h100")
+			p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+			p.SGLangVersion, p.Speculative.Algorithm = tc.release, "NGRAM"
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			load := busyRank(t, e, 1)
+			if err := e.Flush(context.Background(), 0, "test"); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Errorf("SGLang %s: got %v, want %v", tc.release, err, tc.want)
+			}
+			load.Abort()
+			drain(t, load)
+		})
 	}
 }

@@ -248,6 +248,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.ranks = append(e.ranks, s)
 	}
+	shareStore(e.ranks)
 	e.groups = groupRanks(prof, e.ranks)
 	e.spinEarned = e.wallStart
 	go e.loop()
@@ -282,7 +283,8 @@ func RankTPRank(p *profile.Profile, r int) int {
 
 // groupRanks sorts the ranks into groups: all in one under DP attention,
 // where a rank with nothing of its own is also busy for a flush while the
-// others run if the overlap scheduler is on (the profile's flush window);
+// others run if the overlap scheduler is on (the profile's flush window,
+// and the release runs the speculative algorithm with it: OverlapOff);
 // one group a rank otherwise.
 func groupRanks(p *profile.Profile, ranks []*scheduler) []*group {
 	if !p.DPAttention() {
@@ -292,7 +294,7 @@ func groupRanks(p *profile.Profile, ranks []*scheduler) []*group {
 		}
 		return groups
 	}
-	if p.FlushBusyAfterFinishS > 0 {
+	if p.OverlapOff() == "" {
 		for _, s := range ranks {
 			s.peers = ranks
 		}

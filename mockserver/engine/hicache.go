@@ -50,10 +50,8 @@ type HiCacheStats struct {
 	HostTotalTokens, HostUsedTokens    int
 	HostBackedTokens, HostOnlyTokens   int
 	LoadBackTokens                     int64 // sglang:load_back_tokens_total
-	LoadBacks                          int64
-	LoadBackSeconds                    []float64 // each load back's modelled transfer, for the histogram
-	EvictedTokens                      int64     // device tokens evicted, to the host or gone (sglang:evicted_tokens_total)
-	PrefetchedTokens, BackedUpTokens   int64     // sglang:prefetched_tokens_total, backuped_tokens_total
+	LoadBacks                          int64 // load backs (load_back_duration_seconds' count)
+	PrefetchedTokens, BackedUpTokens   int64 // sglang:prefetched_tokens_total, backuped_tokens_total
 	StorageBackend, StorageClass       string
 	WritePolicy, PrefetchPolicy        string
 	StoragePagesWritten, StorageErrors int64
@@ -118,6 +116,10 @@ type hiCache struct {
 	block      float64       // seconds of write-back the next iteration waits for
 	stats      HiCacheStats
 	storeErr   error // the last storage I/O error, logged once
+
+	// sharers are the ranks whose backups write to store, this one
+	// included.
+	sharers []*scheduler
 }
 
 // errStorageDir is a file backend without a directory.
@@ -152,7 +154,7 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 			return nil, errStorageDir
 		}
 		model := cmpOr(cfg.ServedModelName, p.ServedModelName)
-		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, h.KV.MLA()); err != nil {
+		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, p.AttnTPSize(), h.KV.MLA()); err != nil {
 			return nil, err
 		}
 	default:
@@ -349,8 +351,12 @@ func (s *scheduler) startPrefetch(r *req, at time.Duration) {
 	}
 	op := &prefetchOp{r: r, from: from, at: matched, tokens: n, reserved: n, issued: at}
 	// The prefetch thread's query: the pages' keys, chained from the last
-	// backed-up node's hash, found in storage in a row.
-	s.applyBackups(at)
+	// backed-up node's hash, found in storage in a row. Every rank's backup
+	// thread writes to the store on its own: the pages whose writes ended
+	// by now are there, whichever rank wrote them.
+	for _, peer := range hc.sharers {
+		peer.applyBackups(at)
+	}
 	var prior *radixcache.Digest
 	if d, ok := from.LastDigest(); ok {
 		prior = &d
@@ -527,8 +533,7 @@ func (s *scheduler) loadBack(r *req, m radixcache.TierMatch[string]) int {
 		panic(err) // MatchTiers just returned it
 	}
 	if s.free() < m.Host {
-		s.tree.Evict(m.Host)
-		s.takeHostWrites()
+		s.evict(m.Host)
 	}
 	s.tree.ReleaseHost(m.End)
 	if s.free() < m.Host {
@@ -545,7 +550,6 @@ func (s *scheduler) loadBack(r *req, m radixcache.TierMatch[string]) int {
 	r.node, r.kvLen = m.End, m.End.PrefixLen()
 	s.hi.stats.LoadBackTokens += int64(n)
 	s.hi.stats.LoadBacks++
-	s.hi.stats.LoadBackSeconds = append(s.hi.stats.LoadBackSeconds, s.hi.cfg.HostTransferSeconds(n))
 	return n
 }
 
@@ -634,32 +638,34 @@ func (e *Engine) ClearStorage() (hicacheOn, cleared bool, err error) {
 }
 
 // HiCache returns the HiCache figures, Enabled false when it is off: the
-// ranks' host pools and counters added up, each rank's load backs in rank
-// order.
+// ranks' host pools and counters added up.
 func (e *Engine) HiCache() HiCacheStats {
-	var st HiCacheStats
+	ranks := e.HiCacheRanks()
+	st := ranks[0]
+	for _, rs := range ranks[1:] {
+		st.HostTotalTokens += rs.HostTotalTokens
+		st.HostUsedTokens += rs.HostUsedTokens
+		st.HostBackedTokens += rs.HostBackedTokens
+		st.HostOnlyTokens += rs.HostOnlyTokens
+		st.LoadBackTokens += rs.LoadBackTokens
+		st.LoadBacks += rs.LoadBacks
+		st.PrefetchedTokens += rs.PrefetchedTokens
+		st.BackedUpTokens += rs.BackedUpTokens
+		st.StoragePagesWritten += rs.StoragePagesWritten
+		st.StorageErrors += rs.StorageErrors
+	}
+	return st
+}
+
+// HiCacheRanks returns each DP rank's HiCache figures, in rank order.
+func (e *Engine) HiCacheRanks() []HiCacheStats {
+	out := make([]HiCacheStats, len(e.ranks))
 	e.do(func(time.Duration) {
 		for r, s := range e.ranks {
-			rs := s.hiCacheStats()
-			if r == 0 {
-				st = rs
-				continue
-			}
-			st.HostTotalTokens += rs.HostTotalTokens
-			st.HostUsedTokens += rs.HostUsedTokens
-			st.HostBackedTokens += rs.HostBackedTokens
-			st.HostOnlyTokens += rs.HostOnlyTokens
-			st.LoadBackTokens += rs.LoadBackTokens
-			st.LoadBacks += rs.LoadBacks
-			st.LoadBackSeconds = append(st.LoadBackSeconds, rs.LoadBackSeconds...)
-			st.EvictedTokens += rs.EvictedTokens
-			st.PrefetchedTokens += rs.PrefetchedTokens
-			st.BackedUpTokens += rs.BackedUpTokens
-			st.StoragePagesWritten += rs.StoragePagesWritten
-			st.StorageErrors += rs.StorageErrors
+			out[r] = s.hiCacheStats()
 		}
 	})
-	return st
+	return out
 }
 
 func (s *scheduler) hiCacheStats() HiCacheStats {
@@ -671,6 +677,19 @@ func (s *scheduler) hiCacheStats() HiCacheStats {
 	ts := s.tree.Stats()
 	st.HostUsedTokens = ts.HostTokens + ts.HostReserved
 	st.HostBackedTokens, st.HostOnlyTokens = ts.HostTokens, ts.HostOnly
-	st.LoadBackSeconds = slices.Clone(st.LoadBackSeconds)
 	return st
+}
+
+// shareStore tells each rank with a storage tier which ranks write to it:
+// all of them, as they share one store.
+func shareStore(ranks []*scheduler) {
+	var sharers []*scheduler
+	for _, s := range ranks {
+		if s.hi != nil && s.hi.store != nil {
+			sharers = append(sharers, s)
+		}
+	}
+	for _, s := range sharers {
+		s.hi.sharers = sharers
+	}
 }

@@ -307,3 +307,103 @@ func TestHiCacheRefusesDisabledRadixCache(t *testing.T) {
 		t.Fatalf("file backend without a directory: got %v", err)
 	}
 }
+
+// A load back that must evict for its host hit counts that eviction in the
+// eviction counters, as HiRadixCache.load_back's evict calls
+// update_eviction_metrics: the 2500-token prompt evicts a's 1000 tokens
+// (the shortfall, 501, takes the whole leaf), and a's repeat evicts the
+// 2500 tokens, backed up by then, to load its 999 back into a pool with
+// 500 free.
+func TestLoadBackEvictionIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: hiProfile(t, "write_through", "")})
+		defer e.Close()
+		a := prompt(1, 1000)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		run(t, e, Request{InputIDs: prompt(2, 2500), MaxNewTokens: 1})
+		if c := e.Stats().Counters; c.Evictions != 1 || c.EvictedTokens != 1000 {
+			t.Fatalf("after the evicting request: %d evictions of %d tokens, want 1 of 1000", c.Evictions, c.EvictedTokens)
+		}
+		ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+		if ev.Truth.LoadBackTokens != 999 {
+			t.Fatalf("a's repeat loaded back %d tokens, want 999", ev.Truth.LoadBackTokens)
+		}
+		if c := e.Stats().Counters; c.Evictions != 2 || c.EvictedTokens != 3500 {
+			t.Fatalf("after the load back: %d evictions of %d tokens, want 2 of 3500", c.Evictions, c.EvictedTokens)
+		}
+	})
+}
+
+// DP ranks share one storage tier, and each rank's backup thread writes to
+// it on its own: a prefetch on rank 1 finds every page rank 0's backup has
+// written by then, even while an iteration runs. Rank 0 backs a's 1000
+// pages up from 0.111 s to 1.111 s; c keeps the ranks busy from 1 s to
+// 1.2 s; a's repeat on rank 1 arrives at 1.15 s and finds all 1000 pages
+// (not the 768 rank 0 had put by the last boundary, at 1 s: 889 written,
+// put 128 at a time), reads them in 1 s
+// (wait_complete) and loads 999 back under one token's prefill.
+func TestDPRanksShareTheStoreAsItIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := hiProfile(t, "write_through", "memory")
+		p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+		p.HiCache.PrefetchPolicy = "wait_complete"
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		a := prompt(1, 1000)
+		run(t, e, Request{InputIDs: a, MaxNewTokens: 1, RoutedDPRank: rank(0)})
+		time.Sleep(900 * time.Millisecond)
+		c := submit(t, e, Request{InputIDs: prompt(2, 2000), MaxNewTokens: 1, RoutedDPRank: rank(1)})
+		time.Sleep(150 * time.Millisecond)
+		ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1, RoutedDPRank: rank(1)})
+		drain(t, c)
+		if pf := ev.Truth.Prefetch; ev.Truth.DPRank != 1 || pf == nil || pf.Issued != 1150*time.Millisecond || pf.Pages != 1000 || pf.Fetched != 1000 {
+			t.Fatalf("a's repeat on rank %d: prefetch %+v, want 1000 pages found at 1.15 s", ev.Truth.DPRank, pf)
+		}
+		if tiers := tiersOf(ev); tiers != (CacheTiers{Storage: 999, Backend: "MockMemoryStorage"}) {
+			t.Fatalf("a's repeat: tiers %+v, want 999 from storage", tiers)
+		}
+		if want := time.Second + 11015*time.Microsecond; got != want {
+			t.Fatalf("a's repeat: TTFT %v, want %v", got, want)
+		}
+	})
+}
+
+// The file backend names a page for the attention group's tensor-parallel
+// rank 0 and size, as HiCacheStorageConfig carries them: tp_size without
+// DP attention, tp_size / dp_size under it.
+func TestFilePagesNamedForTheAttentionGroup(t *testing.T) {
+	for _, tc := range []struct {
+		dp, tp    int
+		attention bool
+		suffix    string
+	}{
+		{1, 2, false, "_sglmock-small-1b_0_2.bin"},
+		{2, 4, true, "_sglmock-small-1b_0_2.bin"},
+		{2, 2, true, "_sglmock-small-1b_0_1.bin"},
+	} {
+		dir := t.TempDir()
+		synctest.Test(t, func(t *testing.T) {
+			p := hiProfile(t, "write_through", "file")
+			p.DPSize, p.TPSize, p.EnableDPAttention = tc.dp, tc.tp, tc.attention
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			e := startEngine(t, Config{Profile: p, HiCacheStorageDir: dir})
+			defer e.Close()
+			run(t, e, Request{InputIDs: prompt(1, 10), MaxNewTokens: 1})
+			if err := e.Flush(context.Background(), time.Minute, "test"); err != nil { // after the backup
+				t.Fatal(err)
+			}
+		})
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 10 {
+			t.Fatalf("dp %d tp %d: %d page files (%v), want 10", tc.dp, tc.tp, len(entries), err)
+		}
+		if got := entries[0].Name()[64:]; got != tc.suffix {
+			t.Errorf("dp %d tp %d attention %v: page file suffix %q, want %q", tc.dp, tc.tp, tc.attention, got, tc.suffix)
+		}
+	}
+}

@@ -35,8 +35,8 @@ type reporter struct {
 }
 
 // logPool takes the KV pool's figures into the logged stats, as SGLang's
-// PoolStats.update_scheduler_stats, and the retraction count, which it
-// then clears.
+// PoolStats.update_scheduler_stats, the host pool's under HiCache
+// (_log_hicache_stats), and the retraction count, which it then clears.
 func (s *scheduler) logPool() {
 	l := &s.report.logged
 	l.Logged = true
@@ -44,6 +44,10 @@ func (s *scheduler) logPool() {
 	l.FullTokenUsage = s.tokenUsage()
 	l.TokenUsage, _ = strconv.ParseFloat(strconv.FormatFloat(l.FullTokenUsage, 'f', 2, 64), 64)
 	l.RetractedReqs, s.report.retracted = s.report.retracted, 0
+	if s.hi != nil {
+		st := s.hiCacheStats()
+		l.HiCache, l.HostUsedTokens, l.HostTotalTokens = true, st.HostUsedTokens, st.HostTotalTokens
+	}
 }
 
 // resetOnFlush is SGLang's reset_metrics.

@@ -237,7 +237,14 @@ func (s *scheduler) ensureFree(n int) {
 	if !s.rules.EvictShortfall {
 		short = n
 	}
-	if freed := s.tree.Evict(short); freed > 0 {
+	s.evict(short)
+}
+
+// evict is the tree cache's evict for n tokens: it counts an eviction
+// that freed tokens as update_eviction_metrics does, and schedules the
+// write-backs it started under HiCache.
+func (s *scheduler) evict(n int) {
+	if freed := s.tree.Evict(n); freed > 0 {
 		s.counters.Evictions++
 		s.counters.EvictedTokens += int64(freed)
 	}

@@ -78,6 +78,12 @@ type SchedulerStats struct {
 	// NewTokenRatio is the token ratio the prefill batch was admitted
 	// with.
 	NewTokenRatio float64
+	// HiCache says the rank runs HiCache; HostUsedTokens and
+	// HostTotalTokens are then its host pool's use and size
+	// (_log_hicache_stats: hicache_host_used_tokens and
+	// hicache_host_total_tokens).
+	HiCache                         bool
+	HostUsedTokens, HostTotalTokens int
 }
 
 // Stats is a snapshot of the engine's state.
@@ -159,7 +165,8 @@ func (s *scheduler) stats() Stats {
 // sumStats is the deployment's snapshot from its ranks': counts, tokens
 // and throughputs add up; the speculative averages are over every rank's
 // rounds, the cache hit rate the ranks' mean, and the clock the latest.
-// One rank's is its own.
+// Logged stays empty: what a metrics reporter logged is each rank's
+// (RankStats), as SGLang's scheduler gauges are. One rank's is its own.
 func sumStats(ranks []Stats) Stats {
 	if len(ranks) == 1 {
 		return ranks[0]

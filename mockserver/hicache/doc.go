@@ -16,7 +16,10 @@
 //     SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, /tmp/hicache by default) of
 //     one file a page, named KEY_MODEL_TPRANK_TPSIZE.bin, with the served
 //     model name's slashes turned into dashes and, for an MLA model, whose
-//     ranks hold the same KV, no rank suffix. A page written stays there:
+//     ranks hold the same KV, no rank suffix. TPSIZE is the attention
+//     group's (tp_size, or tp_size / dp_size under DP attention); the mock
+//     runs one process a DP rank and writes its rank 0's files, TPRANK 0.
+//     A page written stays there:
 //     a second server on the same directory, or the same server after a
 //     restart, finds it. Clear removes every file of the directory, as
 //     HiCacheFile.clear does.

@@ -117,15 +117,17 @@ func FileSuffix(model string, tpRank, tpSize int, mla bool) string {
 }
 
 // NewFile opens the page directory dir for model, creating it when it is
-// missing, as HiCacheFile does on rank 0.
-func NewFile(dir, model string, mla bool) (*File, error) {
+// missing, as HiCacheFile does on rank 0. Its pages are those of
+// tensor-parallel rank 0 of tpSize, the attention group's size that
+// HiCacheStorageConfig carries (the mock runs one process a DP rank).
+func NewFile(dir, model string, tpSize int, mla bool) (*File, error) {
 	if dir == "" {
 		return nil, errors.New("hicache: the file backend needs a directory")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("hicache: file backend: %w", err)
 	}
-	return &File{dir: dir, suffix: FileSuffix(model, 0, 1, mla)}, nil
+	return &File{dir: dir, suffix: FileSuffix(model, 0, max(tpSize, 1), mla)}, nil
 }
 
 // Dir is the page directory.

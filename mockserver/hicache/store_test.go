@@ -15,14 +15,16 @@ import (
 func TestFileNames(t *testing.T) {
 	for _, tc := range []struct {
 		model string
+		tp    int
 		mla   bool
 		want  string
 	}{
-		{"meta-llama/Llama-3.1-8B-Instruct", false, "k_meta-llama-Llama-3.1-8B-Instruct_0_1.bin"},
-		{"moonshotai/Kimi-K2.6", true, "k_moonshotai-Kimi-K2.6.bin"},
+		{"meta-llama/Llama-3.1-8B-Instruct", 1, false, "k_meta-llama-Llama-3.1-8B-Instruct_0_1.bin"},
+		{"meta-llama/Llama-3.1-8B-Instruct", 2, false, "k_meta-llama-Llama-3.1-8B-Instruct_0_2.bin"},
+		{"moonshotai/Kimi-K2.6", 8, true, "k_moonshotai-Kimi-K2.6.bin"},
 	} {
 		dir := t.TempDir()
-		f, err := NewFile(dir, tc.model, tc.mla)
+		f, err := NewFile(dir, tc.model, tc.tp, tc.mla)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +38,7 @@ func TestFileNames(t *testing.T) {
 // second server, or the same one restarted); Clear removes every file.
 func TestFileSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
-	a, err := NewFile(filepath.Join(dir, "pages"), "m/x", false)
+	a, err := NewFile(filepath.Join(dir, "pages"), "m/x", 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +46,14 @@ func TestFileSurvivesReopen(t *testing.T) {
 	if err := a.Put(key); err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewFile(filepath.Join(dir, "pages"), "m/x", false)
+	b, err := NewFile(filepath.Join(dir, "pages"), "m/x", 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := b.Exists(key); !ok || err != nil {
 		t.Fatalf("reopened: Exists = %v, %v; want true", ok, err)
 	}
-	other, _ := NewFile(filepath.Join(dir, "pages"), "m/y", false)
+	other, _ := NewFile(filepath.Join(dir, "pages"), "m/y", 1, false)
 	if ok, _ := other.Exists(key); ok {
 		t.Fatal("another model's server found the page")
 	}

@@ -2,71 +2,94 @@ package kvevents
 
 import (
 	"bytes"
-	"github.com/sglmock/sglmock/compat"
 	"reflect"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/radixcache"
 )
 
 // A tree with a host tier reports HiCache's media, as HiRadixCache records
 // them: a node stored on the device, its host copy once written
 // (CPU_PINNED), its eviction from the device (GPU), its eviction from the
-// host (CPU_PINNED); a run coalesces on one medium only.
+// host (CPU_PINNED); a run coalesces on one medium only. A release before
+// the coalescing rule sends each medium's events as it sends the device's:
+// 0.5.17 one BlockStored a page and one BlockRemoved a node, 0.5.12 one
+// event a page, each page's store hanging from the page before it.
 func TestHostMedium(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		out := &captureTransport{}
-		rules, err := compat.For(compat.Default)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := NewPublisher(Config{MaxQueueSize: 4}, "t", rules, out, nil)
-		tr, err := radixcache.New[string](2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.EnableHost(radixcache.HostTier{Capacity: 100, WriteThreshold: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.Observe(p); err != nil {
-			t.Fatal(err)
-		}
-		tr.Insert("", []int32{1, 2, 3, 4}, "a")
-		for _, w := range tr.TakeHostWrites() {
-			if err := tr.HostWriteDone(w.Node); err != nil {
+	for _, release := range []string{compat.Default, "0.5.17", "0.5.12"} {
+		synctest.Test(t, func(t *testing.T) {
+			out := &captureTransport{}
+			rules, err := compat.For(release)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		tr.Evict(4)
-		tr.EvictHost(4)
-		p.Publish(time.Unix(1, 0))
-		p.Close()
-		msgs := out.take()
-		if len(msgs) != 1 {
-			t.Fatalf("%d messages, want one batch", len(msgs))
-		}
-		if !bytes.Contains(msgs[0].Payload, []byte(MediumCPU)) {
-			t.Fatalf("the batch does not name %s", MediumCPU)
-		}
-		b, err := Decode(msgs[0].Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var hashes []int64
-		for _, pg := range b.Events[1].Pages() {
-			hashes = append(hashes, pg.Hash)
-		}
-		want := []Event{
-			{Kind: AllBlocksCleared},
-			{Kind: BlockStored, Hashes: hashes, Tokens: []int32{1, 2, 3, 4}, BlockSize: 2},
-			{Kind: BlockStored, Hashes: hashes, Tokens: []int32{1, 2, 3, 4}, BlockSize: 2, Medium: MediumCPU},
-			{Kind: BlockRemoved, Hashes: hashes},
-			{Kind: BlockRemoved, Hashes: hashes, Medium: MediumCPU},
-		}
-		if !reflect.DeepEqual(b.Events, want) {
-			t.Errorf("events:\n got %+v\nwant %+v", b.Events, want)
-		}
-	})
+			p := NewPublisher(Config{MaxQueueSize: 4}, "t", rules, out, nil)
+			tr, err := radixcache.New[string](2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.EnableHost(radixcache.HostTier{Capacity: 100, WriteThreshold: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Observe(p); err != nil {
+				t.Fatal(err)
+			}
+			tr.Insert("", []int32{1, 2, 3, 4}, "a")
+			for _, w := range tr.TakeHostWrites() {
+				if err := tr.HostWriteDone(w.Node); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr.Evict(4)
+			tr.EvictHost(4)
+			p.Publish(time.Unix(1, 0))
+			p.Close()
+			msgs := out.take()
+			if len(msgs) != 1 {
+				t.Fatalf("%s: %d messages, want one batch", release, len(msgs))
+			}
+			if !bytes.Contains(msgs[0].Payload, []byte(MediumCPU)) {
+				t.Fatalf("%s: the batch does not name %s", release, MediumCPU)
+			}
+			b, err := Decode(msgs[0].Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hashes []int64
+			for _, e := range b.Events[1:] {
+				if e.Kind == BlockStored && e.Medium == "" {
+					for _, pg := range e.Pages() {
+						hashes = append(hashes, pg.Hash)
+					}
+				}
+			}
+			if len(hashes) != 2 {
+				t.Fatalf("%s: the device stores hold %d pages, want 2: %+v", release, len(hashes), b.Events)
+			}
+			h1, h2 := hashes[0], hashes[1]
+			stored := func(medium string) []Event {
+				if rules.CoalesceKVEvents {
+					return []Event{{Kind: BlockStored, Hashes: []int64{h1, h2}, Tokens: []int32{1, 2, 3, 4}, BlockSize: 2, Medium: medium}}
+				}
+				return []Event{
+					{Kind: BlockStored, Hashes: []int64{h1}, Tokens: []int32{1, 2}, BlockSize: 2, Medium: medium},
+					{Kind: BlockStored, Hashes: []int64{h2}, Parent: h1, HasParent: true, Tokens: []int32{3, 4}, BlockSize: 2, Medium: medium},
+				}
+			}
+			removed := func(medium string) []Event {
+				if rules.BatchRemovedPages {
+					return []Event{{Kind: BlockRemoved, Hashes: []int64{h1, h2}, Medium: medium}}
+				}
+				return []Event{{Kind: BlockRemoved, Hashes: []int64{h1}, Medium: medium}, {Kind: BlockRemoved, Hashes: []int64{h2}, Medium: medium}}
+			}
+			want := []Event{{Kind: AllBlocksCleared}}
+			want = append(append(append(append(want, stored("")...), stored(MediumCPU)...), removed("")...), removed(MediumCPU)...)
+			if !reflect.DeepEqual(b.Events, want) {
+				t.Errorf("%s: events:\n got %+v\nwant %+v", release, b.Events, want)
+			}
+		})
+	}
 }

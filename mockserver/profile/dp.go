@@ -95,6 +95,16 @@ func (p *Profile) ScheduleConservativeness() float64 {
 	return 1
 }
 
+// AttnTPSize is the size of the tensor-parallel group that runs each DP
+// rank's attention: tp_size / dp_size under DP attention, else tp_size
+// (get_attention_tp_size).
+func (p *Profile) AttnTPSize() int {
+	if p.DPAttention() {
+		return p.TensorParallel() / p.Ranks()
+	}
+	return p.TensorParallel()
+}
+
 // AttnDPRank is the attention-DP rank SGLang gives DP rank r: r under DP
 // attention, else 0 for every rank (compute_dp_attention_world_info). The
 // KV event publisher offsets its ports by it, and its batches carry it.
