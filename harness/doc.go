@@ -194,7 +194,11 @@
 //     a near-repeat (all but a tail of at most 32 tokens beyond a page and
 //     5 % of the prompt), else a shared prefix; requests linked by shared
 //     prefixes form groups, and under --allow-shared-prefix auto a group
-//     of 3 or more is the workload's.
+//     of 3 or more is the workload's;
+//   - a poisoned request that sent cache_salt to /generate, on a server
+//     whose reported release is not known to take it there (compat's
+//     generate-cache-salt rule, as the salt method asks), is told so
+//     (audit_salt.go).
 //
 // The run's cache effect puts every request's TTFT and E2E beside the same
 // with nothing cached (each request on its own), and CompareTool puts a

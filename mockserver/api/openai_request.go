@@ -149,6 +149,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			it.req.IgnoreEOS = b.IgnoreEOS
 			it.req.Sampling = b.sampling()
 			it.req.Namespace = ns
+			it.req.Salted = b.CacheSalt != nil && *b.CacheSalt != ""
 			it.req.RoutedDPRank = b.headerDPRank
 			if it.req.RoutedDPRank == nil {
 				it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)

@@ -164,6 +164,7 @@ func (s *Server) simRequests(c *gin.Context) {
 			SampleOf:         t.SampleOf,
 			E2E:              t.E2E().Seconds(),
 			DPRank:           s.dpRankOf(t),
+			CacheSalt:        t.Salted,
 		}
 		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)
 		out[i].Tiers = tiersJSON(t)
