@@ -41,17 +41,19 @@ func TestVersionsCompareAsPythonPackages(t *testing.T) {
 
 func TestRulesOfEachRelease(t *testing.T) {
 	all := Rules{EvictShortfall: true, AbortPendingChunk: true, GenerateCacheSalt: true, BatchRemovedPages: true,
-		CoalesceKVEvents: true, SpecOverlap: true}
+		CoalesceKVEvents: true, SpecOverlap: true, LoadSnapshot: true, PrefetchTimeout: true}
 	allBut31479 := all
 	allBut31479.CoalesceKVEvents = false
+	only23309 := Rules{PrefetchTimeout: true}
 	for _, tc := range []struct {
 		release string
 		want    Rules
 	}{
 		{"0.5.10", Rules{}},
 		{"0.5.10.post1", Rules{}},
-		{"0.5.12", Rules{}},
-		{"v0.5.12", Rules{}},
+		{"0.5.11", Rules{}},
+		{"0.5.12", only23309},
+		{"v0.5.12", only23309},
 		{"0.5.17", allBut31479},
 		{"0.5.18", all},
 		{"", all}, // the default
@@ -84,6 +86,7 @@ func TestUnknownReleaseIsRefusedWithTheKnownOnes(t *testing.T) {
 func TestHasAReportedVersionTheRule(t *testing.T) {
 	salt := func(r Rules) bool { return r.GenerateCacheSalt }
 	coalesce := func(r Rules) bool { return r.CoalesceKVEvents }
+	prefetch := func(r Rules) bool { return r.PrefetchTimeout }
 	for _, tc := range []struct {
 		version string
 		on      func(Rules) bool
@@ -99,6 +102,9 @@ func TestHasAReportedVersionTheRule(t *testing.T) {
 		{"0.5.17", coalesce, No},
 		{"0.5.17.post1", coalesce, Unknown},
 		{"0.5.18", coalesce, Yes},
+		{"0.5.11", prefetch, No},
+		{"0.5.11.post1", prefetch, Unknown},
+		{"0.5.12", prefetch, Yes},
 		{"not-a-version", salt, Unknown},
 	} {
 		if got := Has(tc.version, tc.on); got != tc.want {

@@ -29,6 +29,14 @@ type Rules struct {
 	// SpecOverlap: the overlap scheduler stays on under every speculative
 	// algorithm.
 	SpecOverlap bool
+	// LoadSnapshot: /v1/loads and /get_load read the schedulers' load
+	// snapshots: a server of one DP rank reports rank 0, and /v1/loads
+	// carries no aggregate.
+	LoadSnapshot bool
+	// PrefetchTimeout: HiCache's storage prefetch stops on the timeout
+	// policy by default, after 2 s plus 0.1 s per 1024 tokens, at most
+	// 30 s.
+	PrefetchTimeout bool
 }
 
 // Rule is one row of the table: a field of Rules, what SGLang did before
@@ -103,6 +111,25 @@ func table() []Rule {
 			New:      "every speculative algorithm keeps the overlap scheduler (off only on CPU, or with --disable-overlap-schedule)",
 			Field:    "SpecOverlap", field: func(r *Rules) *bool { return &r.SpecOverlap },
 		},
+		{
+			Name: "load-snapshot", Title: "/v1/loads and /get_load read the schedulers' load snapshots: one DP rank is rank 0, and no aggregate",
+			PRs: []int{26348}, Since: "0.5.17",
+			Function: "managers/load_snapshot.py LoadSnapshot.from_get_loads_output, LoadSnapshot.to_dict; entrypoints/v1_loads.py get_loads",
+			Old: "a server of one DP rank (its scheduler's dp_rank None) leaves dp_rank out of its /v1/loads load, labels its gauges dp_rank=\"None\", " +
+				"keeps no load for ?dp_rank=0 and says \"dp_rank\": null in /get_load; /v1/loads carries dp_rank_count and aggregate, and each load ends with num_total_reqs",
+			New: "every load has its dp_rank, 0 on a server of one rank, and ?dp_rank=0 keeps it; /v1/loads is timestamp, version and loads, " +
+				"each load in LoadSnapshot.to_dict's order (max_running_requests after max_total_num_tokens) without num_total_reqs",
+			Field: "LoadSnapshot", field: func(r *Rules) *bool { return &r.LoadSnapshot },
+		},
+		{
+			Name: "prefetch-timeout", Title: "HiCache's storage prefetch stops on the timeout policy by default: 2 s plus 0.1 s per 1024 tokens, at most 30 s",
+			PRs: []int{23309}, Since: "0.5.12",
+			Function: "mem_cache/hicache_storage.py PrefetchTimeoutConfig; server_args.py hicache_storage_prefetch_policy",
+			Old: "--hicache-storage-prefetch-policy defaults to best_effort; the timeout policy waits 1 s plus 0.25 s per 1024 tokens, with no cap, " +
+				"and prefetch_timeout_max is left to the backend",
+			New:   "the policy defaults to timeout, which waits 2 s plus 0.1 s per 1024 tokens, at most prefetch_timeout_max (30 s)",
+			Field: "PrefetchTimeout", field: func(r *Rules) *bool { return &r.PrefetchTimeout },
+		},
 	}
 }
 
@@ -128,9 +155,11 @@ func (r Rule) PRList() string {
 const Default = "0.5.18"
 
 // known are the releases a server may be told to be, in order. Before
-// 0.5.17 only releases older than upstream commit ec075d8 (2026-05-29),
-// which has none of the rules, are listed: which of the rules 0.5.13 to
-// 0.5.16 contain is not established.
+// 0.5.17 only releases older than upstream commit ec075d8 (2026-05-29) are
+// listed, which has only PR #23309 (merged 2026-05-12: 0.5.11 was out by
+// 2026-05-09, when nightly wheels became 0.5.12.dev, and 0.5.12 holds
+// DeepSeek V4, merged 2026-05-07, and was out by 2026-05-18): which of the
+// rules 0.5.13 to 0.5.16 contain is not established.
 var known = [...]string{"0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.17", Default, "0.5.19"}
 
 // Known lists the releases the mock can follow, oldest first.

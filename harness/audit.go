@@ -295,6 +295,9 @@ func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, erro
 	if err := judge(ctx, rep, rs, floors, m, pageSize(p), opt); err != nil {
 		return nil, err
 	}
+	if err := saltNotes(ctx, c, rep); err != nil {
+		return nil, err
+	}
 	switch n := int64(len(reqs)); {
 	case n == 0 && stats.Requests == 0:
 		rep.uncheck("no request reached the server: nothing was checked (does the command read the server's address " +

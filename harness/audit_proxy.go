@@ -86,6 +86,8 @@ type proxyRecord struct {
 	// samples.
 	key, hash string
 	batch     bool
+	// salted: the body carried a cache_salt (a string that is not empty).
+	salted bool
 	// request is the request's body, until it is read.
 	request  []byte
 	stream   bool
@@ -243,13 +245,15 @@ func inspect(pr *proxyRecord, b []byte, truncate bool) {
 		} `json:"messages"`
 		N              *int            `json:"n"`
 		SamplingParams json.RawMessage `json:"sampling_params"`
+		CacheSalt      json.RawMessage `json:"cache_salt"`
 	}
 	if json.Unmarshal(b, &body) != nil {
 		return // the server answered it; no prompt to match
 	}
-	var rid, key, text string
+	var rid, key, text, salt string
 	route, batch := pr.route, false
 	json.Unmarshal(body.RID, &rid)
+	json.Unmarshal(body.CacheSalt, &salt)
 	var sp struct {
 		N *int `json:"n"`
 	}
@@ -291,7 +295,7 @@ func inspect(pr *proxyRecord, b []byte, truncate bool) {
 		key = key[:promptHead]
 	}
 	pr.mu.Lock()
-	pr.rid, pr.key, pr.hash, pr.route, pr.batch = rid, key, hash, route, batch
+	pr.rid, pr.key, pr.hash, pr.route, pr.batch, pr.salted = rid, key, hash, route, batch, salt != ""
 	pr.mu.Unlock()
 }
 
@@ -590,6 +594,7 @@ func (c *proxyCounts) apply(a *proxyAnswer) {
 type seen struct {
 	route, rid, key, hash string
 	batch, readable       bool
+	salted                bool
 	start, end, first     time.Duration
 	counts                proxyCounts
 	// unread says why the answer could not be read.
@@ -599,7 +604,7 @@ type seen struct {
 func (pr *proxyRecord) seen() seen {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	v := seen{route: pr.route, rid: pr.rid, key: pr.key, hash: pr.hash, batch: pr.batch, start: pr.start, end: pr.end}
+	v := seen{route: pr.route, rid: pr.rid, key: pr.key, hash: pr.hash, batch: pr.batch, salted: pr.salted, start: pr.start, end: pr.end}
 	switch {
 	case !pr.done:
 		v.unread = fmt.Sprintf("HTTP %d: it had not ended when the command did", pr.status)

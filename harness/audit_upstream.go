@@ -37,7 +37,7 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 			batches++
 			continue
 		}
-		r := AuditRequest{RequestSummary: sim.RequestSummary{Route: v.route, PromptHash: v.hash, Arrival: v.start.Seconds()}}
+		r := AuditRequest{RequestSummary: sim.RequestSummary{Route: v.route, PromptHash: v.hash, Arrival: v.start.Seconds(), CacheSalt: v.salted}}
 		if !v.readable {
 			unread++
 			r.Verdict.add(Unchecked, "its answer could not be read ("+v.unread+")")
@@ -105,6 +105,9 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	}
 	m := fitPrefill(rs, stats, ends)
 	if err := judge(ctx, rep, rs, floors, m, upstreamPage(ctx, c), opt); err != nil {
+		return nil, err
+	}
+	if err := saltNotes(ctx, c, rep); err != nil {
 		return nil, err
 	}
 	rep.ImpactFrom, rep.ImpactDetail = m.describe()

@@ -242,7 +242,11 @@
 //     result file counts are its warm-up, or, without the file, the load
 //     tools' shape (copies of the first prompt sent together, or before a
 //     flush, and sent again after); a warm-up's reuse is a finding, never
-//     a poison.
+//     a poison;
+//   - a poisoned request that sent cache_salt to /generate, on a server
+//     whose reported release is not known to take it there (compat's
+//     generate-cache-salt rule, as the salt method asks), is told so
+//     (audit_salt.go).
 //
 // The run is POISONED when the poisoned requests move a figure it reports
 // (the mean, median or p99 of TTFT or E2E over the measured requests, each

@@ -294,10 +294,6 @@ func newSession(ctx context.Context, c *Client, opt Options) (*session, error) {
 	return s, nil
 }
 
-// hasGenerateCacheSalt selects compat's rule that /generate takes
-// cache_salt (PR #30827).
-func hasGenerateCacheSalt(r compat.Rules) bool { return r.GenerateCacheSalt }
-
 // saltCause says why the salt method's legs may not be kept apart: an
 // SGLang server before PR #30827 ignores cache_salt on /generate, which
 // the method sends it to. The OpenAI routes, which the other backends use,
@@ -306,21 +302,14 @@ func (s *session) saltCause() (Cause, bool) {
 	if s.c.Backend != SGLang {
 		return Cause{}, false
 	}
-	v, first := s.server.SGLangVersion, compat.FirstWith(hasGenerateCacheSalt)
-	const fix = "keep the legs apart with nonce or flush+nonce"
-	switch compat.Has(v, hasGenerateCacheSalt) {
-	case compat.Yes:
+	p, why, ok := generateSaltDoubt(s.server.SGLangVersion)
+	if !ok {
 		return Cause{}, false
-	case compat.No:
-		return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports SGLang %s, older than PR #30827 (first in %s): its /generate ignores cache_salt, "+
-			"so the salt keeps no leg cold; %s", v, first, fix)}, true
 	}
-	if v == "" {
-		return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports no SGLang version (/server_info), so whether its /generate takes cache_salt "+
-			"(PR #30827, SGLang %s and later) is unknown; %s", first, fix)}, true
+	if p == compat.No {
+		why += ", so the salt keeps no leg cold"
 	}
-	return Cause{Level: Suspect, Text: fmt.Sprintf("the server reports SGLang %s, which is not known to have PR #30827 (first known in %s): "+
-		"its /generate may ignore cache_salt; %s", v, first, fix)}, true
+	return Cause{Level: Suspect, Text: why + "; keep the legs apart with nonce or flush+nonce"}, true
 }
 
 // seconds converts a wall duration to the server's seconds.

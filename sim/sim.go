@@ -79,6 +79,10 @@ type RequestSummary struct {
 	// Tiers says which tier the cached tokens came from, on a server with
 	// HiCache; absent without it.
 	Tiers *CacheTiers `json:"cached_tiers,omitempty"`
+	// CacheSalt says the request carried a cache_salt, whether or not the
+	// server's release takes it on the request's route (SGLang's /generate
+	// ignores it before PR #30827).
+	CacheSalt bool `json:"cache_salt,omitempty"`
 }
 
 // CacheTiers is where a request's cached tokens came from under HiCache,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // The cache namespace is SGLang's since PR #30827: the radix key carries
@@ -110,4 +111,44 @@ func TestCacheNamespacesBeforePR30827(t *testing.T) {
 			{"LoRA appends to the joined key", "/v1/completions", `"cache_salt": "a", "lora_path": "b"`, 499},
 		})
 	})
+}
+
+// /sim/requests says which requests carried a cache_salt (a string that is
+// not empty, one for all prompts or one each), whether or not the release
+// takes it on their route, so that an audit can tell a salt the server
+// ignored: in 0.5.12 as in 0.5.18.
+func TestSimSaysWhichRequestsSentASalt(t *testing.T) {
+	for _, release := range []string{"0.5.12", "0.5.18"} {
+		synctest.Test(t, func(t *testing.T) {
+			p := mocktest.Profile(t, "default")
+			p.SGLangVersion = release
+			ts := mocktest.Start(t, api.Config{Profile: p})
+			for _, b := range []struct{ path, body string }{
+				{"/generate", `{"rid": "salted", "text": "a b", "cache_salt": "s", "sampling_params": {"max_new_tokens": 1}}`},
+				{"/generate", `{"rid": "empty", "text": "a b", "cache_salt": "", "sampling_params": {"max_new_tokens": 1}}`},
+				{"/generate", `{"rid": "none", "text": "a b", "sampling_params": {"max_new_tokens": 1}}`},
+				{"/generate", `{"rid": ["one", "two"], "text": ["a b", "c d"], "cache_salt": ["s", ""], "sampling_params": {"max_new_tokens": 1}}`},
+				{"/v1/completions", `{"rid": "openai", "prompt": "a b", "cache_salt": "s", "max_tokens": 1}`},
+				{"/v1/completions", `{"rid": "openai-empty", "prompt": "a b", "cache_salt": "", "max_tokens": 1}`},
+			} {
+				if code, body, _ := ts.Do(t, "POST", b.path, b.body); code != 200 {
+					t.Fatalf("%s %s: %d %s", release, b.body, code, body)
+				}
+			}
+			_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+			var got []sim.RequestSummary
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatal(err)
+			}
+			var salted []string
+			for _, r := range got {
+				if r.CacheSalt {
+					salted = append(salted, r.RID)
+				}
+			}
+			if want := "[salted one openai]"; fmt.Sprint(salted) != want {
+				t.Errorf("%s: salted requests %v, want %s", release, salted, want)
+			}
+		})
+	}
 }

@@ -185,18 +185,23 @@
 //     only counted, before it is refused.
 //   - Loads: /get_load is SGLang's list (num_tokens = used + waiting
 //     tokens, num_pending_tokens, ts_tic in simulated seconds); /v1/loads
-//     is its object (timestamp, version, dp_rank_count, loads with the
-//     memory, speculative, disaggregation and queues sections, aggregate),
-//     honours ?include= and ?dp_rank=, and ?format=prometheus gives the
-//     same as gauges. The request prefilled in chunks is outside the
-//     running batch, as in SGLang. Each has one entry a DP rank;
-//     ?dp_rank= keeps that rank's, none for a rank the server lacks, as
-//     SGLang's filter leaves none.
+//     is its object, honours ?include= and ?dp_rank=, and
+//     ?format=prometheus gives the same as gauges. The request prefilled
+//     in chunks is outside the running batch, as in SGLang. Each has one
+//     entry a DP rank; ?dp_rank= keeps the entry with that dp_rank, none
+//     for a rank the server lacks. With the load-snapshot rule (PR #26348)
+//     the object is timestamp, version and the loads (LoadSnapshot.to_dict:
+//     dp_rank 0 on a server of one rank; memory, speculative,
+//     disaggregation and queues sections); before it a one-rank load has
+//     no dp_rank (None: ?dp_rank=0 keeps nothing, the gauges' label is
+//     "None", /get_load says null), and the object adds dp_rank_count and
+//     the aggregate, each load num_total_reqs.
 //   - DP ranks (dp.go): routed_dp_rank and data_parallel_rank, its
 //     deprecated name, on every route, the OpenAI routes'
-//     X-Data-Parallel-Rank header over them; meta_info.dp_rank, and
-//     /sim/'s dp_rank, on a deployment of several ranks; internal_states
-//     one a rank; each rank's scheduler metrics labelled with its dp_rank.
+//     X-Data-Parallel-Rank header over them; meta_info.dp_rank (null on a
+//     deployment of one rank, whose scheduler has none), and /sim/'s
+//     dp_rank, on a deployment of several ranks; internal_states one a
+//     rank; each rank's scheduler metrics labelled with its dp_rank.
 //   - /abort_request aborts every active request whose rid starts with
 //     the given one (which must itself be active), as SGLang: a request in
 //     a batch ends with {"type":"abort","message":"Aborted",

@@ -80,14 +80,15 @@ func TestGenerateNamesAndPinsTheRank(t *testing.T) {
 	})
 }
 
-// TestOneRankHasNoDPRank: a deployment of one rank adds no dp_rank to
-// meta_info, and takes routed_dp_rank 0 (SGLang ignores it) but not 1.
-func TestOneRankHasNoDPRank(t *testing.T) {
+// TestOneRankDPRankIsNull: a deployment of one rank says "dp_rank": null
+// in meta_info (its scheduler's dp_rank is None; PR #19268, in every known
+// release), and takes routed_dp_rank 0 (SGLang ignores it) but not 1.
+func TestOneRankDPRankIsNull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{})
 		code, meta, out := generateMeta(t, ts, `{"text": "hi", "routed_dp_rank": 0, "sampling_params": {"max_new_tokens": 1}}`)
-		if _, has := meta["dp_rank"]; code != 200 || has {
-			t.Fatalf("one rank: got %d %s, want no dp_rank", code, out)
+		if rank, has := meta["dp_rank"]; code != 200 || !has || rank != nil {
+			t.Fatalf("one rank: got %d %s, want \"dp_rank\": null", code, out)
 		}
 		code, body, _ := ts.Do(t, "POST", "/generate", `{"text": "hi", "routed_dp_rank": 1}`)
 		if want := `{"error":{"message":"routed_dp_rank=1 out of range [0, 1)"}}`; code != 400 || body != want {
@@ -128,61 +129,72 @@ func TestOpenAIRankHeader(t *testing.T) {
 }
 
 // TestLoadsPerRank: /v1/loads and /get_load give one entry a rank, in
-// rank order; ?dp_rank= keeps one (none for a rank the server lacks), the
-// aggregate sums and averages over the entries kept, and the Prometheus
-// form has a line a rank under each gauge. Each rank runs
-// max_running_requests / dp_size requests.
+// rank order; ?dp_rank= keeps one (none for a rank the server lacks), and
+// the Prometheus form has a line a rank under each gauge. Each rank runs
+// max_running_requests / dp_size requests. The default release's loads are
+// the schedulers' snapshots (PR #26348): no dp_rank_count and no
+// aggregate; a release before it (0.5.12) adds them, the aggregate summing
+// and averaging over the entries kept.
 func TestLoadsPerRank(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
-		go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 10000}}`, jsonOf(ids(1, 100))))
-		time.Sleep(100 * time.Millisecond) // virtual: it decodes on rank 1
-		_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
-		mocktest.Golden(t, "loads/dp.json", []byte(body+"\n"))
-		var loads struct {
-			Count int `json:"dp_rank_count"`
-			Loads []struct {
-				Rank       int `json:"dp_rank"`
-				Running    int `json:"num_running_reqs"`
-				MaxRunning int `json:"max_running_requests"`
-			} `json:"loads"`
-			Aggregate struct {
-				Running int `json:"total_running_reqs"`
-			} `json:"aggregate"`
-		}
-		json.Unmarshal([]byte(body), &loads)
-		if loads.Count != 2 || loads.Loads[0].Rank != 0 || loads.Loads[1].Rank != 1 || loads.Loads[0].Running != 0 ||
-			loads.Loads[1].Running != 1 || loads.Loads[1].MaxRunning != 128 || loads.Aggregate.Running != 1 {
-			t.Fatalf("/v1/loads: %s", body)
-		}
-		for _, tc := range []struct {
-			query string
-			want  []int
-		}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}} {
-			_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
-			loads.Loads = nil
+	for _, release := range []string{"0.5.18", "0.5.12"} {
+		synctest.Test(t, func(t *testing.T) {
+			p := dpProfile(t)
+			p.SGLangVersion = release
+			ts := mocktest.Start(t, api.Config{Profile: p})
+			go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 10000}}`, jsonOf(ids(1, 100))))
+			time.Sleep(100 * time.Millisecond) // virtual: it decodes on rank 1
+			_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
+			mocktest.Golden(t, "loads/dp-"+release+".json", []byte(body+"\n"))
+			type answer struct {
+				Count *int `json:"dp_rank_count"`
+				Loads []struct {
+					Rank       int `json:"dp_rank"`
+					Running    int `json:"num_running_reqs"`
+					MaxRunning int `json:"max_running_requests"`
+				} `json:"loads"`
+				Aggregate *struct {
+					Running int `json:"total_running_reqs"`
+				} `json:"aggregate"`
+			}
+			var loads answer
 			json.Unmarshal([]byte(body), &loads)
-			var got []int
-			for _, l := range loads.Loads {
-				got = append(got, l.Rank)
+			if len(loads.Loads) != 2 || loads.Loads[0].Rank != 0 || loads.Loads[1].Rank != 1 || loads.Loads[0].Running != 0 ||
+				loads.Loads[1].Running != 1 || loads.Loads[1].MaxRunning != 128 {
+				t.Fatalf("%s /v1/loads: %s", release, body)
 			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) || loads.Count != len(tc.want) {
-				t.Fatalf("/v1/loads%s: got ranks %v (count %d), want %v", tc.query, got, loads.Count, tc.want)
+			if old := release == "0.5.12"; (loads.Count != nil) != old || (loads.Aggregate != nil) != old ||
+				old && (*loads.Count != 2 || loads.Aggregate.Running != 1) {
+				t.Fatalf("%s /v1/loads: got count %v aggregate %v, want them only before PR #26348", release, loads.Count, loads.Aggregate)
 			}
-		}
-		_, body, _ = ts.Do(t, "GET", "/v1/loads?format=prometheus&include=core", "")
-		mocktest.Golden(t, "loads/dp.prom", []byte(body))
-		_, body, _ = ts.Do(t, "GET", "/get_load", "")
-		var gl []struct {
-			Rank int `json:"dp_rank"`
-			Reqs int `json:"num_reqs"`
-		}
-		json.Unmarshal([]byte(body), &gl)
-		if len(gl) != 2 || gl[0].Rank != 0 || gl[0].Reqs != 0 || gl[1].Rank != 1 || gl[1].Reqs != 1 {
-			t.Fatalf("/get_load: %s", body)
-		}
-		ts.Engine().AbortAll()
-	})
+			for _, tc := range []struct {
+				query string
+				want  []int
+			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}} {
+				_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
+				var kept answer
+				json.Unmarshal([]byte(body), &kept)
+				var got []int
+				for _, l := range kept.Loads {
+					got = append(got, l.Rank)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) || kept.Count != nil && *kept.Count != len(tc.want) {
+					t.Fatalf("%s /v1/loads%s: got ranks %v (count %v), want %v", release, tc.query, got, kept.Count, tc.want)
+				}
+			}
+			_, body, _ = ts.Do(t, "GET", "/v1/loads?format=prometheus&include=core", "")
+			mocktest.Golden(t, "loads/dp-"+release+".prom", []byte(body))
+			_, body, _ = ts.Do(t, "GET", "/get_load", "")
+			var gl []struct {
+				Rank int `json:"dp_rank"`
+				Reqs int `json:"num_reqs"`
+			}
+			json.Unmarshal([]byte(body), &gl)
+			if len(gl) != 2 || gl[0].Rank != 0 || gl[0].Reqs != 0 || gl[1].Rank != 1 || gl[1].Reqs != 1 {
+				t.Fatalf("%s /get_load: %s", release, body)
+			}
+			ts.Engine().AbortAll()
+		})
+	}
 }
 
 // TestServerInfoPerRank: internal_states has one state a rank, each with
@@ -296,7 +308,7 @@ func TestBuiltinDPProfile(t *testing.T) {
 			} `json:"loads"`
 		}
 		json.Unmarshal([]byte(body), &loads)
-		if loads.Count != 8 || len(loads.Loads) != 8 {
+		if loads.Count != 0 || len(loads.Loads) != 8 { // no dp_rank_count from the snapshots
 			t.Fatalf("/v1/loads: %s", body)
 		}
 		for r, l := range loads.Loads {

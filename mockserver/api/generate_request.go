@@ -175,6 +175,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 			return plan{}, err
 		}
 	}
+	sent := saltsSent(b.CacheSalt, n)
 	copies, err := copiesOf(params[0].N)
 	if err != nil {
 		return plan{}, err
@@ -205,6 +206,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 			return plan{}, err
 		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i], salts[i])
+		it.req.Salted = sent[i]
 		it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)
 		it.req.Priority = b.Priority.ptr()
 		if !p.batch && copies == 1 {
@@ -218,6 +220,28 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 	p.copies = copies
 	p.batch = p.batch || copies > 1
 	return p, nil
+}
+
+// saltsSent says which of a /generate body's n prompts carry a cache_salt
+// (a string that is not empty, one for all or one a prompt), whether or not
+// the release takes it, so that /sim/ can say which requests counted on
+// one.
+func saltsSent(raw json.RawMessage, n int) []bool {
+	out := make([]bool, n)
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		for i := range out {
+			out[i] = one != ""
+		}
+		return out
+	}
+	var list []*string
+	if json.Unmarshal(raw, &list) == nil && len(list) == n {
+		for i, s := range list {
+			out[i] = s != nil && *s != ""
+		}
+	}
+	return out
 }
 
 // itemFrom maps sampling params onto an engine request.

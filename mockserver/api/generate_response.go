@@ -75,10 +75,11 @@ type metaInfo struct {
 	// (cachedDetails); null when nothing is cached.
 	CachedTokensDetails *cachedTokensDetails `json:"cached_tokens_details"`
 	*schedulerTiming
-	// DPRank is the DP rank that ran the request, with several ranks
-	// (the scheduler's dp_ranks, which the tokenizer manager copies into
-	// meta_info).
-	DPRank     *int    `json:"dp_rank,omitempty"`
+	// DPRank is the DP rank that ran the request: the scheduler's
+	// dp_ranks, which the tokenizer manager copies into meta_info (PR
+	// #19268, every known release). A server of one rank launches its
+	// scheduler with dp_rank None, so it is null there.
+	DPRank     *int    `json:"dp_rank"`
 	E2ELatency float64 `json:"e2e_latency,omitempty"`
 	*finishTiming
 	// Speculative decoding, final event only (fill_spec_decoding_meta):

@@ -16,14 +16,29 @@ import (
 // rank, in rank order. Used tokens are the rank's KVUsed; the waiting
 // requests' tokens are their seqlen (prompt and output so far), and the
 // request being prefilled in chunks is outside the running batch.
+//
+// A load's dp_rank is the scheduler's: None on a server of one rank, which
+// launches its scheduler without one. With the load-snapshot rule (PR
+// #26348) the loads are the schedulers' snapshots, which store None as 0
+// (LoadSnapshot.from_get_loads_output); before it a one-rank load has no
+// dp_rank, so ?dp_rank=0 keeps none of it.
+
+// loadRank is the dp_rank a load reports for rank r: nil (None) on a
+// server of one rank before the load-snapshot rule.
+func (s *Server) loadRank(r int) *int {
+	if s.eng.Ranks() == 1 && !s.rules.LoadSnapshot {
+		return nil
+	}
+	return &r
+}
 
 // loadInfo is one rank of /get_load (GetLoadReqOutput).
 type loadInfo struct {
-	DPRank           int `json:"dp_rank"`
-	NumReqs          int `json:"num_reqs"`
-	NumWaitingReqs   int `json:"num_waiting_reqs"`
-	NumTokens        int `json:"num_tokens"`
-	NumPendingTokens int `json:"num_pending_tokens"`
+	DPRank           *int `json:"dp_rank"`
+	NumReqs          int  `json:"num_reqs"`
+	NumWaitingReqs   int  `json:"num_waiting_reqs"`
+	NumTokens        int  `json:"num_tokens"`
+	NumPendingTokens int  `json:"num_pending_tokens"`
 	// TSTic is SGLang's time.perf_counter(): here simulated seconds.
 	TSTic float64 `json:"ts_tic"`
 }
@@ -35,7 +50,7 @@ func (s *Server) getLoad(c *exchange) {
 	var out []loadInfo
 	for r, st := range s.eng.RankStats() {
 		out = append(out, loadInfo{
-			DPRank:           r,
+			DPRank:           s.loadRank(r),
 			NumReqs:          st.Running - st.Prefilling + st.Queued,
 			NumWaitingReqs:   st.Queued,
 			NumTokens:        st.KVUsed + st.QueuedTokens,
@@ -50,7 +65,7 @@ func (s *Server) getLoad(c *exchange) {
 var loadSections = []string{"all", "core", "disagg", "lora", "memory", "queues", "spec"}
 
 // metric is one named value of a load, in SGLang's field order; int or
-// float64, as Python would print it.
+// float64, as Python would print it (dp_rank a *int: nil is None).
 type metric struct {
 	name  string
 	value any
@@ -70,8 +85,10 @@ type rankLoad struct {
 }
 
 // loadsOf builds a rank's load from its snapshot, with the sections
-// include asks for (all when empty), as Scheduler.get_loads does.
-func (s *Server) loadsOf(rank int, st engine.Stats, now time.Time, include []string) rankLoad {
+// include asks for (all when empty), as Scheduler.get_loads does; its core
+// fields in GetLoadsReqOutput's order, or LoadSnapshot.to_dict's with the
+// load-snapshot rule (max_running_requests after max_total_num_tokens).
+func (s *Server) loadsOf(rank int, st engine.Stats, include []string) rankLoad {
 	all := len(include) == 0 || slices.Contains(include, "all")
 	want := func(section string) bool { return all || slices.Contains(include, section) }
 	capacity := st.KVCapacity
@@ -85,8 +102,7 @@ func (s *Server) loadsOf(rank int, st engine.Stats, now time.Time, include []str
 	// against its capacity and the token usage against 90%.
 	utilization := max(float64(running)/float64(maxRunning), usage/0.9)
 	l := rankLoad{core: []metric{
-		{"dp_rank", rank},
-		{"timestamp", float64(now.UnixNano()) / 1e9},
+		{"dp_rank", s.loadRank(rank)},
 		{"num_running_reqs", running},
 		{"num_waiting_reqs", st.Queued},
 		{"num_used_tokens", st.KVUsed},
@@ -98,6 +114,10 @@ func (s *Server) loadsOf(rank int, st engine.Stats, now time.Time, include []str
 		{"utilization", round(utilization, 4)},
 		{"max_running_requests", maxRunning},
 	}}
+	if s.rules.LoadSnapshot {
+		last := l.core[len(l.core)-1]
+		l.core = slices.Insert(l.core[:len(l.core)-1], 6, last)
+	}
 	if want("memory") {
 		l.sections = append(l.sections, loadSection{key: "memory", prefix: "memory", fields: []metric{
 			{"weight_gb", 0.0}, {"kv_cache_gb", 0.0}, {"graph_gb", 0.0}, {"token_capacity", capacity},
@@ -110,8 +130,14 @@ func (s *Server) loadsOf(rank int, st engine.Stats, now time.Time, include []str
 	}
 	if want("disagg") {
 		mode := "null"
+		// The snapshots' field is PR #24341's name; 0.5.10 has the old one
+		// (which of 0.5.11 and 0.5.12 has which is not established).
+		bootstrap := "prefill_prealloc_queue_reqs"
+		if s.rules.LoadSnapshot {
+			bootstrap = "prefill_bootstrap_queue_reqs"
+		}
 		l.sections = append(l.sections, loadSection{key: "disaggregation", prefix: "disagg", mode: &mode, fields: []metric{
-			{"prefill_prealloc_queue_reqs", 0}, {"prefill_inflight_queue_reqs", 0}, {"decode_prealloc_queue_reqs", 0},
+			{bootstrap, 0}, {"prefill_inflight_queue_reqs", 0}, {"decode_prealloc_queue_reqs", 0},
 			{"decode_transfer_queue_reqs", 0}, {"decode_retracted_queue_reqs", 0},
 			{"kv_transfer_speed_gb_s", 0.0}, {"kv_transfer_latency_ms", 0.0},
 		}})
@@ -151,8 +177,9 @@ func (s *Server) loads(c *exchange) {
 			return
 		}
 	}
-	// ?dp_rank= keeps that rank's load: a rank the server does not have
-	// leaves none, as the tokenizer manager's filter does.
+	// ?dp_rank= keeps the load whose dp_rank it is, as the tokenizer
+	// manager's filter does: none for a rank the server does not have, or
+	// for a load without one.
 	var only *int
 	if raw := c.Query("dp_rank"); raw != "" {
 		rank, err := strconv.Atoi(raw)
@@ -165,33 +192,42 @@ func (s *Server) loads(c *exchange) {
 	now := time.Now()
 	var ls []rankLoad
 	for r, st := range s.eng.RankStats() {
-		if only == nil || *only == r {
-			ls = append(ls, s.loadsOf(r, st, now, include))
+		if rank := s.loadRank(r); only == nil || rank != nil && *rank == *only {
+			ls = append(ls, s.loadsOf(r, st, include))
 		}
 	}
 	if c.Query("format") == "prometheus" {
 		// Every core gauge is named, with a line for each rank kept.
-		names := s.loadsOf(0, engine.Stats{}, now, include).core
+		names := s.loadsOf(0, engine.Stats{}, include).core
 		c.Data(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(prometheusLoads(names, ls)))
 		return
 	}
 	loads := make([]orderedJSON, len(ls))
 	for i, l := range ls {
-		loads[i] = l.json()
+		loads[i] = l.json(s.rules.LoadSnapshot)
 	}
-	writeJSON(c, http.StatusOK, orderedJSON{
+	out := orderedJSON{
 		{"timestamp", pyISOTime(now)},
 		{"version", s.cfg.Profile.Release()},
-		{"dp_rank_count", len(ls)},
-		{"loads", loads},
-		{"aggregate", aggregateLoads(ls)},
-	})
+	}
+	if s.rules.LoadSnapshot {
+		// The snapshots' answer: the aggregate is the client's to sum.
+		writeJSON(c, http.StatusOK, append(out, kv{"loads", loads}))
+		return
+	}
+	writeJSON(c, http.StatusOK, append(out, kv{"dp_rank_count", len(ls)}, kv{"loads", loads}, kv{"aggregate", aggregateLoads(ls)}))
 }
 
-// json renders a load as to_dict does, plus num_total_reqs.
-func (l rankLoad) json() orderedJSON {
+// json renders a load: LoadSnapshot.to_dict with the load-snapshot rule;
+// before it dataclasses.asdict less the None values (a one-rank
+// dp_rank) and the timestamp (v1_loads.py _loads_dict_factory), plus
+// num_total_reqs.
+func (l rankLoad) json(snapshot bool) orderedJSON {
 	var o orderedJSON
 	for _, m := range l.core {
+		if r, ok := m.value.(*int); ok && r == nil && !snapshot {
+			continue
+		}
 		o = append(o, kv{m.name, m.value})
 	}
 	for _, sec := range l.sections {
@@ -203,6 +239,9 @@ func (l rankLoad) json() orderedJSON {
 			inner = append(inner, kv{m.name, m.value})
 		}
 		o = append(o, kv{sec.key, inner})
+	}
+	if snapshot {
+		return o
 	}
 	return append(o, kv{"num_total_reqs", l.value("num_running_reqs").(int) + l.value("num_waiting_reqs").(int)})
 }
@@ -248,8 +287,9 @@ func aggregateLoads(ls []rankLoad) orderedJSON {
 
 // prometheusLoads is _format_loads_prometheus: every numeric field of a
 // load (core, the names of the core fields), dp_rank aside, as a gauge
-// with a line for each rank, labelled with it; a section's fields prefixed
-// with its short name, for the ranks that have the section.
+// with a line for each rank, labelled with its dp_rank as Python prints it
+// (None on a load without one); a section's fields prefixed with its short
+// name, for the ranks that have the section.
 func prometheusLoads(core []metric, ls []rankLoad) string {
 	var b strings.Builder
 	for i, m := range core {
@@ -258,7 +298,7 @@ func prometheusLoads(core []metric, ls []rankLoad) string {
 		}
 		fmt.Fprintf(&b, "# TYPE sglang_%s gauge\n", m.name)
 		for _, l := range ls {
-			fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%d\"} %s\n", m.name, l.value("dp_rank").(int), pyNumber(l.core[i].value))
+			fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%s\"} %s\n", m.name, l.rankLabel(), pyNumber(l.core[i].value))
 		}
 	}
 	for _, sec := range sectionsOf(ls) {
@@ -267,12 +307,20 @@ func prometheusLoads(core []metric, ls []rankLoad) string {
 			fmt.Fprintf(&b, "# TYPE sglang_%s gauge\n", name)
 			for _, l := range ls {
 				if ls := l.section(sec.key); ls != nil {
-					fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%d\"} %s\n", name, l.value("dp_rank").(int), pyNumber(ls.fields[i].value))
+					fmt.Fprintf(&b, "sglang_%s{dp_rank=\"%s\"} %s\n", name, l.rankLabel(), pyNumber(ls.fields[i].value))
 				}
 			}
 		}
 	}
 	return b.String()
+}
+
+// rankLabel is the load's dp_rank as a label: Python's str of it.
+func (l rankLoad) rankLabel() string {
+	if r := l.value("dp_rank").(*int); r != nil {
+		return strconv.Itoa(*r)
+	}
+	return "None"
 }
 
 // sectionOrder is _OPTIONAL_METRIC_SECTIONS' order.

@@ -157,6 +157,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 			if !p.batch {
 				it.req.RoutingKey = b.routingKey // a batch's items lose it (GenerateReqInput.__getitem__)
 			}
+			it.req.Salted = b.CacheSalt != nil && *b.CacheSalt != ""
 			it.req.RoutedDPRank = b.headerDPRank
 			if it.req.RoutedDPRank == nil {
 				it.req.RoutedDPRank = routedRank(b.RoutedDPRank, b.DataParallelRank)

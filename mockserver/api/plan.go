@@ -19,8 +19,8 @@ type item struct {
 	logprobs       logprobParams
 	// metrics: --enable-metrics, whose time stats meta_info carries.
 	metrics bool
-	// dpRank: meta_info carries the DP rank that ran the request (a
-	// deployment of several ranks).
+	// dpRank: meta_info's dp_rank is the rank that ran the request (a
+	// deployment of several ranks), not null.
 	dpRank bool
 }
 

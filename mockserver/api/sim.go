@@ -162,6 +162,7 @@ func (s *Server) simRequests(c *exchange) {
 			SampleOf:         t.SampleOf,
 			E2E:              t.E2E().Seconds(),
 			DPRank:           s.dpRankOf(t),
+			CacheSalt:        t.Salted,
 		}
 		out[i].PrefillCost, out[i].ColdPrefillCost = s.prefillCosts(t)
 		out[i].Tiers = tiersJSON(t)

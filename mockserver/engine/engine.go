@@ -423,7 +423,7 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	if r.Priority != nil {
 		q.priority, q.hasPriority = *r.Priority, true
 	}
-	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics, Route: r.Route, PromptHash: q.hash, SampleOf: r.SampleOf}
+	q.truth = Truth{RID: q.rid, PromptTokens: len(tokens), Arrival: arrival, Internal: r.Internal, NoMetrics: r.NoMetrics, Route: r.Route, PromptHash: q.hash, SampleOf: r.SampleOf, Salted: r.Salted}
 	q.lastSent = arrival
 	// Sized for short generations; long ones grow as they go.
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))

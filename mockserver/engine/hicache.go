@@ -129,7 +129,7 @@ var errStorageDir = errors.New("engine: the file storage backend needs a directo
 // tier. model names the file backend's pages.
 func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (*hiCache, error) {
 	h := p.HiCacheConfig()
-	extra, err := profile.ParseStorageExtra(h.StorageExtraConfig)
+	extra, err := profile.ParseStorageExtra(h.StorageExtraConfig, p.Rules())
 	if err != nil {
 		return nil, err
 	}

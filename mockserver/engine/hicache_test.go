@@ -200,6 +200,21 @@ func TestFlushDoesNotClearStorage(t *testing.T) {
 	})
 }
 
+// repeatFromStorage runs a prompt of n tokens on a fresh engine of p, lets
+// its pages reach storage, flushes the device and host tiers, and runs it
+// again: the repeat's last event and TTFT.
+func repeatFromStorage(t *testing.T, p *profile.Profile, n int) (Event, time.Duration) {
+	t.Helper()
+	e := startEngine(t, Config{Profile: p, HiCacheStorageDir: t.TempDir()})
+	defer e.Close()
+	a := prompt(1, n)
+	run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+	if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+}
+
 // The prefetch policies: best_effort takes what is read when the request
 // is scheduled (nothing, on an idle server), wait_complete all of it, and
 // timeout what is read when its limit passes (here 0.5 s: 500 pages).
@@ -220,14 +235,7 @@ func TestPrefetchPolicies(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			p := hiProfile(t, "write_through", tc.backend)
 			p.HiCache.PrefetchPolicy, p.HiCache.StorageExtraConfig = tc.policy, tc.extra
-			e := startEngine(t, Config{Profile: p, HiCacheStorageDir: t.TempDir()})
-			defer e.Close()
-			a := prompt(1, 1000)
-			run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
-			if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
-				t.Fatal(err)
-			}
-			ev, got := ttft(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+			ev, got := repeatFromStorage(t, p, 1000)
 			if tiers := tiersOf(ev); tiers.Storage != tc.storage {
 				t.Errorf("%s: storage hit %d, want %d", tc.policy, tiers.Storage, tc.storage)
 			}
@@ -238,6 +246,40 @@ func TestPrefetchPolicies(t *testing.T) {
 				if p := ev.Truth.Prefetch; !p.Terminated || p.Fetched != tc.storage || p.Ended-p.Issued != 500*time.Millisecond+1 {
 					t.Errorf("timeout: prefetch %+v, want %d pages, stopped at 0.5 s", p, tc.storage)
 				}
+			}
+		})
+	}
+}
+
+// The prefetch timeout is the release's (compat's prefetch-timeout rule,
+// PR #23309). A 2000-token prompt read back from the file backend at 1 ms
+// a page takes 2 s: 0.5.12's default policy, timeout, allows 2 s + 0.1 s x
+// 2000/1024 = 2.195 s and reads it all; 0.5.11's default, best_effort,
+// takes nothing, and its timeout policy allows 1 s + 0.25 s x 2000/1024 =
+// 1.488 s, by which 1488 pages are read.
+func TestPrefetchTimeoutByRelease(t *testing.T) {
+	for _, tc := range []struct {
+		release, policy string
+		fetched         int
+		stopped         time.Duration // the prefetch's end after its start; 0: not checked
+	}{
+		{"0.5.12", "", 2000, 0},
+		{"0.5.11", "", 0, 0},
+		{"0.5.11", "timeout", 1488, 1488281250 + 1},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := hiProfile(t, "write_through", "file")
+			p.SGLangVersion, p.HiCache.PrefetchPolicy = tc.release, tc.policy
+			ev, _ := repeatFromStorage(t, p, 2000)
+			if got := tiersOf(ev).Storage; got != min(tc.fetched, 1999) {
+				t.Errorf("%s %q: storage hit %d, want %d", tc.release, tc.policy, got, min(tc.fetched, 1999))
+			}
+			pf := ev.Truth.Prefetch
+			if pf == nil || pf.Pages != 2000 || pf.Fetched != tc.fetched || pf.Terminated != (tc.fetched < 2000) {
+				t.Fatalf("%s %q: prefetch %+v, want %d of 2000 pages", tc.release, tc.policy, pf, tc.fetched)
+			}
+			if tc.stopped != 0 && pf.Ended-pf.Issued != tc.stopped {
+				t.Errorf("%s %q: the prefetch stopped after %v, want %v", tc.release, tc.policy, pf.Ended-pf.Issued, tc.stopped)
 			}
 		})
 	}

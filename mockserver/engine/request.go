@@ -57,6 +57,10 @@ type Request struct {
 	// of the server's own request that prefilled their prompt first; the
 	// engine only keeps it in the truth.
 	SampleOf string
+	// Salted marks a request that carried a cache_salt, whether or not its
+	// route takes it in the release (Namespace says what it took); the
+	// engine only keeps it in the truth.
+	Salted bool
 	// RoutedDPRank, if set, pins the request to that DP rank (SGLang's
 	// routed_dp_rank, or the deprecated data_parallel_rank): it must name
 	// one, except that 0 is ignored on a deployment of one rank.
@@ -214,6 +218,7 @@ type Truth struct {
 	Route      string
 	PromptHash uint64
 	SampleOf   string // the Request's
+	Salted     bool   // the Request's
 	// DPRank is the DP rank that ran the request (SGLang's meta_info
 	// dp_rank): its cache is the only one the request could reuse.
 	DPRank int

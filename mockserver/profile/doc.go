@@ -42,9 +42,10 @@
 // HostPoolTokens sizes the host pool as HostKVCache does, LoadBackSeconds
 // overlaps a load back with a batch's compute layer by layer, and
 // ParseStorageExtra reads the extra config's prefetch threshold and
-// timeout as HiRadixCache does. Every built-in profile carries the costs,
-// from the datasheet figures its comments state; kimi-k2.6-rtx6000-hicache
-// turns HiCache on.
+// timeout as the release's HiRadixCache does (the prefetch-timeout rule
+// sets the timeout's defaults and cap, and the policy's default). Every
+// built-in profile carries the costs, from the datasheet figures its
+// comments state; kimi-k2.6-rtx6000-hicache turns HiCache on.
 //
 // # Server behaviour
 //

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // HiCache is SGLang's hierarchical cache (--enable-hierarchical-cache and
@@ -87,25 +89,34 @@ var (
 )
 
 const (
-	defaultHiCacheRatio   = 2.0
-	defaultWritePolicy    = "write_through"
-	defaultIOBackend      = "kernel"
-	defaultMemLayout      = "layer_first"
-	defaultPrefetchPolicy = "timeout"
+	defaultHiCacheRatio = 2.0
+	defaultWritePolicy  = "write_through"
+	defaultIOBackend    = "kernel"
+	defaultMemLayout    = "layer_first"
 )
 
-// withDefaults fills what SGLang defaults, then normalizes the layout and
-// I/O backend as SGLang's _handle_hicache does: page_first_direct needs
-// the direct I/O backend, page_first under direct I/O becomes
-// page_first_direct, and mooncake does not take layer_first.
-func (h HiCache) withDefaults() HiCache {
+// DefaultPrefetchPolicy is --hicache-storage-prefetch-policy's default in
+// a release: timeout with the prefetch-timeout rule (PR #23309),
+// best_effort before it.
+func DefaultPrefetchPolicy(r compat.Rules) string {
+	if r.PrefetchTimeout {
+		return "timeout"
+	}
+	return "best_effort"
+}
+
+// withDefaults fills what SGLang defaults in a release with rules r, then
+// normalizes the layout and I/O backend as SGLang's _handle_hicache does:
+// page_first_direct needs the direct I/O backend, page_first under direct
+// I/O becomes page_first_direct, and mooncake does not take layer_first.
+func (h HiCache) withDefaults(r compat.Rules) HiCache {
 	if h.Ratio == 0 {
 		h.Ratio = defaultHiCacheRatio
 	}
 	h.WritePolicy = cmpOr(h.WritePolicy, defaultWritePolicy)
 	h.IOBackend = cmpOr(h.IOBackend, defaultIOBackend)
 	h.MemLayout = cmpOr(h.MemLayout, defaultMemLayout)
-	h.PrefetchPolicy = cmpOr(h.PrefetchPolicy, defaultPrefetchPolicy)
+	h.PrefetchPolicy = cmpOr(h.PrefetchPolicy, DefaultPrefetchPolicy(r))
 	if h.MemLayout == "page_first_direct" && h.IOBackend == "kernel" {
 		h.IOBackend = "direct"
 	}
@@ -136,7 +147,7 @@ func (p *Profile) HiCacheConfig() *HiCache {
 	if p.HiCache == nil || !p.HiCache.Enable {
 		return nil
 	}
-	h := p.HiCache.withDefaults()
+	h := p.HiCache.withDefaults(p.Rules())
 	return &h
 }
 
@@ -215,19 +226,28 @@ type StorageExtra struct {
 	PrefetchThreshold  int     // tokens: a prefetch of fewer is not tried
 	TimeoutBaseS       float64 // the timeout policy's base
 	TimeoutPerKiTokenS float64 // ... and its seconds per 1024 tokens
-	TimeoutMaxS        float64 // ... and its cap
+	TimeoutMaxS        float64 // ... and its cap (+Inf: none)
 	PassPrefixKeys     bool
 }
 
-// SGLang's defaults (PrefetchTimeoutConfig and the threshold in
-// _parse_storage_backend_extra_config).
-var defaultStorageExtra = StorageExtra{PrefetchThreshold: 256, TimeoutBaseS: 2.0, TimeoutPerKiTokenS: 0.1, TimeoutMaxS: 30.0}
+// storageExtraDefaults are SGLang's defaults in a release with rules r:
+// with the prefetch-timeout rule (PR #23309) PrefetchTimeoutConfig's 2 s
+// plus 0.1 s per 1024 tokens, at most 30 s; before it 1 s plus 0.25 s,
+// with no cap. The threshold is 256 tokens in both.
+func storageExtraDefaults(r compat.Rules) StorageExtra {
+	if r.PrefetchTimeout {
+		return StorageExtra{PrefetchThreshold: 256, TimeoutBaseS: 2.0, TimeoutPerKiTokenS: 0.1, TimeoutMaxS: 30.0}
+	}
+	return StorageExtra{PrefetchThreshold: 256, TimeoutBaseS: 1.0, TimeoutPerKiTokenS: 0.25, TimeoutMaxS: math.Inf(1)}
+}
 
-// ParseStorageExtra reads the extra config as SGLang does: a JSON object,
-// or @FILE with a JSON or YAML object (SGLang also reads TOML). The known
-// keys must have their types; the others are the backend's.
-func ParseStorageExtra(text string) (StorageExtra, error) {
-	out := defaultStorageExtra
+// ParseStorageExtra reads the extra config as a release with rules r
+// does: a JSON object, or @FILE with a JSON or YAML object (SGLang also
+// reads TOML). The known keys must have their types; the others are the
+// backend's, prefetch_timeout_max among them before the prefetch-timeout
+// rule.
+func ParseStorageExtra(text string, r compat.Rules) (StorageExtra, error) {
+	out := storageExtraDefaults(r)
 	if text == "" {
 		return out, nil
 	}
@@ -270,10 +290,17 @@ func ParseStorageExtra(text string) (StorageExtra, error) {
 		}
 		out.PrefetchThreshold = int(f)
 	}
-	for _, k := range []struct {
+	keys := []struct {
 		key string
 		dst *float64
-	}{{"prefetch_timeout_base", &out.TimeoutBaseS}, {"prefetch_timeout_per_ki_token", &out.TimeoutPerKiTokenS}, {"prefetch_timeout_max", &out.TimeoutMaxS}} {
+	}{{"prefetch_timeout_base", &out.TimeoutBaseS}, {"prefetch_timeout_per_ki_token", &out.TimeoutPerKiTokenS}}
+	if r.PrefetchTimeout {
+		keys = append(keys, struct {
+			key string
+			dst *float64
+		}{"prefetch_timeout_max", &out.TimeoutMaxS})
+	}
+	for _, k := range keys {
 		if err := number(k.key, k.dst); err != nil {
 			return out, err
 		}
@@ -363,7 +390,11 @@ func (v *validator) hicache(p *Profile) {
 	choice("storage_backend", h.StorageBackend, StorageBackends)
 	v.check(h.Ratio >= 0 && !math.IsInf(h.Ratio, 0) && !math.IsNaN(h.Ratio), "hicache.ratio", h.Ratio, "must be a finite number >= 0 (0: 2.0)")
 	v.check(h.SizeGB >= 0, "hicache.size_gb", h.SizeGB, "must be >= 0 (0: the ratio sizes the host pool)")
-	if _, err := ParseStorageExtra(h.StorageExtraConfig); err != nil {
+	rules, err := compat.For(p.SGLangVersion)
+	if err != nil {
+		rules, _ = compat.For("") // the release's own check reports it
+	}
+	if _, err := ParseStorageExtra(h.StorageExtraConfig, rules); err != nil {
 		v.check(false, "hicache.storage_backend_extra_config", h.StorageExtraConfig, err.Error())
 	}
 	if !h.Enable {
@@ -386,7 +417,7 @@ func (v *validator) hicache(p *Profile) {
 	if v.err != nil {
 		return
 	}
-	c := h.withDefaults()
+	c := h.withDefaults(rules)
 	if host := c.HostPoolTokens(p.MaxTotalTokens, max(p.PageSize, 1)); host <= p.MaxTotalTokens {
 		v.check(false, "hicache", fmt.Sprintf("a host pool of %d tokens", host),
 			fmt.Sprintf("The host memory should be larger than the device memory with the current protocol (device pool %d tokens): raise ratio or size_gb", p.MaxTotalTokens))

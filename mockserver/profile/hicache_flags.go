@@ -26,7 +26,8 @@ func registerHiCacheFlags(fs *flag.FlagSet) *hicacheFlags {
 	fs.StringVar(&h.storageBackend, "hicache-storage-backend", "", "the storage tier: file (a directory of page files, "+
 		"$SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR or /tmp/hicache), memory, or "+strings.Join(StorageBackends[1:len(StorageBackends)-1], ", ")+
 		" (the in-process store stands in for them); /flush_cache does not clear it, /clear_hicache_storage_backend does")
-	fs.StringVar(&h.prefetchPolicy, "hicache-storage-prefetch-policy", defaultPrefetchPolicy, "when a prefetch from storage stops: "+strings.Join(PrefetchPolicies, ", "))
+	fs.StringVar(&h.prefetchPolicy, "hicache-storage-prefetch-policy", "", "when a prefetch from storage stops: "+strings.Join(PrefetchPolicies, ", ")+
+		" (default: timeout, or best_effort in an SGLang release before 0.5.12)")
 	fs.StringVar(&h.extraCf, "hicache-storage-backend-extra-config", "", "JSON, or @FILE (.json, .yaml): prefetch_threshold, prefetch_timeout_base, prefetch_timeout_per_ki_token, prefetch_timeout_max")
 	return h
 }

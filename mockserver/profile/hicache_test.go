@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/sglmock/sglmock/compat"
 )
 
 // SGLang's _handle_hicache normalizes the layout and the I/O backend.
@@ -20,7 +22,7 @@ func TestHiCacheNormalization(t *testing.T) {
 		{"layer_first", "direct", "mooncake", "page_first_direct", "direct"},
 		{"layer_first", "kernel", "file", "layer_first", "kernel"},
 	} {
-		h := HiCache{MemLayout: tc.layout, IOBackend: tc.io, StorageBackend: tc.storage}.withDefaults()
+		h := HiCache{MemLayout: tc.layout, IOBackend: tc.io, StorageBackend: tc.storage}.withDefaults(compat.Rules{})
 		if h.MemLayout != tc.wantLayout || h.IOBackend != tc.wantIO {
 			t.Errorf("%s/%s/%s: got %s/%s, want %s/%s", tc.layout, tc.io, tc.storage, h.MemLayout, h.IOBackend, tc.wantLayout, tc.wantIO)
 		}
@@ -71,7 +73,8 @@ func TestLoadBackSeconds(t *testing.T) {
 // The extra config is HiRadixCache's: its known keys must have their
 // types, with SGLang's messages, and default as SGLang does.
 func TestParseStorageExtra(t *testing.T) {
-	got, err := ParseStorageExtra(`{"prefetch_threshold": 512, "prefetch_timeout_base": 1, "backend_key": "x"}`)
+	newer, _ := compat.For("0.5.12")
+	got, err := ParseStorageExtra(`{"prefetch_threshold": 512, "prefetch_timeout_base": 1, "backend_key": "x"}`, newer)
 	if err != nil || got.PrefetchThreshold != 512 || got.TimeoutBaseS != 1 || got.TimeoutPerKiTokenS != 0.1 || got.TimeoutMaxS != 30 {
 		t.Fatalf("got %+v, %v", got, err)
 	}
@@ -85,9 +88,55 @@ func TestParseStorageExtra(t *testing.T) {
 		{`{nope`, "Invalid backend extra config JSON"},
 		{`@conf.toml`, "no such file"},
 	} {
-		if _, err := ParseStorageExtra(tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := ParseStorageExtra(tc.text, newer); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.text, err, tc.want)
 		}
+	}
+}
+
+// The prefetch timeout's defaults are the release's: from 0.5.12 (PR
+// #23309) 2 s plus 0.1 s per 1024 tokens, at most 30 s (prefetch_timeout_max
+// moves the cap), and the timeout policy is the default; in 0.5.11 1 s plus
+// 0.25 s, with no cap (prefetch_timeout_max is the backend's: no number
+// needed), and best_effort is the default.
+func TestPrefetchTimeoutByRelease(t *testing.T) {
+	for _, tc := range []struct {
+		release, extra string
+		tokens         int
+		want           float64
+		policy         string
+	}{
+		{"0.5.12", "", 2048, 2.2, "timeout"},
+		{"0.5.12", "", 1 << 20, 30, "timeout"},
+		{"0.5.12", `{"prefetch_timeout_max": 5}`, 1 << 20, 5, "timeout"},
+		{"0.5.18", "", 2048, 2.2, "timeout"},
+		{"0.5.11", "", 2048, 1.5, "best_effort"},
+		{"0.5.11", "", 1 << 20, 257, "best_effort"},
+		{"0.5.11", `{"prefetch_timeout_max": "5"}`, 1 << 20, 257, "best_effort"},
+	} {
+		r, err := compat.For(tc.release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := ParseStorageExtra(tc.extra, r)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.release, tc.extra, err)
+		}
+		if got := e.PrefetchTimeoutSeconds(tc.tokens); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s %s, %d tokens: got %g s, want %g s", tc.release, tc.extra, tc.tokens, got, tc.want)
+		}
+		p, err := Load("kimi-k2.6-rtx6000-hicache")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SGLangVersion = tc.release
+		if got := p.HiCacheConfig().PrefetchPolicy; got != tc.policy {
+			t.Errorf("%s: default policy %s, want %s", tc.release, got, tc.policy)
+		}
+	}
+	r, _ := compat.For("0.5.12")
+	if _, err := ParseStorageExtra(`{"prefetch_timeout_max": "5"}`, r); err == nil || err.Error() != "prefetch_timeout_max must be number, got str" {
+		t.Errorf("0.5.12, a string cap: got %v, want SGLang's type error", err)
 	}
 }
 

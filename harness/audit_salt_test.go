@@ -1,0 +1,92 @@
+package harness_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/mocktest"
+)
+
+// A command that keeps two requests of one prompt apart with a fresh
+// cache_salt each, on /generate: from PR #30827 (0.5.17) SGLang keys its
+// cache on the salt and the second request is cold; 0.5.12 ignores the
+// salt, so the second reuses the first, and the audit names the release as
+// its cause, as bench's salt method does. A repeat without a salt is
+// poisoned with no such clause; a server the table cannot place may have
+// ignored the salt; through the recording proxy the cause is the same.
+func TestAuditSaltOnGenerate(t *testing.T) {
+	prompt := prompts(1, 5, 300, 300)[0]
+	body := func(rid, salt string) string {
+		b := fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}`, rid, prompt)
+		if salt != "" {
+			b += fmt.Sprintf(`, "cache_salt": %q`, salt)
+		}
+		return b + "}"
+	}
+	const older = "it sent cache_salt to keep its prompt cold, but the server reports SGLang 0.5.12, older than PR #30827 (first in 0.5.17): " +
+		"its /generate ignores cache_salt"
+	const unplaced = "it sent cache_salt to keep its prompt cold, but the server reports SGLang 0.5.15, which is not known to have PR #30827 " +
+		"(first known in 0.5.17): its /generate may ignore cache_salt"
+	for _, tc := range []struct {
+		name, release string
+		wrap          func(http.Handler) http.Handler
+		proxy         bool
+		salts         [2]string
+		poisoned      bool
+		cause         string // a cause of the second request's verdict, "" for none about the salt
+	}{
+		{"0.5.18 keeps salted requests apart", "0.5.18", nil, false, [2]string{"leg-a", "leg-b"}, false, ""},
+		{"0.5.12 ignores the salt", "0.5.12", nil, false, [2]string{"leg-a", "leg-b"}, true, "POISONED|" + older},
+		{"0.5.12, no salt sent", "0.5.12", nil, false, [2]string{"", ""}, true, ""},
+		{"0.5.12 through the proxy", "0.5.12", nil, true, [2]string{"leg-a", "leg-b"}, true, "POISONED|" + older},
+		{"a release the table cannot place", "0.5.12", reportVersion("0.5.15"), false, [2]string{"leg-a", "leg-b"}, true, "SUSPECT|" + unplaced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mocktest.Profile(t, "default")
+				p.SGLangVersion = tc.release
+				var rep *harness.AuditReport
+				if tc.proxy {
+					m, rec, ps := proxied(t, api.Config{Profile: p})
+					ps.Do(t, "POST", "/generate", body("req-a", tc.salts[0]))
+					ps.Do(t, "POST", "/generate", body("req-b", tc.salts[1]))
+					rep = auditUpstream(t, rec, m, harness.AuditOptions{})
+				} else {
+					m := mocktest.StartBehind(t, api.Config{Profile: p}, tc.wrap)
+					m.Do(t, "POST", "/generate", body("req-a", tc.salts[0]))
+					m.Do(t, "POST", "/generate", body("req-b", tc.salts[1]))
+					rep = audit(t, m, harness.AuditOptions{})
+				}
+				b := request(t, rep, "req-b")
+				if got := b.Verdict.Level() == harness.Poisoned; got != tc.poisoned {
+					t.Fatalf("req-b poisoned %v, want %v\n%s", got, tc.poisoned, text(t, rep))
+				}
+				if b.CacheSalt != (tc.salts[1] != "") {
+					t.Errorf("req-b cache_salt %v, want %v", b.CacheSalt, tc.salts[1] != "")
+				}
+				var saltCauses []string
+				for _, c := range b.Verdict.Causes {
+					if strings.Contains(c.Text, "cache_salt") {
+						saltCauses = append(saltCauses, c.Level.String()+"|"+c.Text)
+					}
+				}
+				want := []string{}
+				if tc.cause != "" {
+					want = append(want, tc.cause)
+				}
+				if fmt.Sprint(saltCauses) != fmt.Sprint(want) {
+					t.Errorf("req-b's causes about the salt:\n got %q\nwant %q", saltCauses, want)
+				}
+				run := strings.Contains(rep.Verdict.String(), "1 request sent cache_salt to /generate and reused an earlier prompt")
+				if run != (tc.cause != "") {
+					t.Errorf("the run's verdict names the salted request: %v, want %v\n%s", run, tc.cause != "", rep.Verdict)
+				}
+			})
+		})
+	}
+}
