@@ -119,7 +119,13 @@ func TestPythonDecodesEvents(t *testing.T) {
 			replayEP := fmt.Sprintf("tcp://*:%d", replayPort)
 			cfg.ReplayEndpoint = &replayEP
 			topic := RouterTopic("127.0.0.2", port, "org/"+t.Name())
-			p, err := Start(cfg, topic, compat.Rules{}, nil)
+			// The default release's rules: consecutive stores, and consecutive
+			// removals, go out as one event each, as in the batches above.
+			rules, err := compat.For(compat.Default)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := Start(cfg, topic, rules, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
