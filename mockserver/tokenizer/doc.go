@@ -53,6 +53,11 @@
 // lock-free, so a benchmark that resends a prompt does not pay for it
 // twice.
 //
+// EncodeWithinContext and CountContext stop, with the context's error,
+// once their context ends (a request whose client left): the encoders look
+// at it every 64 KiB of text, between pieces and between the cuts of a long
+// piece's merge, so a 64 MiB run of spaces stops within one cut.
+//
 // # Chat templates
 //
 // A chat is rendered with a Jinja template (github.com/ardanlabs/jinja,
