@@ -23,8 +23,35 @@ type Stats struct {
 	// StalledStreamsAborted counts the clients cut off because they
 	// stopped reading an answer or a stream (their requests aborted).
 	StalledStreamsAborted int64 `json:"stalled_streams_aborted"`
+	// Memory is what the clients make the server hold now against its
+	// budgets, and what was refused, waited for or cut to stay inside them.
+	Memory Memory `json:"memory"`
 	// KVEvents is the KV event publisher's counts; nil without one.
 	KVEvents *KVEvents `json:"kv_events,omitempty"`
+}
+
+// Memory is the server's budgets in bytes: request bodies in flight (a
+// render's token ids included), and what generation requests hold until
+// their answers are written.
+type Memory struct {
+	// BodyBytes is what request bodies hold now, of BodyBudget; BodyPeak
+	// the most they held; BodiesRefused the requests answered 503 because
+	// their body did not fit.
+	BodyBytes     int64 `json:"body_bytes"`
+	BodyBudget    int64 `json:"body_budget_bytes"`
+	BodyPeak      int64 `json:"body_peak_bytes"`
+	BodiesRefused int64 `json:"bodies_refused"`
+	// AnswerBytes is what generation requests hold now, of AnswerBudget;
+	// AnswerPeak the most they held; AnswersWaiting the requests waiting
+	// for room now, AnswersWaited those that had to wait; ReadersCut the
+	// clients cut off because they read their complete answer too slowly
+	// while others waited.
+	AnswerBytes    int64 `json:"answer_bytes"`
+	AnswerBudget   int64 `json:"answer_budget_bytes"`
+	AnswerPeak     int64 `json:"answer_peak_bytes"`
+	AnswersWaiting int   `json:"answers_waiting"`
+	AnswersWaited  int64 `json:"answers_waited"`
+	ReadersCut     int64 `json:"readers_cut"`
 }
 
 // KVEvents counts what the KV event publisher sent and what it dropped

@@ -35,7 +35,7 @@ type serveOptions struct {
 	skipWarmup                                                      bool
 	disableRadixCache, enableCacheReport, enableMetrics             bool
 	streamInterval                                                  int
-	maxBodyBytes, simTruthBytes                                     int64
+	maxBodyBytes, simTruthBytes, bodyBudget, answerBudget           int64
 	apiKeyFile                                                      string
 	kvEventsConfig                                                  string // as given, for /server_info
 	kvEvents                                                        *kvevents.Config
@@ -99,6 +99,10 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.BoolVar(&o.enableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
 	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N output tokens")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
+	fs.Int64Var(&o.bodyBudget, "body-budget-bytes", api.DefaultBodyBudget, "request bodies in flight, all requests together (a render's token ids included); "+
+		"past it a request gets 503 with Retry-After, its body unread")
+	fs.Int64Var(&o.answerBudget, "answer-budget-bytes", api.DefaultAnswerBudget, "what generation requests together may make the server hold until their answers "+
+		"are written (prompt and output tokens, output text); past it a request waits its turn, as behind a full batch")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", api.DefaultStallTimeout, "longest a write to a client may make no progress before the client counts as gone and its requests are aborted (wall time)")
@@ -136,6 +140,10 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		return nil, fmt.Errorf("--max-body-bytes %d: must be >= 1", o.maxBodyBytes)
 	case o.simTruthBytes < 1:
 		return nil, fmt.Errorf("--sim-truth-bytes %d: must be >= 1", o.simTruthBytes)
+	case o.bodyBudget < 1:
+		return nil, fmt.Errorf("--body-budget-bytes %d: must be >= 1", o.bodyBudget)
+	case o.answerBudget < 1:
+		return nil, fmt.Errorf("--answer-budget-bytes %d: must be >= 1", o.answerBudget)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %v: must be >= 0", o.shutdownGrace)
 	case o.schedulePolicy == "lpm" || o.schedulePolicy == "dfs-weight" || o.schedulePolicy == "lof" || o.schedulePolicy == "random":
@@ -306,6 +314,8 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		StreamInterval:    o.streamInterval,
 		MaxBodyBytes:      o.maxBodyBytes,
 		SimTruthBytes:     o.simTruthBytes,
+		BodyBudgetBytes:   o.bodyBudget,
+		AnswerBudgetBytes: o.answerBudget,
 		Logger:            logger,
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,

@@ -100,7 +100,8 @@ func (b *progressBody) Read(p []byte) (int, error) {
 
 // limitBody bounds the request body's size and pace; readers past the size
 // get a *http.MaxBytesError and readers past the pace a deadline error,
-// which readBody turns into 413 and 408.
+// which readBody turns into 413 and 408. The body's hold on the body
+// budget (readBody) is released when the handler returns.
 func (s *Server) limitBody(c *gin.Context) {
 	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
 		writeTooLarge(c, s.cfg.MaxBodyBytes)
@@ -112,6 +113,8 @@ func (s *Server) limitBody(c *gin.Context) {
 		body = &progressBody{ReadCloser: body, rc: http.NewResponseController(c.Writer), timeout: s.cfg.BodyTimeout}
 	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, body, s.cfg.MaxBodyBytes)
+	c.Next()
+	s.bodyHold(c).release()
 }
 
 // writeReadError answers a body that could not be read: too large, too

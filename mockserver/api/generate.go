@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 )
@@ -11,7 +12,7 @@ func (s *Server) generate(c *gin.Context) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	p, err := s.parseGenerate(&body)
+	p, err := s.parseGenerate(c.Request.Context(), &body)
 	if errors.Is(err, errMalformed) {
 		writeRefusal(c, generateEnvelope, err)
 		return
@@ -24,30 +25,28 @@ func (s *Server) generate(c *gin.Context) {
 		writeRefusal(c, generateEnvelope, err)
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p, s.received(c))
+	p.collected()
+	streams, hold, err := s.submit(c.Request.Context(), p, s.received(c))
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			writeRefusal(c, generateEnvelope, err)
 		}
 		return
 	}
+	defer hold.release()
+	aw := &answerWriter{s: s, w: c.Writer}
+	var collected atomic.Bool
+	hold.attach(collected.Load, aw.cutOff)
 	outs, ok := s.collect(c.Request.Context(), p.items, streams)
 	if !ok {
 		return // the client left; its requests are aborted
 	}
+	collected.Store(true)
 	if a, ok := abortWithStatus(outs); ok {
 		writeDetail(c, a)
 		return
 	}
-	if !p.batch {
-		s.writeAnswer(c, outs[0].response(false))
-		return
-	}
-	resps := make([]generateResponse, len(outs))
-	for i, o := range outs {
-		resps[i] = o.response(false)
-	}
-	s.writeAnswer(c, resps)
+	s.writeGenerateAnswer(c, aw, outs, p.batch)
 }
 
 // streamGenerate serves a streaming /generate. SGLang's generate_request
@@ -63,15 +62,21 @@ func (s *Server) streamGenerate(c *gin.Context, p plan, refused error) {
 		streamError(w, refused.Error())
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p, s.received(c))
+	streams, hold, err := s.submit(c.Request.Context(), p, s.received(c))
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			streamError(w, err.Error())
 		}
 		return
 	}
+	defer hold.release()
+	hold.attach(func() bool { return allEnded(streams) }, w.cutOff)
 	_, ok := s.streamOutputs(c.Request.Context(), w, p.items, streams, func(_ int, o *output) {
-		w.add(marshal(o.response(p.batch)))
+		if short([]*output{o}) {
+			w.add(marshal(o.response(p.batch)))
+			return
+		}
+		w.addEncoded(func(j *jsonSink) { encodeGenerate(j, o, p.batch) })
 	})
 	if ok {
 		w.done()

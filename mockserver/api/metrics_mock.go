@@ -13,6 +13,16 @@ type mockCollector struct{ s *Server }
 var (
 	descStalled = desc(tokenizerLabels, "sglmock:stalled_streams_aborted_total",
 		"Clients cut off, their requests aborted, because they stopped reading an answer or a stream.")
+	descBodyHeld    = desc(tokenizerLabels, "sglmock:body_budget_held_bytes", "Bytes request bodies (and renders' token ids) hold now.")
+	descBodyLimit   = desc(tokenizerLabels, "sglmock:body_budget_limit_bytes", "The body budget (--body-budget-bytes).")
+	descBodyRefused = desc(tokenizerLabels, "sglmock:body_budget_refused_total",
+		"Requests answered 503 because their body did not fit the body budget.")
+	descAnswerHeld    = desc(tokenizerLabels, "sglmock:answer_budget_held_bytes", "Bytes generation requests hold until their answers are written.")
+	descAnswerLimit   = desc(tokenizerLabels, "sglmock:answer_budget_limit_bytes", "The answer budget (--answer-budget-bytes).")
+	descAnswerWaiting = desc(tokenizerLabels, "sglmock:answer_budget_waiting", "Generation requests waiting for room in the answer budget.")
+	descAnswerWaited  = desc(tokenizerLabels, "sglmock:answer_budget_waited_total", "Generation requests that waited for room in the answer budget.")
+	descReadersCut    = desc(tokenizerLabels, "sglmock:answer_budget_readers_cut_total",
+		"Clients cut off, while others waited for room, because they read their complete answer too slowly.")
 	descKVBatches   = desc(tokenizerLabels, "sglmock:kv_events_batches_total", "KV event batches the engine published.")
 	descKVPublished = desc(tokenizerLabels, "sglmock:kv_events_published_total", "KV event batches sent on the socket.")
 	descKVDropped   = desc(tokenizerLabels, "sglmock:kv_events_dropped_total",
@@ -29,6 +39,10 @@ var (
 
 func (c *mockCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStalled
+	for _, d := range []*prometheus.Desc{descBodyHeld, descBodyLimit, descBodyRefused,
+		descAnswerHeld, descAnswerLimit, descAnswerWaiting, descAnswerWaited, descReadersCut} {
+		ch <- d
+	}
 	if c.s.cfg.KVEventStats != nil {
 		for _, d := range []*prometheus.Desc{descKVBatches, descKVPublished, descKVDropped, descKVSubscribers,
 			descKVSubscriberDrop, descKVSubscribersCut, descKVReplayCut, descKVReplayBytes} {
@@ -43,6 +57,15 @@ func (c *mockCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, t, float64(v), model)
 	}
 	metric(descStalled, prometheus.CounterValue, c.s.stalls.aborted.Load())
+	m := c.s.memory()
+	metric(descBodyHeld, prometheus.GaugeValue, m.BodyBytes)
+	metric(descBodyLimit, prometheus.GaugeValue, m.BodyBudget)
+	metric(descBodyRefused, prometheus.CounterValue, m.BodiesRefused)
+	metric(descAnswerHeld, prometheus.GaugeValue, m.AnswerBytes)
+	metric(descAnswerLimit, prometheus.GaugeValue, m.AnswerBudget)
+	metric(descAnswerWaiting, prometheus.GaugeValue, int64(m.AnswersWaiting))
+	metric(descAnswerWaited, prometheus.CounterValue, m.AnswersWaited)
+	metric(descReadersCut, prometheus.CounterValue, m.ReadersCut)
 	if c.s.cfg.KVEventStats == nil {
 		return
 	}
