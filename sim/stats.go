@@ -64,15 +64,17 @@ type KVEvents struct {
 	DroppedQueueFull int64 `json:"dropped_queue_full"`
 	// Subscribers is the subscribers connected now; SubscriberDrops the
 	// messages not sent to a subscriber whose queue was full; and
-	// SubscribersCut the subscribers disconnected because they stopped
-	// reading, subscribed past 256 prefixes or 64 KiB of them, or were one
-	// too many.
+	// SubscribersCut the connections ended because they stopped reading,
+	// subscribed past 256 prefixes or 64 KiB of them, were the oldest of
+	// the handshakes or idle subscribers in the way of a new one, or were
+	// refused.
 	Subscribers     int   `json:"subscribers"`
 	SubscriberDrops int64 `json:"subscriber_drops"`
 	SubscribersCut  int64 `json:"subscribers_cut"`
 	// ReplayClientsCut counts replay clients disconnected because they
-	// stopped reading or were too many at once; ReplayMalformed the
-	// malformed replay requests.
+	// stopped reading, asked nothing for 10 s, were the one idle longest
+	// when a new one came, or were refused; ReplayMalformed the malformed
+	// replay requests.
 	ReplayClientsCut int64 `json:"replay_clients_cut"`
 	ReplayMalformed  int64 `json:"replay_malformed"`
 	// ReplayBufferBytes is what the replay buffer holds now.

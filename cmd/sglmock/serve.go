@@ -111,8 +111,9 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.schedulePolicy, "schedule-policy", "fcfs", "scheduling policy: fcfs (SGLang's default; the only one modelled)")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
-		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
-		`without a topic, SGLang's empty topic; the mock's own "bind": true binds the endpoint as given, e.g. "tcp://127.0.0.1:5557" for loopback only`)
+		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic) and the mock's own "bind": true, which binds the endpoint as given, `+
+		`e.g. '{"publisher":"zmq","endpoint":"tcp://127.0.0.1:5557","bind":true}' for loopback only (SGLang's form, "tcp://*:5557", binds every interface); `+
+		`without a topic, SGLang's empty topic`)
 	profileFlags := profile.RegisterFlags(fs)
 	return fs, o, profileFlags
 }

@@ -31,9 +31,9 @@ var (
 	descKVSubscriberDrop = desc(tokenizerLabels, "sglmock:kv_events_subscriber_drops_total",
 		"KV event messages not sent to a subscriber whose queue was full.")
 	descKVSubscribersCut = desc(tokenizerLabels, "sglmock:kv_events_subscribers_cut_total",
-		"KV event subscribers disconnected: stopped reading, subscribed past the bounds, or too many at once.")
+		"KV event connections ended: stopped reading, subscribed past the bounds, idle in the way of a new one, or refused.")
 	descKVReplayCut = desc(tokenizerLabels, "sglmock:kv_events_replay_clients_cut_total",
-		"KV event replay clients disconnected: stopped reading, or too many at once.")
+		"KV event replay clients disconnected: stopped reading, idle too long or in the way of a new one, or refused.")
 	descKVReplayBytes = desc(tokenizerLabels, "sglmock:kv_events_replay_buffer_bytes", "Bytes the KV event replay buffer holds.")
 )
 
