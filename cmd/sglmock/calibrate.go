@@ -46,6 +46,12 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock calibrate: -o is required (a YAML file, or - for standard output)")
 		return 2
 	}
+	if *out != "-" {
+		if err := checkWritable(*out); err != nil {
+			fmt.Fprintf(stderr, "sglmock calibrate: -o %s: %v\n", *out, err)
+			return 2
+		}
+	}
 	p, err := profile.Load(*base)
 	if err == nil {
 		err = profileFlags.Apply(p)
@@ -95,12 +101,15 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		header += "# That checks nothing: " + res.ExactNote()
 	}
 	yaml := append([]byte(header), res.Profile.YAML()...)
-	if *out == "-" {
-		stdout.Write(yaml)
-	} else if err := os.WriteFile(*out, yaml, 0o644); err != nil {
+	err = writeOutput(*out, func(w io.Writer) error {
+		_, err := w.Write(yaml)
+		return err
+	}, stdout)
+	switch {
+	case err != nil:
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 1
-	} else {
+	case *out != "-":
 		fmt.Fprintf(report, "wrote %s; use it with --profile %s\n", *out, *out)
 	}
 	if res.MaxError > calibrate.Tolerance {
