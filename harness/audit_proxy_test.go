@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
@@ -269,4 +270,45 @@ func TestProxyRefusedResetWithStatus200(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A server that stops answering once the command is done does not hold
+// the audit: its floor probes get 10 s in all, past which the floors are
+// left unmeasured and the report says so.
+func TestProxyDeadUpstreamEndsTheAudit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dead, stop := false, make(chan struct{})
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if dead {
+				select { // accepts, never answers
+				case <-r.Context().Done():
+				case <-stop:
+				}
+				return
+			}
+			io.ReadAll(r.Body)
+			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
+		}))
+		defer upstream.Close()
+		rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		dead = true
+		start := time.Now()
+		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
+			harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 10*time.Second || rep.Checked || !strings.Contains(rep.Verdict.String(), "did not answer audit's floor probes within 10s") {
+			t.Fatalf("took %v, checked %v, verdict %q; want 10 s and the unmeasured floors said", took, rep.Checked, rep.Verdict.String())
+		}
+		close(stop)
+	})
 }
