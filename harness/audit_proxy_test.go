@@ -312,3 +312,38 @@ func TestProxyDeadUpstreamEndsTheAudit(t *testing.T) {
 		close(stop)
 	})
 }
+
+// A floor probe the server refuses leaves the floors unmeasured, said in
+// the report, instead of ending the audit without one.
+func TestProxyFailedProbeKeepsTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		probing := false
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			if probing {
+				http.Error(w, "no", http.StatusInternalServerError)
+				return
+			}
+			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
+		}))
+		defer upstream.Close()
+		rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		probing = true
+		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
+			harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Requests) != 1 || rep.Checked || !strings.Contains(rep.Verdict.String(), "audit's floor probes failed (") {
+			t.Fatalf("%d requests, checked %v, verdict %q; want the request reported and the failed probes said", len(rep.Requests), rep.Checked, rep.Verdict.String())
+		}
+	})
+}

@@ -64,18 +64,22 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	}
 	linkSources(keys, rs)
 	// The probes go to a server the command is done with, which may have
-	// stopped answering: they get probeWait in all, and past it the floors
-	// are left unmeasured rather than the audit hanging on.
+	// stopped answering, or answer them as it should not: they get
+	// probeWait in all, and past it, or when one fails, the floors are left
+	// unmeasured rather than the audit hanging on or giving no report.
 	probes, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
 	floors, err := measureFloors(probes, c, routesOf(rs), false, opt.NewID)
+	unmeasured := "the floors were not measured (each taken as 0), and a reuse of what every prompt shares (a BOS token, a chat template's head) counts as reuse"
 	switch {
-	case err != nil && probes.Err() != nil && ctx.Err() == nil:
-		floors = routesOf(rs)
-		rep.uncheck(fmt.Sprintf("the server did not answer audit's floor probes within %v after the command ended: the floors were not measured "+
-			"(each taken as 0), and a reuse of what every prompt shares (a BOS token, a chat template's head) counts as reuse", probeWait))
-	case err != nil:
+	case err != nil && ctx.Err() != nil:
 		return nil, err
+	case err != nil && probes.Err() != nil:
+		floors = routesOf(rs)
+		rep.uncheck(fmt.Sprintf("the server did not answer audit's floor probes within %v after the command ended: %s", probeWait, unmeasured))
+	case err != nil:
+		floors = routesOf(rs)
+		rep.uncheck(fmt.Sprintf("audit's floor probes failed (%v): %s", err, unmeasured))
 	}
 	floorOf := map[string]int{}
 	for _, f := range floors {
