@@ -3,9 +3,12 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,6 +17,7 @@ import (
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/sim"
 )
 
 // generateIDs is a /generate body of ten prompt tokens asking for out
@@ -311,4 +315,69 @@ func grepLines(s, word string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A refused body is thrown away as it arrives after the 503 went out, so
+// that a client that sends its whole body before reading (Python's
+// http.client) gets the 503, not a connection reset under its feet;
+// nothing of it is held. Real TCP, which is what this is about: a server
+// that closed the connection with 16 MiB unread would reset it.
+func TestBodyBudgetRefusalIsReadable(t *testing.T) {
+	srv, err := api.New(api.Config{Profile: mocktest.Profile(t, "default"), BodyBudgetBytes: 1 << 20, BodyTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.MarkReady()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer()
+	go hs.Serve(ln)
+	defer hs.Close()
+	held, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	fmt.Fprintf(held, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", 768<<10)
+	base := "http://" + ln.Addr().String()
+	for deadline := time.Now().Add(10 * time.Second); memoryOf(t, base).BodyBytes != 768<<10+512; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first body was not charged within 10 s")
+		}
+		runtime.Gosched()
+	}
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"text": "` + strings.Repeat("a", 16<<20) + `"}`
+	if _, err := fmt.Fprintf(conn, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatalf("sending the whole body: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("after sending the whole body: %v %v, want 503 with Retry-After", resp, err)
+	}
+	if st := memoryOf(t, base); st.BodiesRefused != 1 || st.BodyPeak != 768<<10+512 {
+		t.Fatalf("got %+v, want one refusal and only the first body held", st)
+	}
+}
+
+// memoryOf is a real server's /sim/stats memory.
+func memoryOf(t *testing.T, base string) sim.Memory {
+	t.Helper()
+	resp, err := http.Get(base + "/sim/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st sim.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Memory
 }

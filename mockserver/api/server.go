@@ -539,11 +539,19 @@ func readCharged(buf *bytes.Buffer, body io.Reader, hold *budgetHold) error {
 }
 
 // writeBodyBusy answers a request whose body does not fit the body budget:
-// 503 with Retry-After, the body unread.
+// 503 with Retry-After, sent before any more of the body is read. The rest
+// of the body is then read and thrown away as it comes (nothing is kept,
+// and the body's deadlines still apply), so that a client that reads its
+// answer only once it has sent its whole body, as Python's http.client
+// does, gets the 503 rather than a connection reset under its feet.
 func (s *Server) writeBodyBusy(c *gin.Context) {
+	rc := http.NewResponseController(c.Writer)
+	rc.EnableFullDuplex() // the body is read after the answer
 	c.Header("Connection", "close")
 	s.writeBusy(c, fmt.Sprintf("The server holds %d bytes of request bodies already (--body-budget-bytes); "+
 		"this one's %d bytes do not fit. Retry later.", s.bodies.limit, c.Request.ContentLength))
+	rc.Flush()
+	io.Copy(io.Discard, c.Request.Body)
 }
 
 // writeBusy is 503 with Retry-After: the server is full for now.
