@@ -100,7 +100,7 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N output tokens")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
 	fs.Int64Var(&o.bodyBudget, "body-budget-bytes", api.DefaultBodyBudget, "request bodies in flight, all requests together (a render's token ids included); "+
-		"past it a request gets 503 with Retry-After, its body unread")
+		"past it a request gets 503 with Retry-After before more of its body is read")
 	fs.Int64Var(&o.answerBudget, "answer-budget-bytes", api.DefaultAnswerBudget, "what generation requests together may make the server hold until their answers "+
 		"are written (prompt and output tokens, output text); past it a request waits its turn, as behind a full batch")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")

@@ -16,9 +16,10 @@ import (
 //   - request bodies in flight (the body budget): a request's declared
 //     Content-Length is charged before a byte of it is read, and held
 //     until its handler returns (a parsed body keeps its prompts); one
-//     that does not fit is refused at once with 503 and Retry-After, its
-//     body unread. A body without Content-Length is charged as its buffer
-//     grows, and refused the same way when a growth does not fit.
+//     that does not fit is refused at once with 503 and Retry-After, before
+//     more of its body is read, the rest then thrown away as it arrives
+//     (writeBodyBusy). A body without Content-Length is charged as its
+//     buffer grows, and refused the same way when a growth does not fit.
 //   - answers (the answer budget): a generation request is charged, once
 //     it is parsed and before anything runs, what its sequences can make
 //     the server hold until its answer is written (answerCost): the

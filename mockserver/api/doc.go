@@ -213,7 +213,8 @@
 //     request bodies in flight (--body-budget-bytes, 512 MiB; a render's
 //     token ids count with its body), charged from the declared
 //     Content-Length before a byte is read, the buffer grown to it once,
-//     and past the budget 503 with Retry-After, the body unread; and what
+//     and past the budget 503 with Retry-After before more of the body is
+//     read (the rest is thrown away as it arrives); and what
 //     generation requests hold until their answers are written
 //     (--answer-budget-bytes, 512 MiB: 128 bytes an output token, 4 bytes
 //     a prompt token per sequence, the write buffer), past which a request
