@@ -64,13 +64,12 @@ type byteBudget struct {
 
 // budgetHold is what one request holds of a budget.
 type budgetHold struct {
-	b        *byteBudget
-	n        int64
-	admitted time.Time
+	b *byteBudget
+	n int64
 	// complete reports whether the request's answer is complete, only
-	// left to be written (the engine is done with it); completeAt is when
-	// that was first seen. cutOff cuts the request's client off. All three
-	// are set by the request's handler (attach) and read under b.mu.
+	// left to be written (the engine is done with it), and cutOff cuts the
+	// request's client off: the handler sets both (attach). completeAt is
+	// when cutPinned first saw the answer complete. All under b.mu.
 	complete   func() bool
 	completeAt time.Time
 	cutOff     func()
@@ -102,7 +101,7 @@ func (b *byteBudget) fits(n int64) bool { return b.held+n <= b.limit || b.held =
 
 // grantLocked takes n for a new hold. b.mu is held.
 func (b *byteBudget) grantLocked(n int64) *budgetHold {
-	h := &budgetHold{b: b, n: n, admitted: b.now()}
+	h := &budgetHold{b: b, n: n}
 	b.held += n
 	b.peak = max(b.peak, b.held)
 	b.holds[h] = struct{}{}
