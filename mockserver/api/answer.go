@@ -32,6 +32,9 @@ type jsonSink struct {
 	n   int64 // bytes encoded so far
 	out func([]byte) error
 	err error
+	// cpu is the slot the encoding holds (cpu.go), given back while out
+	// waits on the client and to the next in line at each chunk.
+	cpu *cpuSlots
 }
 
 // raw appends bytes that are JSON already.
@@ -94,7 +97,11 @@ func (j *jsonSink) spill() {
 func (j *jsonSink) emit() {
 	j.n += int64(len(j.buf))
 	if j.out != nil && j.err == nil && len(j.buf) > 0 {
+		j.cpu.give() // the write may wait on the client
 		j.err = j.out(j.buf)
+		j.cpu.take()
+	} else {
+		j.cpu.pace()
 	}
 	j.buf = j.buf[:0]
 }
@@ -103,8 +110,10 @@ func (j *jsonSink) emit() {
 func (j *jsonSink) ok() bool { return j.err == nil }
 
 // encodedSize counts the bytes encode gives, holding at most a chunk.
-func encodedSize(encode func(*jsonSink)) int64 {
-	j := &jsonSink{}
+func encodedSize(cpu *cpuSlots, encode func(*jsonSink)) int64 {
+	j := &jsonSink{cpu: cpu}
+	cpu.take()
+	defer cpu.give()
 	encode(j)
 	j.emit()
 	return j.n
@@ -141,9 +150,11 @@ func (a *answerWriter) cutOff() {
 func (s *Server) writeStreamed(c *gin.Context, aw *answerWriter, encode func(*jsonSink)) error {
 	h := c.Writer.Header()
 	h["Content-Type"] = jsonContentType
-	h.Set("Content-Length", strconv.FormatInt(encodedSize(encode), 10))
+	h.Set("Content-Length", strconv.FormatInt(encodedSize(s.cpu, encode), 10))
 	c.Status(http.StatusOK)
-	j := &jsonSink{out: aw.write, buf: make([]byte, 0, answerChunk+maxStringPiece)}
+	j := &jsonSink{out: aw.write, buf: make([]byte, 0, answerChunk+maxStringPiece), cpu: s.cpu}
+	s.cpu.take()
+	defer s.cpu.give()
 	encode(j)
 	j.emit()
 	return j.err

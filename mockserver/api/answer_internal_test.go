@@ -28,7 +28,7 @@ func streamedBytes(t *testing.T, encode func(*jsonSink)) []byte {
 	}}
 	encode(j)
 	j.emit()
-	if n := encodedSize(encode); n != int64(out.Len()) {
+	if n := encodedSize(nil, encode); n != int64(out.Len()) {
 		t.Fatalf("encodedSize counts %d bytes, the encoding gives %d", n, out.Len())
 	}
 	// A piece is a chunk and at most what one element or one string piece

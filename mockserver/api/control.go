@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // flushedText is SGLang's /flush_cache reply on success.
@@ -227,7 +228,9 @@ func (s *Server) tokenize(c *gin.Context) {
 	// Counted first, without allocating: one request may not make the
 	// server hold a tokenization of unbounded size. Both stop when the
 	// client leaves.
-	ctx := c.Request.Context()
+	s.cpu.take() // long work: cpu.go
+	defer s.cpu.give()
+	ctx := tokenizer.WithPace(c.Request.Context(), s.cpu.pace)
 	n, err := tok.CountContext(ctx, text)
 	if err != nil {
 		return

@@ -230,13 +230,19 @@
 //   - Tokenizing stops when the client leaves, on every route that
 //     tokenizes a text (the tokenizer looks at the request's context every
 //     64 KiB of text).
+//   - Long CPU work (encoding a long answer, tokenizing, decoding a body)
+//     runs in GOMAXPROCS-1 slots, taken in turn every 64 KiB of work and
+//     given back while a client is slow to read (cpu.go): however many
+//     clients ask for long work, one core stays free for health checks,
+//     new connections and short requests.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout
 //
 // server.go holds the server, its routes and the JSON helpers; errors.go
 // every error's way to the wire (writeRefusal, flushMessage); budget.go the
-// server-wide budgets; answer.go the answers encoded as they are written. A generation
+// server-wide budgets; answer.go the answers encoded as they are written;
+// cpu.go the slots long work shares the cores in. A generation
 // request is parsed into a plan (generate_request.go, openai_request.go;
 // plan.go submits it and collects its outputs), each sequence's output
 // accumulates in an output (render.go), and the answers are rendered by

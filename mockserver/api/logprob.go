@@ -248,7 +248,7 @@ func (s *Server) tokenizeForLogprobs(ctx context.Context, it *item) error {
 	if !it.logprobs.on || it.req.InputIDs != nil {
 		return nil
 	}
-	tokens, err := s.eng.Tokenize(ctx, it.req)
+	tokens, err := s.tokenizePrompt(ctx, it.req)
 	it.req.InputIDs, it.req.Text = tokens, ""
 	return err
 }

@@ -91,7 +91,7 @@ func (s *Server) prepareOpenAI(ctx context.Context, b *openAICommon, prompts []e
 		}
 		if lp.on && prompt.InputIDs == nil {
 			// The input logprobs are of its tokens.
-			if prompt.InputIDs, err = s.eng.Tokenize(ctx, prompt); err != nil {
+			if prompt.InputIDs, err = s.tokenizePrompt(ctx, prompt); err != nil {
 				return plan{}, err
 			}
 			prompt.Text = ""
@@ -205,7 +205,7 @@ func (s *Server) chatPrompt(messages []chatMessage, kwargs map[string]any) (engi
 // prompt, once, to count it.
 func (s *Server) chatBudget(ctx context.Context, prompt *engine.Request) (int, error) {
 	if prompt.InputIDs == nil {
-		tokens, err := s.eng.Tokenize(ctx, *prompt)
+		tokens, err := s.tokenizePrompt(ctx, *prompt)
 		if err != nil {
 			return 0, err
 		}

@@ -186,7 +186,7 @@ func (s *Server) tokenizePrompts(ctx context.Context, p plan) error {
 	for i := 0; i < len(p.items); i += copies {
 		group := p.items[i:min(i+copies, len(p.items))]
 		if group[0].req.InputIDs == nil {
-			tokens, err := s.eng.Tokenize(ctx, group[0].req)
+			tokens, err := s.tokenizePrompt(ctx, group[0].req)
 			if err != nil {
 				return err
 			}

@@ -167,6 +167,8 @@ type Server struct {
 	stalls *stallGuard
 	// bodies and answers are the server-wide budgets (budget.go).
 	bodies, answers *byteBudget
+	// cpu shares the cores among long work (cpu.go).
+	cpu *cpuSlots
 }
 
 // New creates a server in the starting state: /health answers 503 until
@@ -207,7 +209,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: budgets must be positive, got %d bytes of bodies and %d of answers", cfg.BodyBudgetBytes, cfg.AnswerBudgetBytes)
 	}
 	s := &Server{cfg: cfg, stalls: &stallGuard{timeout: cfg.StallTimeout},
-		bodies: newByteBudget(cfg.BodyBudgetBytes), answers: newByteBudget(cfg.AnswerBudgetBytes)}
+		bodies: newByteBudget(cfg.BodyBudgetBytes), answers: newByteBudget(cfg.AnswerBudgetBytes), cpu: newCPUSlots()}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
@@ -485,7 +487,11 @@ func (s *Server) readBody(c *gin.Context, v any) bool {
 		return false
 	}
 	// Both decoders copy what they keep, so the buffer is free after this.
-	if err := decodeJSON(buf.Bytes(), v); err != nil {
+	// A large body's decoding is long work (cpu.go).
+	s.cpu.take()
+	err := decodeJSON(buf.Bytes(), v)
+	s.cpu.give()
+	if err != nil {
 		writeValidationError(c, describeJSONError(err))
 		return false
 	}

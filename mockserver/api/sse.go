@@ -21,6 +21,7 @@ type sse struct {
 	c       *gin.Context
 	started bool
 	buf     []byte
+	cpu     *cpuSlots // for long events (addEncoded)
 	// stalls puts every write under the stall deadline (stall.go); err is
 	// the first write's error, after which nothing more is written; cut
 	// is set when the answer budget cut the client off (cutOff).
@@ -30,7 +31,7 @@ type sse struct {
 }
 
 // newSSE starts an SSE writer for c's response.
-func (s *Server) newSSE(c *gin.Context) *sse { return &sse{c: c, stalls: s.stalls} }
+func (s *Server) newSSE(c *gin.Context) *sse { return &sse{c: c, stalls: s.stalls, cpu: s.cpu} }
 
 // The SSE headers' values, shared by every response: net/http only reads
 // them.
@@ -94,8 +95,10 @@ func (w *sse) write(b []byte) error {
 // past answerChunk bytes the events buffered so far go out, so a long
 // event holds one write buffer (answer.go).
 func (w *sse) addEncoded(encode func(*jsonSink)) {
-	j := &jsonSink{buf: append(w.buf, "data: "...), out: w.write}
+	j := &jsonSink{buf: append(w.buf, "data: "...), out: w.write, cpu: w.cpu}
+	w.cpu.take()
 	encode(j)
+	w.cpu.give()
 	w.buf = append(j.buf, "\n\n"...)
 }
 

@@ -350,7 +350,7 @@ func (s *Server) renderChat(c *gin.Context) {
 func (s *Server) renderTokens(ctx context.Context, p engine.Request) ([]int32, error) {
 	if p.InputIDs == nil {
 		var err error
-		if p.InputIDs, err = s.eng.Tokenize(ctx, p); err != nil {
+		if p.InputIDs, err = s.tokenizePrompt(ctx, p); err != nil {
 			return nil, err
 		}
 	}

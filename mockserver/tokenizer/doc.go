@@ -56,7 +56,9 @@
 // EncodeWithinContext and CountContext stop, with the context's error,
 // once their context ends (a request whose client left): the encoders look
 // at it every 64 KiB of text, between pieces and between the cuts of a long
-// piece's merge, so a 64 MiB run of spaces stops within one cut.
+// piece's merge, so a 64 MiB run of spaces stops within one cut; a context
+// made with WithPace has them call its pace there too, where a server lets
+// other work have the core.
 //
 // # Chat templates
 //

@@ -9,8 +9,9 @@ import "context"
 // few milliseconds. A nil interrupt never stops.
 type interrupt struct {
 	ctx     context.Context
-	pending int   // bytes of text since the last look
-	stopped error // the context's error, once it ended
+	pace    func() // WithPace's, or nil
+	pending int    // bytes of text since the last look
+	stopped error  // the context's error, once it ended
 }
 
 // interruptEvery is how many bytes of text are encoded between looks at
@@ -18,10 +19,24 @@ type interrupt struct {
 const interruptEvery = maxMergePiece
 
 func newInterrupt(ctx context.Context) *interrupt {
-	if ctx == nil || ctx.Done() == nil {
-		return nil // a context that never ends
+	if ctx == nil {
+		return nil
 	}
-	return &interrupt{ctx: ctx}
+	pace, _ := ctx.Value(paceKey{}).(func())
+	if ctx.Done() == nil && pace == nil {
+		return nil // a context that never ends, and no pace
+	}
+	return &interrupt{ctx: ctx, pace: pace}
+}
+
+type paceKey struct{}
+
+// WithPace returns a context under which EncodeWithinContext and
+// CountContext call pace between their pieces of work, every 64 KiB of
+// text: where a server shares its cores among long work (another request's
+// turn).
+func WithPace(ctx context.Context, pace func()) context.Context {
+	return context.WithValue(ctx, paceKey{}, pace)
 }
 
 // after records n more bytes encoded and reports whether to stop.
@@ -34,6 +49,9 @@ func (s *interrupt) after(n int) bool {
 	}
 	if s.pending += n; s.pending >= interruptEvery {
 		s.pending = 0
+		if s.pace != nil {
+			s.pace()
+		}
 		s.stopped = s.ctx.Err()
 	}
 	return s.stopped != nil
