@@ -317,7 +317,7 @@ func (s *Server) renderChat(c *gin.Context) {
 	}
 	ids, err := s.renderTokens(c.Request.Context(), prompt)
 	if err != nil {
-		writeOpenAIError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	// The output the chat endpoint would allow: max_completion_tokens,
