@@ -426,7 +426,7 @@ func TestLaunchFlagTable(t *testing.T) {
 		byName[lf.name] = lf
 	}
 	sglmockOnly := []string{"profile", "speedup", "seed", "shutdown-grace", "max-body-bytes", "read-header-timeout",
-		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file"}
+		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file", "body-budget-bytes", "answer-budget-bytes"}
 	fs, _, _ := serveFlags(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		lf, ok := byName[f.Name]
