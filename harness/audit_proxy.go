@@ -574,13 +574,7 @@ func (pr *proxyRecord) finish(at time.Duration) {
 	rec.mu.Unlock()
 	go func() {
 		defer rec.inspecting.Done()
-		pr.mu.Lock()
-		body := pr.request
-		pr.request = nil
-		pr.mu.Unlock()
-		if body != nil {
-			inspect(pr, body, false)
-		}
+		pr.inspectKept()
 		pr.mu.Lock()
 		pr.read = pr.readAnswer()
 		pr.drop()
@@ -690,6 +684,18 @@ func (pr *proxyRecord) seen() seen {
 	return v
 }
 
+// inspectKept reads the request's body, if it was kept to be read later,
+// and lets it go.
+func (pr *proxyRecord) inspectKept() {
+	pr.mu.Lock()
+	body := pr.request
+	pr.request = nil
+	pr.mu.Unlock()
+	if body != nil {
+		inspect(pr, body, false)
+	}
+}
+
 // readAnswer reads what the answer says, once it has ended; pr.mu is
 // held.
 func (pr *proxyRecord) readAnswer() *answerRead {
@@ -782,13 +788,7 @@ func (rec *Recorder) recording() recording {
 	got := recording{records: append([]*proxyRecord(nil), rec.records...), flushes: append([]sim.Flush(nil), rec.flushes...), letGo: rec.letGo}
 	rec.mu.Unlock()
 	for _, pr := range got.records {
-		pr.mu.Lock()
-		body := pr.request
-		pr.request = nil
-		pr.mu.Unlock()
-		if body != nil {
-			inspect(pr, body, false)
-		}
+		pr.inspectKept()
 	}
 	return got
 }

@@ -290,15 +290,7 @@ func TestProxyDeadUpstreamEndsTheAudit(t *testing.T) {
 			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
 		}))
 		defer upstream.Close()
-		rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps := mocktest.NewServer(rec)
-		defer ps.Close()
-		if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
-			t.Fatalf("%d %s", code, body)
-		}
+		rec := recordOne(t, upstream)
 		dead = true
 		start := time.Now()
 		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
@@ -327,15 +319,7 @@ func TestProxyFailedProbeKeepsTheReport(t *testing.T) {
 			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
 		}))
 		defer upstream.Close()
-		rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps := mocktest.NewServer(rec)
-		defer ps.Close()
-		if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
-			t.Fatalf("%d %s", code, body)
-		}
+		rec := recordOne(t, upstream)
 		probing = true
 		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
 			harness.AuditOptions{NewID: counter()})
@@ -346,4 +330,20 @@ func TestProxyFailedProbeKeepsTheReport(t *testing.T) {
 			t.Fatalf("%d requests, checked %v, verdict %q; want the request reported and the failed probes said", len(rep.Requests), rep.Checked, rep.Verdict.String())
 		}
 	})
+}
+
+// recordOne puts the recording proxy in front of upstream and sends one
+// request through it.
+func recordOne(t *testing.T, upstream *mocktest.Server) *harness.Recorder {
+	t.Helper()
+	rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := mocktest.NewServer(rec)
+	t.Cleanup(ps.Close)
+	if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	return rec
 }
