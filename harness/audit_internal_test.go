@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -277,4 +279,102 @@ func TestFlushesBetween(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the journal's writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Split(strings.TrimSuffix(s.b.String(), "\n"), "\n")
+}
+
+// The proxy reads each answer when it ends and keeps only its counts: what
+// the answers in flight keep together is bounded (an answer that would
+// pass the bound is forwarded, not read), nothing is kept once they end,
+// and each request goes to the journal, as one JSON line, as soon as its
+// answer has been read.
+func TestProxyKeepsAnswersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		text := strings.Repeat("x", 1<<20)
+		hold := make(chan struct{})
+		held := false
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			meta := `"meta_info": {"id": "a", "prompt_tokens": 10, "completion_tokens": 5, "cached_tokens": 0}`
+			if strings.Contains(string(b), `"stream": true`) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for range 3 {
+					fmt.Fprintf(w, "data: {\"text\": %q, %s}\n\n", text[:256<<10], meta)
+				}
+				io.WriteString(w, "data: [DONE]\n\n")
+				return
+			}
+			io.WriteString(w, `{"text": "`+text[:512<<10])
+			if held {
+				w.(http.Flusher).Flush()
+				<-hold
+			}
+			io.WriteString(w, text[512<<10:]+`", `+meta+`}`)
+		}))
+		defer upstream.Close()
+		rec, err := NewRecorder(upstream.URL, upstream.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.answerLimit = 3 << 20
+		var journal syncBuffer
+		rec.SetJournal(&journal)
+		ps := mocktest.NewServer(rec)
+		defer ps.Close()
+		for i := range 20 {
+			body := fmt.Sprintf(`{"rid": "r%d", "text": "prompt %d", "stream": %v}`, i, i, i%2 == 1)
+			if code, resp, _ := ps.Do(t, "POST", "/generate", body); code != 200 || len(resp) < 512<<10 {
+				t.Fatalf("request %d: %d, %d bytes", i, code, len(resp))
+			}
+			synctest.Wait()
+			if kept := rec.answerBytes.Load(); kept != 0 {
+				t.Fatalf("after answer %d: %d bytes kept, want 0", i, kept)
+			}
+			if lines := journal.lines(); len(lines) != i+1 || !strings.Contains(lines[i], fmt.Sprintf(`"rid":"r%d"`, i)) ||
+				!strings.Contains(lines[i], `"prompt_tokens":10,"completion_tokens":5,"cached_tokens":0`) {
+				t.Fatalf("after answer %d the journal has %d lines, the last %q; want it written with the counts", i, len(lines), lines[len(lines)-1])
+			}
+		}
+		// Eight whole answers of 1 MiB in flight at once, each holding
+		// 2 MiB of buffer once past its first half: the bound takes one.
+		held = true
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() { ps.Do(t, "POST", "/generate", fmt.Sprintf(`{"rid": "c%d", "text": "p"}`, i)) })
+		}
+		synctest.Wait()
+		close(hold)
+		wg.Wait()
+		synctest.Wait()
+		got := rec.recording()
+		unread := 0
+		for _, pr := range got.records[20:] {
+			if v := pr.seen(); !v.readable {
+				unread++
+				if !strings.Contains(v.unread, "past the proxy's bound") {
+					t.Errorf("%s: unread for %q", v.rid, v.unread)
+				}
+			}
+		}
+		if peak := rec.answerPeak.Load(); peak > rec.answerLimit || unread == 0 || unread == 8 || rec.answerBytes.Load() != 0 {
+			t.Fatalf("peak %d bytes kept (bound %d), %d of 8 unread, %d kept after; want the bound kept, some read and some not, nothing kept after",
+				peak, rec.answerLimit, unread, rec.answerBytes.Load())
+		}
+	})
 }

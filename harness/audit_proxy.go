@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,9 +12,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sglmock/sglmock/sim"
@@ -37,11 +40,16 @@ const (
 	// maxEventLine is the longest stream line parsed; a longer one is
 	// forwarded but not read.
 	maxEventLine = 4 << 20
-	// headEvents are the first stream events kept to find the first one
+	// headEvents are the first stream events looked at for the first one
 	// with output.
 	headEvents = 8
 	// maxAnswerBody is the most of a whole (not streamed) answer read.
 	maxAnswerBody = 64 << 20
+	// maxAnswerBytes bounds what the answers in flight keep at once (whole
+	// answers, a stream's partial line and its last two lines): each is
+	// parsed when it ends and its bytes dropped, only its counts kept; an
+	// answer that would pass the bound is forwarded and not read.
+	maxAnswerBytes = 256 << 20
 	// maxFlushAnswer is the most of a flush's answer kept.
 	maxFlushAnswer = 1 << 10
 )
@@ -62,19 +70,29 @@ type Recorder struct {
 	// maxRequestBytes is maxRequestBytes but in tests.
 	maxRequestBytes int64
 
-	// inspecting counts the request bodies still being read; recording
-	// waits for them.
+	// inspecting counts the request bodies and answers still being read;
+	// recording waits for them.
 	inspecting sync.WaitGroup
+	// answerBytes counts what the answers in flight keep (maxAnswerBytes;
+	// answerLimit but in tests).
+	answerBytes, answerPeak atomic.Int64
+	answerLimit             int64
+	// journal, if set, gets each record as a JSON line when its answer
+	// has been read (SetJournal).
+	journalMu sync.Mutex
+	journal   io.Writer
 
 	mu        sync.Mutex
 	records   []*proxyRecord
 	flushes   []sim.Flush
 	letGo     int
 	bodyBytes int64
+	closed    bool // the command ended: what is recorded is being judged
 }
 
 // proxyRecord is one generation request as the proxy saw it.
 type proxyRecord struct {
+	rec   *Recorder
 	start time.Duration
 
 	// The rest is filled in as the answer passes, and the request's body
@@ -94,12 +112,27 @@ type proxyRecord struct {
 	status   int
 	line     []byte // a stream's partial line
 	overlong bool   // a line or body past its bound was skipped
-	head     []streamLine
+	// headSeen counts the first events looked at for output, first is
+	// when the first with output went by.
+	headSeen int
+	first    time.Duration
 	tail     [2]streamLine
 	events   int
 	body     []byte // a whole answer, up to maxAnswerBody
-	end      time.Duration
-	done     bool
+	// kept is what body, line and tail charge to the recorder's
+	// answerBytes, until the answer is read (read) and they are dropped.
+	kept int64
+	end  time.Duration
+	done bool
+	read *answerRead // the answer, once read
+}
+
+// answerRead is what an answer said, read when it ended: all a record
+// keeps of it.
+type answerRead struct {
+	first  time.Duration
+	counts proxyCounts
+	unread string
 }
 
 type streamLine struct {
@@ -117,7 +150,7 @@ func NewRecorder(upstream string, transport http.RoundTripper) (*Recorder, error
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	rec := &Recorder{upstream: u, start: time.Now(), maxRequestBytes: maxRequestBytes}
+	rec := &Recorder{upstream: u, start: time.Now(), maxRequestBytes: maxRequestBytes, answerLimit: maxAnswerBytes}
 	rec.proxy = &httputil.ReverseProxy{
 		Rewrite:        func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
 		Transport:      transport,
@@ -172,7 +205,7 @@ func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.proxy.ServeHTTP(w, r)
 		return
 	}
-	pr := &proxyRecord{route: route, start: rec.since()}
+	pr := &proxyRecord{rec: rec, route: route, start: rec.since()}
 	var body []byte
 	if r.ContentLength <= maxInspectBody {
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxInspectBody+1))
@@ -416,17 +449,23 @@ func (b *recordingBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// note takes the answer's next bytes: a stream's complete lines that carry
-// data are kept (the first few, and the last two); a whole answer is kept
-// up to its bound.
+// note takes the answer's next bytes: a stream's first few lines that
+// carry data are looked at for output as they end and its last two kept; a
+// whole answer is kept up to its bound. What is kept counts against the
+// recorder's bound on answers in flight.
 func (pr *proxyRecord) note(p []byte, at time.Duration) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
+	if pr.overlong {
+		return
+	}
 	if !pr.stream {
-		if room := maxAnswerBody - len(pr.body); room >= len(p) {
-			pr.body = append(pr.body, p...)
-		} else {
-			pr.overlong = true
+		ok := maxAnswerBody-len(pr.body) >= len(p)
+		if ok {
+			pr.body, ok = pr.appendKept(pr.body, p)
+		}
+		if !ok {
+			pr.skip()
 		}
 		return
 	}
@@ -443,12 +482,50 @@ func (pr *proxyRecord) note(p []byte, at time.Duration) {
 }
 
 func (pr *proxyRecord) addToLine(p []byte) {
-	if len(pr.line)+len(p) > maxEventLine {
-		pr.overlong = true
-		pr.line = pr.line[:0]
-		return
+	ok := len(pr.line)+len(p) <= maxEventLine
+	if ok {
+		pr.line, ok = pr.appendKept(pr.line, p)
 	}
-	pr.line = append(pr.line, p...)
+	if !ok {
+		pr.skip()
+	}
+}
+
+// appendKept appends p to buf, charging the recorder's answerBytes for
+// buf's growth first; it reports false, appending nothing, when the growth
+// does not fit.
+func (pr *proxyRecord) appendKept(buf, p []byte) ([]byte, bool) {
+	if len(buf)+len(p) <= cap(buf) {
+		return append(buf, p...), true
+	}
+	want := max(2*cap(buf), len(buf)+len(p))
+	grow := int64(want - cap(buf))
+	if pr.rec.answerBytes.Add(grow) > pr.rec.answerLimit {
+		pr.rec.answerBytes.Add(-grow)
+		return buf, false
+	}
+	for held := pr.rec.answerBytes.Load(); ; held = pr.rec.answerBytes.Load() {
+		if peak := pr.rec.answerPeak.Load(); held <= peak || pr.rec.answerPeak.CompareAndSwap(peak, held) {
+			break
+		}
+	}
+	buf = slices.Grow(buf, want-len(buf))
+	pr.kept += grow
+	return append(buf, p...), true
+}
+
+// skip gives up reading the answer (past a bound): it is forwarded, not
+// read, and what it kept is dropped.
+func (pr *proxyRecord) skip() {
+	pr.overlong = true
+	pr.drop()
+}
+
+// drop lets go of the answer's bytes and their charge.
+func (pr *proxyRecord) drop() {
+	pr.rec.answerBytes.Add(-pr.kept)
+	pr.kept = 0
+	pr.body, pr.line, pr.tail = nil, nil, [2]streamLine{}
 }
 
 func (pr *proxyRecord) endLine(at time.Duration) {
@@ -462,20 +539,52 @@ func (pr *proxyRecord) endLine(at time.Duration) {
 		return
 	}
 	pr.events++
-	if len(pr.head) < headEvents {
-		pr.head = append(pr.head, streamLine{at: at, data: bytes.Clone(data)})
+	if pr.first == 0 && pr.headSeen < headEvents {
+		pr.headSeen++
+		var a proxyAnswer
+		if json.Unmarshal(data, &a) == nil && a.output() {
+			pr.first = at
+		}
 	}
 	// The last two lines, in buffers reused from line to line.
 	pr.tail[0], pr.tail[1] = pr.tail[1], pr.tail[0]
-	pr.tail[1].at, pr.tail[1].data = at, append(pr.tail[1].data[:0], data...)
+	var kept bool
+	if pr.tail[1].data, kept = pr.appendKept(pr.tail[1].data[:0], data); !kept {
+		pr.skip()
+		return
+	}
+	pr.tail[1].at = at
 }
 
+// finish records the answer's end and reads it, on a goroutine of its
+// own (the client may still be taking the last bytes): its counts are kept,
+// its bytes dropped, and the journal, if any, gets the record. An answer
+// that ends after the command did is left unread.
 func (pr *proxyRecord) finish(at time.Duration) {
 	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if !pr.done {
-		pr.done, pr.end = true, at
+	if pr.done {
+		pr.mu.Unlock()
+		return
 	}
+	pr.done, pr.end = true, at
+	pr.mu.Unlock()
+	rec := pr.rec
+	rec.mu.Lock()
+	if rec.closed {
+		rec.mu.Unlock()
+		return
+	}
+	rec.inspecting.Add(1)
+	rec.mu.Unlock()
+	go func() {
+		defer rec.inspecting.Done()
+		pr.inspectKept()
+		pr.mu.Lock()
+		pr.read = pr.readAnswer()
+		pr.drop()
+		pr.mu.Unlock()
+		rec.writeJournal(pr.seen())
+	}()
 }
 
 // proxyAnswer is the union of what a /generate answer or event and an
@@ -605,39 +714,101 @@ func (pr *proxyRecord) seen() seen {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	v := seen{route: pr.route, rid: pr.rid, key: pr.key, hash: pr.hash, batch: pr.batch, salted: pr.salted, start: pr.start, end: pr.end}
-	switch {
-	case !pr.done:
+	if r := pr.read; r != nil {
+		v.first, v.counts, v.unread = r.first, r.counts, r.unread
+	} else {
 		v.unread = fmt.Sprintf("HTTP %d: it had not ended when the command did", pr.status)
-	case pr.overlong:
-		v.unread = fmt.Sprintf("HTTP %d: compressed, or a line or body past the proxy's bound", pr.status)
-	case pr.status != http.StatusOK:
-		v.unread = fmt.Sprintf("HTTP %d", pr.status)
-	case !pr.stream:
-		var a proxyAnswer
-		if json.Unmarshal(pr.body, &a) != nil {
-			v.unread = "HTTP 200: not JSON"
-			break
-		}
-		v.counts.apply(&a)
-	case pr.events == 0:
-		v.unread = "HTTP 200: a stream without data events"
-	default:
-		for _, l := range pr.head {
-			var a proxyAnswer
-			if json.Unmarshal(l.data, &a) == nil && a.output() {
-				v.first = l.at
-				break
-			}
-		}
-		for _, l := range pr.tail {
-			var a proxyAnswer
-			if l.data != nil && json.Unmarshal(l.data, &a) == nil {
-				v.counts.apply(&a)
-			}
-		}
 	}
 	v.readable = v.unread == ""
 	return v
+}
+
+// inspectKept reads the request's body, if it was kept to be read later,
+// and lets it go.
+func (pr *proxyRecord) inspectKept() {
+	pr.mu.Lock()
+	body := pr.request
+	pr.request = nil
+	pr.mu.Unlock()
+	if body != nil {
+		inspect(pr, body, false)
+	}
+}
+
+// readAnswer reads what the answer says, once it has ended; pr.mu is
+// held.
+func (pr *proxyRecord) readAnswer() *answerRead {
+	r := &answerRead{}
+	switch {
+	case pr.overlong:
+		r.unread = fmt.Sprintf("HTTP %d: compressed, or a line or body past the proxy's bound", pr.status)
+	case pr.status != http.StatusOK:
+		r.unread = fmt.Sprintf("HTTP %d", pr.status)
+	case !pr.stream:
+		var a proxyAnswer
+		if json.Unmarshal(pr.body, &a) != nil {
+			r.unread = "HTTP 200: not JSON"
+			break
+		}
+		r.counts.apply(&a)
+	case pr.events == 0:
+		r.unread = "HTTP 200: a stream without data events"
+	default:
+		r.first = pr.first
+		for _, l := range pr.tail {
+			var a proxyAnswer
+			if l.data != nil && json.Unmarshal(l.data, &a) == nil {
+				r.counts.apply(&a)
+			}
+		}
+	}
+	return r
+}
+
+// SetJournal has the proxy write each request to w as one JSON line as
+// soon as its answer has been read, so that a run audit cannot finish (the
+// process killed, the machine gone) keeps what the proxy saw.
+func (rec *Recorder) SetJournal(w io.Writer) {
+	rec.journalMu.Lock()
+	rec.journal = w
+	rec.journalMu.Unlock()
+}
+
+// journalLine is one request as the journal writes it: what the proxy saw
+// of it, times in seconds since the proxy started.
+type journalLine struct {
+	Route            string   `json:"route"`
+	RID              string   `json:"rid,omitempty"`
+	PromptHash       string   `json:"prompt_hash,omitempty"`
+	Batch            bool     `json:"batch,omitempty"`
+	Start            float64  `json:"start_s"`
+	End              float64  `json:"end_s"`
+	TTFT             *float64 `json:"ttft_s,omitempty"`
+	PromptTokens     int      `json:"prompt_tokens"`
+	CompletionTokens int      `json:"completion_tokens"`
+	CachedTokens     *int     `json:"cached_tokens"`
+	FinishReason     string   `json:"finish_reason,omitempty"`
+	Unread           string   `json:"unread,omitempty"`
+}
+
+func (rec *Recorder) writeJournal(v seen) {
+	rec.journalMu.Lock()
+	defer rec.journalMu.Unlock()
+	if rec.journal == nil {
+		return
+	}
+	c := v.counts
+	l := journalLine{Route: v.route, RID: cmp.Or(v.rid, c.id), PromptHash: v.hash, Batch: v.batch, Start: v.start.Seconds(), End: v.end.Seconds(),
+		PromptTokens: c.prompt, CompletionTokens: c.completion, FinishReason: c.finish, Unread: v.unread}
+	if v.first > 0 {
+		ttft := (v.first - v.start).Seconds()
+		l.TTFT = &ttft
+	}
+	if c.cachedKnown {
+		l.CachedTokens = &c.cached
+	}
+	b, _ := json.Marshal(l) // plain fields always marshal
+	rec.journal.Write(append(b, '\n'))
 }
 
 // recording is what the proxy has recorded, copied out.
@@ -648,18 +819,15 @@ type recording struct {
 }
 
 func (rec *Recorder) recording() recording {
+	rec.mu.Lock()
+	rec.closed = true // answers that end from now on stay unread
+	rec.mu.Unlock()
 	rec.inspecting.Wait()
 	rec.mu.Lock()
 	got := recording{records: append([]*proxyRecord(nil), rec.records...), flushes: append([]sim.Flush(nil), rec.flushes...), letGo: rec.letGo}
 	rec.mu.Unlock()
 	for _, pr := range got.records {
-		pr.mu.Lock()
-		body := pr.request
-		pr.request = nil
-		pr.mu.Unlock()
-		if body != nil {
-			inspect(pr, body, false)
-		}
+		pr.inspectKept()
 	}
 	return got
 }

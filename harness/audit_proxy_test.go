@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
@@ -403,4 +404,80 @@ func TestProxyImpactWithinTheFitsError(t *testing.T) {
 			t.Errorf("run: checked %v, %q", rep.Checked, rep.Verdict)
 		}
 	})
+}
+
+// A server that stops answering once the command is done does not hold
+// the audit: its floor probes get 10 s in all, past which the floors are
+// left unmeasured and the report says so.
+func TestProxyDeadUpstreamEndsTheAudit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dead, stop := false, make(chan struct{})
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if dead {
+				select { // accepts, never answers
+				case <-r.Context().Done():
+				case <-stop:
+				}
+				return
+			}
+			io.ReadAll(r.Body)
+			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
+		}))
+		defer upstream.Close()
+		rec := recordOne(t, upstream)
+		dead = true
+		start := time.Now()
+		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
+			harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 10*time.Second || rep.Checked || !strings.Contains(rep.Verdict.String(), "did not answer audit's floor probes within 10s") {
+			t.Fatalf("took %v, checked %v, verdict %q; want 10 s and the unmeasured floors said", took, rep.Checked, rep.Verdict.String())
+		}
+		close(stop)
+	})
+}
+
+// A floor probe the server refuses leaves the floors unmeasured, said in
+// the report, instead of ending the audit without one.
+func TestProxyFailedProbeKeepsTheReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		probing := false
+		upstream := mocktest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.ReadAll(r.Body)
+			if probing {
+				http.Error(w, "no", http.StatusInternalServerError)
+				return
+			}
+			io.WriteString(w, `{"text": "a", "meta_info": {"id": "x", "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}}`)
+		}))
+		defer upstream.Close()
+		rec := recordOne(t, upstream)
+		probing = true
+		rep, err := harness.AuditUpstream(context.Background(), rec, &harness.Client{HTTP: upstream.Client, BaseURL: upstream.URL, Backend: harness.SGLang},
+			harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Requests) != 1 || rep.Checked || !strings.Contains(rep.Verdict.String(), "audit's floor probes failed (") {
+			t.Fatalf("%d requests, checked %v, verdict %q; want the request reported and the failed probes said", len(rep.Requests), rep.Checked, rep.Verdict.String())
+		}
+	})
+}
+
+// recordOne puts the recording proxy in front of upstream and sends one
+// request through it.
+func recordOne(t *testing.T, upstream *mocktest.Server) *harness.Recorder {
+	t.Helper()
+	rec, err := harness.NewRecorder(upstream.URL, upstream.Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := mocktest.NewServer(rec)
+	t.Cleanup(ps.Close)
+	if code, body, _ := ps.Do(t, "POST", "/generate", `{"rid": "a", "text": "hello"}`); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	return rec
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglmock/sglmock/sim"
 )
@@ -78,9 +79,23 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 		ends = append(ends, end)
 	}
 	linkSources(keys, rs)
-	floors, err := measureFloors(ctx, c, routesOf(rs), false, opt.NewID)
-	if err != nil {
+	// The probes go to a server the command is done with, which may have
+	// stopped answering, or answer them as it should not: they get
+	// probeWait in all, and past it, or when one fails, the floors are left
+	// unmeasured rather than the audit hanging on or giving no report.
+	probes, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	floors, err := measureFloors(probes, c, routesOf(rs), false, opt.NewID)
+	unmeasured := "the floors were not measured (each taken as 0), and a reuse of what every prompt shares (a BOS token, a chat template's head) counts as reuse"
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return nil, err
+	case err != nil && probes.Err() != nil:
+		floors = routesOf(rs)
+		rep.uncheck(fmt.Sprintf("the server did not answer audit's floor probes within %v after the command ended: %s", probeWait, unmeasured))
+	case err != nil:
+		floors = routesOf(rs)
+		rep.uncheck(fmt.Sprintf("audit's floor probes failed (%v): %s", err, unmeasured))
 	}
 	floorOf := map[string]int{}
 	for _, f := range floors {
@@ -104,11 +119,17 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 		}
 	}
 	m := fitPrefill(rs, stats, ends)
-	if err := judge(ctx, rep, rs, floors, m, upstreamPage(ctx, c), opt); err != nil {
+	if err := judge(ctx, rep, rs, floors, m, upstreamPage(probes, c), opt); err != nil {
 		return nil, err
 	}
-	if err := saltNotes(ctx, c, rep); err != nil {
-		return nil, err
+	// The server's version, asked when a salted request was poisoned, is a
+	// probe too.
+	if err := saltNotes(probes, c, rep); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		rep.uncheck(fmt.Sprintf("audit could not ask the server its SGLang version (%v): whether its /generate ignored the cache_salt "+
+			"of the poisoned requests that sent one is unknown", err))
 	}
 	rep.ImpactFrom, rep.ImpactDetail = m.describe()
 	if m.perToken > 0 {
@@ -137,6 +158,10 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	}
 	return rep, nil
 }
+
+// probeWait bounds what audit sends a real server after the command ended
+// (the floor probes, its page size).
+const probeWait = 10 * time.Second
 
 // cacheReportFlags says how a server is made to report cached tokens.
 const cacheReportFlags = "SGLang reports them in /generate's meta_info, and on its OpenAI routes only when started with --enable-cache-report; " +

@@ -23,8 +23,35 @@ type Stats struct {
 	// StalledStreamsAborted counts the clients cut off because they
 	// stopped reading an answer or a stream (their requests aborted).
 	StalledStreamsAborted int64 `json:"stalled_streams_aborted"`
+	// Memory is what the clients make the server hold now against its
+	// budgets, and what was refused, waited for or cut to stay inside them.
+	Memory Memory `json:"memory"`
 	// KVEvents is the KV event publisher's counts; nil without one.
 	KVEvents *KVEvents `json:"kv_events,omitempty"`
+}
+
+// Memory is the server's budgets in bytes: request bodies in flight (a
+// render's token ids included), and what generation requests hold until
+// their answers are written.
+type Memory struct {
+	// BodyBytes is what request bodies hold now, of BodyBudget; BodyPeak
+	// the most they held; BodiesRefused the requests answered 503 because
+	// their body did not fit.
+	BodyBytes     int64 `json:"body_bytes"`
+	BodyBudget    int64 `json:"body_budget_bytes"`
+	BodyPeak      int64 `json:"body_peak_bytes"`
+	BodiesRefused int64 `json:"bodies_refused"`
+	// AnswerBytes is what generation requests hold now, of AnswerBudget;
+	// AnswerPeak the most they held; AnswersWaiting the requests waiting
+	// for room now, AnswersWaited those that had to wait; ReadersCut the
+	// clients cut off because they read their complete answer too slowly
+	// while others waited.
+	AnswerBytes    int64 `json:"answer_bytes"`
+	AnswerBudget   int64 `json:"answer_budget_bytes"`
+	AnswerPeak     int64 `json:"answer_peak_bytes"`
+	AnswersWaiting int   `json:"answers_waiting"`
+	AnswersWaited  int64 `json:"answers_waited"`
+	ReadersCut     int64 `json:"readers_cut"`
 }
 
 // KVEvents counts what the KV event publisher sent and what it dropped
@@ -37,15 +64,17 @@ type KVEvents struct {
 	DroppedQueueFull int64 `json:"dropped_queue_full"`
 	// Subscribers is the subscribers connected now; SubscriberDrops the
 	// messages not sent to a subscriber whose queue was full; and
-	// SubscribersCut the subscribers disconnected because they stopped
-	// reading, subscribed past 256 prefixes or 64 KiB of them, or were one
-	// too many.
+	// SubscribersCut the connections ended because they stopped reading,
+	// subscribed past 256 prefixes or 64 KiB of them, were the oldest of
+	// the handshakes or idle subscribers in the way of a new one, or were
+	// refused.
 	Subscribers     int   `json:"subscribers"`
 	SubscriberDrops int64 `json:"subscriber_drops"`
 	SubscribersCut  int64 `json:"subscribers_cut"`
 	// ReplayClientsCut counts replay clients disconnected because they
-	// stopped reading or were too many at once; ReplayMalformed the
-	// malformed replay requests.
+	// stopped reading, asked nothing for 10 s, were the one idle longest
+	// when a new one came, or were refused; ReplayMalformed the malformed
+	// replay requests.
 	ReplayClientsCut int64 `json:"replay_clients_cut"`
 	ReplayMalformed  int64 `json:"replay_malformed"`
 	// ReplayBufferBytes is what the replay buffer holds now.

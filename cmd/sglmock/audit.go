@@ -71,6 +71,7 @@ type auditOptions struct {
 	host         string
 	port         int
 	upstream     string
+	records      string
 	cfg          api.Config
 	command      []string
 }
@@ -113,6 +114,8 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	fs.StringVar(&o.host, "host", "127.0.0.1", "bind the mock (or the proxy) to this address")
 	fs.IntVar(&o.port, "port", 0, "bind the mock (or the proxy) to this port, where a script with a fixed URL looks (0: a free one)")
 	fs.StringVar(&o.upstream, "upstream", "", "a real server's `URL` (http://HOST:PORT): audit it through a recording proxy instead of a mock")
+	fs.StringVar(&o.records, "records", "", "with --upstream: write each request the proxy saw to this `FILE`, one JSON line as soon as its answer is read "+
+		"(route, rid, prompt hash, times, counts), so that a run audit cannot finish keeps them")
 	fs.BoolVar(&o.cfg.DisableRadixCache, "disable-radix-cache", false, "disable prefix caching: cached_tokens is always 0")
 	fs.BoolVar(&o.cfg.EnableCacheReport, "enable-cache-report", false, "report usage.prompt_tokens_details.cached_tokens in OpenAI responses")
 	fs.BoolVar(&o.cfg.EnableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
@@ -145,7 +148,7 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		var mockOnly []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "upstream", "allow-shared-prefix", "min-impact", "min-run-impact", "strict", "json", "tool-result", "host", "port":
+			case "upstream", "records", "allow-shared-prefix", "min-impact", "min-run-impact", "strict", "json", "tool-result", "host", "port":
 			default:
 				mockOnly = append(mockOnly, "--"+f.Name)
 			}
@@ -154,6 +157,9 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 			return nil, fmt.Errorf("%s configure the mock, which --upstream replaces with the real server", strings.Join(mockOnly, ", "))
 		}
 		return o, nil
+	}
+	if o.records != "" {
+		return nil, errors.New("--records needs --upstream: the mock keeps its own records (GET /sim/requests)")
 	}
 	p, err := loadProfile(*profileName, profileFlags)
 	if err != nil {
@@ -281,8 +287,18 @@ func startAuditTarget(o *auditOptions, addr string) (*auditTarget, error) {
 	if err := checkUpstream(up); err != nil {
 		return nil, err
 	}
+	journal := io.Discard
+	if o.records != "" {
+		f, err := os.OpenFile(o.records, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--records: %w", err)
+		}
+		rec.SetJournal(f)
+		journal = f
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		closeJournal(journal)
 		return nil, bindError(addr, err)
 	}
 	hs := &http.Server{Handler: rec, ReadHeaderTimeout: 30 * time.Second}
@@ -294,7 +310,16 @@ func startAuditTarget(o *auditOptions, addr string) (*auditTarget, error) {
 			if hs.Shutdown(ctx) != nil {
 				hs.Close()
 			}
+			rec.SetJournal(nil)
+			closeJournal(journal)
 		}}, nil
+}
+
+// closeJournal closes --records' file, if one was opened.
+func closeJournal(w io.Writer) {
+	if c, ok := w.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // checkUpstream asks the real server for /v1/models, which SGLang and vLLM

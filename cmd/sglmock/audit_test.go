@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/sglmock/sglmock/harness"
+	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
 )
 
@@ -270,6 +271,7 @@ func TestAuditUsage(t *testing.T) {
 		{"audit", "--upstream", "http://127.0.0.1:1", "--profile", "kimi-k2.6-rtx6000", "--", "true"},
 		{"audit", "--upstream", "ftp://x", "--", "true"},
 		{"audit", "--upstream", "http://127.0.0.1:1", "--", "true"}, // nothing listens there
+		{"audit", "--records", "records.jsonl", "--", "true"},       // the mock keeps its own
 		{"audit", "--", "/nonexistent/cmd"},
 	} {
 		var stderr bytes.Buffer
@@ -372,4 +374,30 @@ func gone(pid int) bool {
 	}
 	_, rest, _ := strings.Cut(string(stat), ") ")
 	return strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X")
+}
+
+// With --upstream and --records, each request the proxy saw is in the
+// records file, one JSON line written as its answer was read.
+func TestAuditUpstreamRecords(t *testing.T) {
+	m, err := startLocalMockAt("127.0.0.1:0", mocktest.Profile(t, "default"), 1000, api.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	t.Setenv(childEnv, "repeat")
+	records := filepath.Join(t.TempDir(), "records.jsonl")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"audit", "--upstream", m.URL, "--records", records, "--", os.Args[0], "-test.run=^$"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (the repeat)\n%s%s", code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"rid":"leg-a"`) || !strings.Contains(lines[1], `"rid":"leg-b"`) ||
+		!strings.Contains(lines[1], `"route":"/generate"`) || !strings.Contains(lines[1], `"cached_tokens":760`) {
+		t.Fatalf("records:\n%s\nwant leg-a and leg-b, one a line", b)
+	}
 }

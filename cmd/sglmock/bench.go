@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -308,30 +307,6 @@ func (o *benchOptions) checkOutputs() error {
 	return nil
 }
 
-// checkWritable tells whether a file can be written at path: its
-// directory exists and takes a new file, and path is not a directory.
-func checkWritable(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return errors.New("is a directory")
-	}
-	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("no directory %s", dir)
-	case err != nil:
-		return err
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	f, err := os.CreateTemp(dir, ".sglmock-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot write in %s: %w", dir, errors.Unwrap(err))
-	}
-	f.Close()
-	return os.Remove(f.Name())
-}
-
 // parsePoints parses "1024,8192" or "1024:1407,8192:11382".
 func parsePoints(s string) ([]harness.Point, error) {
 	var out []harness.Point
@@ -494,31 +469,6 @@ func writeOutputs(rep *harness.Report, o *benchOptions, caption harness.PlotCapt
 		}
 	}
 	return written, nil
-}
-
-// writeOutput writes a file through a temporary one beside it, renamed
-// over it once complete: a failed write leaves no half file behind.
-func writeOutput(path string, write func(io.Writer) error, stdout io.Writer) error {
-	if path == "-" {
-		return write(stdout)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // gone by then when the rename succeeded
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // costModel reads the profile a server's /sim/profile gives into the cost

@@ -65,6 +65,12 @@ func runCalibrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sglmock calibrate:", err)
 		return 2
 	}
+	if *out != "-" {
+		if err := checkWritable(*out); err != nil {
+			fmt.Fprintf(stderr, "sglmock calibrate: -o %s: %v\n", *out, err)
+			return 2
+		}
+	}
 	p, err := profile.Load(*base)
 	if err == nil {
 		err = profileFlags.Apply(p)

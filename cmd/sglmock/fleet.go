@@ -75,16 +75,18 @@ before any replica starts. Metrics are on (the router scrapes sglang: series).
 KV events: without --kv-events-config every replica connects to
 tcp://127.0.0.1:5557, which the router binds, under its own topic
 kv@ADDRESS:PORT@MODEL; --kv-events-config may name another endpoint the router
-binds (one that binds itself is refused). --dir (default sglmock-fleet) receives
-endpoints.yaml, the router's file-discovery endpoints, and epp.yaml, an llm-d
-router (v0.10) configuration that watches it and scores by prefix cache (KV
-events, block size the page size: give --page-size 16, as every built-in
-profile has page size 1) and load; the table ends with the router's command
-line. EAGLE-family profiles send bigram KV events the router cannot decode
-(a warning says so); --enable-dp-attention is refused (SGLang sends DP rank r's
-KV events to the endpoint's port + r, which the router does not bind). Ctrl-C
-stops them all. "sglmock fleet status" prints each replica's load, cache size
-and hit rate.
+binds (one that binds itself is refused), and a replay_endpoint each replica
+binds at its port + i, on loopback as everything the fleet listens on by
+default (tcp://127.0.0.1:5558; a wildcard listens on every interface). --dir
+(default sglmock-fleet) receives endpoints.yaml, the router's file-discovery
+endpoints, and epp.yaml, an llm-d router (v0.10) configuration that watches it
+and scores by prefix cache (KV events, block size the page size: give
+--page-size 16, as every built-in profile has page size 1) and load; the table
+ends with the router's command line. EAGLE-family profiles send bigram KV
+events the router cannot decode (a warning says so); --enable-dp-attention is
+refused (SGLang sends DP rank r's KV events to the endpoint's port + r, which
+the router does not bind). Ctrl-C stops them all. "sglmock fleet status"
+prints each replica's load, cache size and hit rate.
 `
 
 func runFleet(args []string, stdout, stderr io.Writer) int {

@@ -34,7 +34,7 @@ type serveOptions struct {
 	skipWarmup                                                      bool
 	disableRadixCache, enableCacheReport, enableMetrics             bool
 	streamInterval                                                  int
-	maxBodyBytes, simTruthBytes                                     int64
+	maxBodyBytes, simTruthBytes, bodyBudget, answerBudget           int64
 	apiKeyFile                                                      string
 	kvEventsConfig                                                  string // as given, for /server_info
 	kvEvents                                                        *kvevents.Config
@@ -101,6 +101,10 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.BoolVar(&o.enableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
 	fs.IntVar(&o.streamInterval, "stream-interval", 1, "send a stream event every N output tokens")
 	fs.Int64Var(&o.maxBodyBytes, "max-body-bytes", 256<<20, "largest request body accepted; larger ones get 413")
+	fs.Int64Var(&o.bodyBudget, "body-budget-bytes", api.DefaultBodyBudget, "request bodies in flight, all requests together (a render's token ids included); "+
+		"past it a request gets 503 with Retry-After before more of its body is read")
+	fs.Int64Var(&o.answerBudget, "answer-budget-bytes", api.DefaultAnswerBudget, "what generation requests together may make the server hold until their answers "+
+		"are written (prompt and output tokens, output text); past it a request waits its turn, as behind a full batch")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 30*time.Second, "longest wait for a request's headers (wall time)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Second, "how long an idle keep-alive connection stays open (wall time; uvicorn's default, as SGLang runs it)")
 	fs.DurationVar(&o.stallTimeout, "stall-timeout", api.DefaultStallTimeout, "longest a write to a client may make no progress before the client counts as gone and its requests are aborted (wall time)")
@@ -108,8 +112,9 @@ func serveFlags(out io.Writer) (*flag.FlagSet, *serveOptions, *profile.Flags) {
 	fs.Int64Var(&o.simTruthBytes, "sim-truth-bytes", engine.DefaultTruthBytes,
 		"memory the finished requests' ground truths (/sim/requests) may hold, the oldest evicted first")
 	fs.StringVar(&o.kvEventsConfig, "kv-events-config", "", "publish the radix cache's KV events over ZMQ, as SGLang: a JSON object with SGLang's keys "+
-		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic), e.g. '{"publisher":"zmq","endpoint":"tcp://*:5557"}'; `+
-		`without a topic, SGLang's empty topic; the mock's own "bind": true binds the endpoint as given, e.g. "tcp://127.0.0.1:5557" for loopback only`)
+		`(publisher, endpoint, replay_endpoint, buffer_steps, hwm, max_queue_size, topic) and the mock's own "bind": true, which binds the endpoint as given, `+
+		`e.g. '{"publisher":"zmq","endpoint":"tcp://127.0.0.1:5557","bind":true}' for loopback only (SGLang's form, "tcp://*:5557", binds every interface); `+
+		`without a topic, SGLang's empty topic`)
 	profileFlags := profile.RegisterFlags(fs)
 	return fs, o, profileFlags
 }
@@ -137,6 +142,10 @@ func (o *serveOptions) parse(fs *flag.FlagSet, profileFlags *profile.Flags, args
 		return nil, fmt.Errorf("--max-body-bytes %d: must be >= 1", o.maxBodyBytes)
 	case o.simTruthBytes < 1:
 		return nil, fmt.Errorf("--sim-truth-bytes %d: must be >= 1", o.simTruthBytes)
+	case o.bodyBudget < 1:
+		return nil, fmt.Errorf("--body-budget-bytes %d: must be >= 1", o.bodyBudget)
+	case o.answerBudget < 1:
+		return nil, fmt.Errorf("--answer-budget-bytes %d: must be >= 1", o.answerBudget)
 	case o.shutdownGrace < 0:
 		return nil, fmt.Errorf("--shutdown-grace %v: must be >= 0", o.shutdownGrace)
 	}
@@ -305,6 +314,8 @@ func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 		StreamInterval:    o.streamInterval,
 		MaxBodyBytes:      o.maxBodyBytes,
 		SimTruthBytes:     o.simTruthBytes,
+		BodyBudgetBytes:   o.bodyBudget,
+		AnswerBudgetBytes: o.answerBudget,
 		Logger:            logger,
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       o.idleTimeout,

@@ -475,7 +475,8 @@ func TestLaunchFlagTable(t *testing.T) {
 		byName[lf.name] = lf
 	}
 	sglmockOnly := []string{"profile", "speedup", "seed", "shutdown-grace", "max-body-bytes", "read-header-timeout",
-		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file", "sglang-version"}
+		"idle-timeout", "body-timeout", "stall-timeout", "sim-truth-bytes", "api-key-file", "sglang-version",
+		"body-budget-bytes", "answer-budget-bytes"}
 	fs, _, _ := serveFlags(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		lf, ok := byName[f.Name]

@@ -98,7 +98,8 @@ func (b *progressBody) Read(p []byte) (int, error) {
 
 // limitBody bounds the request body's size and pace; readers past the size
 // get a *http.MaxBytesError and readers past the pace a deadline error,
-// which readBody turns into 413 and 408.
+// which readBody turns into 413 and 408. The body's hold on the body
+// budget (readBody) is released when the handlers return (router).
 func (s *Server) limitBody(c *exchange) {
 	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
 		writeTooLarge(c, s.cfg.MaxBodyBytes)

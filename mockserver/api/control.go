@@ -12,6 +12,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // flushedText is SGLang's /flush_cache reply on success.
@@ -215,19 +216,25 @@ func (s *Server) tokenize(c *exchange) {
 		return
 	}
 	// Counted first, without allocating: one request may not make the
-	// server hold a tokenization of unbounded size.
-	if n := tok.Count(text); n > maxTokenizeTokens {
+	// server hold a tokenization of unbounded size. Both stop when the
+	// client leaves.
+	s.cpu.take() // long work: cpu.go
+	defer s.cpu.give()
+	ctx := tokenizer.WithPace(c.Request.Context(), s.cpu.pace)
+	n, err := tok.CountContext(ctx, text)
+	if err != nil {
+		return
+	}
+	if n > maxTokenizeTokens {
 		writeValidationError(c, fmt.Sprintf("The text is %d tokens; /tokenize takes at most %d.", n, maxTokenizeTokens))
 		return
 	}
 	if body.AddSpecialTokens != nil {
 		addSpecial = *body.AddSpecialTokens
 	}
-	ids := []int32{} // an empty text's tokens are [], not null
-	if addSpecial {
-		ids = tok.EncodePrompt(ids, text)
-	} else {
-		ids = tok.Encode(ids, text)
+	ids, _, err := tok.EncodeWithinContext(ctx, []int32{}, text, addSpecial, -1) // an empty text's tokens are [], not null
+	if err != nil {
+		return
 	}
 	writeJSON(c, http.StatusOK, jsonObject{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.Profile.ContextLength})
 }

@@ -253,12 +253,41 @@
 //     stall.go. Each is counted (stalled_streams_aborted in /sim/stats,
 //     sglmock:stalled_streams_aborted_total in /metrics, with the KV
 //     event publisher's drops). SGLang waits forever.
+//   - The server as a whole has budgets, in bytes, for what its clients
+//     can make it hold (budget.go), besides each request's own bounds:
+//     request bodies in flight (--body-budget-bytes, 512 MiB; a render's
+//     token ids count with its body), charged from the declared
+//     Content-Length before a byte is read, the buffer grown to it once,
+//     and past the budget 503 with Retry-After before more of the body is
+//     read (the rest is thrown away as it arrives); and what
+//     generation requests hold until their answers are written
+//     (--answer-budget-bytes, 512 MiB: 128 bytes an output token, 4 bytes
+//     a prompt token per sequence, the write buffer), past which a request
+//     waits its turn, first come first served, as SGLang's requests queue
+//     behind a full batch (the wait is its queue time). A long answer is
+//     encoded as it is written, 64 KiB at a time from the request's own
+//     outputs, its logprobs computed as they go out (answer.go), so a
+//     reader that reads slowly but steadily holds one write buffer and its
+//     request's charge; while a request waits for room, the reader whose
+//     complete answer has pinned the most bytes for the longest (10 s or
+//     more) is cut off. /sim/stats' memory and /metrics' sglmock:*_budget_*
+//     series count it all. SGLang has no such budgets.
+//   - Tokenizing stops when the client leaves, on every route that
+//     tokenizes a text (the tokenizer looks at the request's context every
+//     64 KiB of text).
+//   - Long CPU work (encoding a long answer, tokenizing, decoding a body)
+//     runs in GOMAXPROCS-1 slots, taken in turn every 64 KiB of work and
+//     given back while a client is slow to read (cpu.go): however many
+//     clients ask for long work, one core stays free for health checks,
+//     new connections and short requests.
 //   - Times in responses (e2e_latency, /sim/) are simulated seconds.
 //
 // # Layout
 //
 // server.go holds the server, its routes and the JSON helpers; errors.go
-// every error's way to the wire (writeRefusal, flushMessage). A generation
+// every error's way to the wire (writeRefusal, flushMessage); budget.go the
+// server-wide budgets; answer.go the answers encoded as they are written;
+// cpu.go the slots long work shares the cores in. A generation
 // request is parsed into a plan (generate_request.go, openai_request.go;
 // plan.go submits it and collects its outputs), each sequence's output
 // accumulates in an output (render.go), and the answers are rendered by

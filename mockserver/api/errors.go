@@ -65,7 +65,10 @@ const (
 // validation envelope for a malformed body and the endpoint's own for any
 // other error (an engine's InvalidRequestError included).
 func writeRefusal(c *exchange, env envelope, err error) {
-	switch {
+	switch ctxErr := c.Request.Context().Err(); {
+	case ctxErr != nil && errors.Is(err, ctxErr):
+		// The client left while its request was tokenized or waited:
+		// nobody reads an answer.
 	case errors.Is(err, errMalformed):
 		writeValidationError(c, err.Error())
 	case env == openAIEnvelope:

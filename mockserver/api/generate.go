@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 )
@@ -13,7 +14,7 @@ func (s *Server) generate(c *exchange) {
 	if !s.readBody(c, &body) {
 		return
 	}
-	p, err := s.parseGenerate(&body)
+	p, err := s.parseGenerate(c.Request.Context(), &body)
 	if errors.Is(err, errMalformed) {
 		writeRefusal(c, generateEnvelope, err)
 		return
@@ -26,30 +27,28 @@ func (s *Server) generate(c *exchange) {
 		writeRefusal(c, generateEnvelope, err)
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p, s.received(c))
+	p.collected()
+	streams, hold, err := s.submit(c.Request.Context(), p, s.received(c))
 	if err != nil {
 		if c.Request.Context().Err() == nil {
 			writeRefusal(c, generateEnvelope, err)
 		}
 		return
 	}
+	defer hold.release()
+	aw := &answerWriter{s: s, w: c.Writer}
+	var collected atomic.Bool
+	hold.attach(collected.Load, aw.cutOff)
 	outs, ok := s.collect(c.Request.Context(), p.items, streams)
 	if !ok {
 		return // the client left; its requests are aborted
 	}
+	collected.Store(true)
 	if a, ok := abortWithStatus(outs); ok {
 		writeDetail(c, a)
 		return
 	}
-	if !p.batch {
-		s.writeAnswer(c, outs[0].response(false))
-		return
-	}
-	resps := make([]generateResponse, len(outs))
-	for i, o := range outs {
-		resps[i] = o.response(false)
-	}
-	s.writeAnswer(c, resps)
+	s.writeGenerateAnswer(c, aw, outs, p.batch)
 }
 
 // streamGenerate serves a streaming /generate. SGLang's generate_request
@@ -65,7 +64,7 @@ func (s *Server) streamGenerate(c *exchange, p plan, refused error) {
 		streamError(w, refused.Error())
 		return
 	}
-	streams, err := s.submit(c.Request.Context(), p, s.received(c))
+	streams, hold, err := s.submit(c.Request.Context(), p, s.received(c))
 	if a, ok := schedulerRefusal(err); ok && !p.batch && c.Request.Context().Err() == nil {
 		s.streamSchedulerAbort(c, w, p.items[0], a)
 		return
@@ -76,8 +75,14 @@ func (s *Server) streamGenerate(c *exchange, p plan, refused error) {
 		}
 		return
 	}
+	defer hold.release()
+	hold.attach(func() bool { return allEnded(streams) }, w.cutOff)
 	_, ok := s.streamOutputs(c.Request.Context(), w, p.items, streams, func(_ int, o *output) {
-		w.add(marshal(o.response(p.batch)))
+		if short([]*output{o}) {
+			w.add(marshal(o.response(p.batch)))
+			return
+		}
+		w.addEncoded(func(j *jsonSink) { encodeGenerate(j, o, p.batch) })
 	})
 	if ok {
 		w.done()
@@ -99,9 +104,11 @@ func (s *Server) streamSchedulerAbort(c *exchange, w *sse, it item, a schedulerA
 	}
 	code, errType := a.status, "BadRequestError"
 	now := realtime(time.Now())
-	meta := metaInfo{ID: rid, FinishReason: finishAbort{Type: "abort", Message: a.message, StatusCode: &code, ErrType: &errType},
-		PromptTokens: 1, WeightVersion: weightVersion, E2ELatency: (s.eng.Now() - s.received(c)).Seconds(),
-		ResponseSentToClientTS: &now}
+	meta := metaInfo{
+		metaHead: metaHead{ID: rid, FinishReason: finishAbort{Type: "abort", Message: a.message, StatusCode: &code, ErrType: &errType},
+			PromptTokens: 1, WeightVersion: weightVersion},
+		metaTail: metaTail{E2ELatency: (s.eng.Now() - s.received(c)).Seconds(), ResponseSentToClientTS: &now},
+	}
 	w.add(marshal(generateResponse{Text: "", OutputIDs: []int32{}, MetaInfo: meta}))
 	w.done()
 }

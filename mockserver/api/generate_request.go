@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+
 	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -92,7 +94,7 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 
 // parseGenerate turns a /generate body into a plan. A body of the wrong
 // shape is malformed (errMalformed); any other error refuses the request.
-func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
+func (s *Server) parseGenerate(ctx context.Context, b *generateBody) (p plan, err error) {
 	hasText, hasIDs := !isNull(b.Text), !isNull(b.InputIDs)
 	if hasText == hasIDs || !isNull(b.InputEmbeds) {
 		if !isNull(b.InputEmbeds) && !hasText && !hasIDs {
@@ -202,7 +204,7 @@ func (s *Server) parseGenerate(b *generateBody) (p plan, err error) {
 		}
 		it.logprobs = logprobParams{on: logprob[i], start: int(starts[i]), top: int(tops[i]), text: b.ReturnTextInLogprobs}
 		it.req.ReturnLogprob, it.req.LogprobStartLen = logprob[i], int(starts[i])
-		if err := s.tokenizeForLogprobs(&it); err != nil {
+		if err := s.tokenizeForLogprobs(ctx, &it); err != nil {
 			return plan{}, err
 		}
 		it.req.Namespace = cacheNamespace(extraKeys[i], loras[i], salts[i])

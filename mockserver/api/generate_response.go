@@ -58,14 +58,24 @@ type cachedTokensDetails struct {
 	StorageBackend *string `json:"storage_backend,omitempty"`
 }
 
-// metaInfo is meta_info, in SGLang's field order.
+// metaInfo is meta_info, in SGLang's field order: the head, the logprob
+// lists, the tail. A long answer writes the lists itself, between the head
+// and the tail (encodeGenerate).
 type metaInfo struct {
+	metaHead
+	*metaLogprobs
+	metaTail
+}
+
+type metaHead struct {
 	ID             string `json:"id"`
 	FinishReason   any    `json:"finish_reason"`
 	PromptTokens   int    `json:"prompt_tokens"`
 	WeightVersion  string `json:"weight_version"`
 	NumRetractions int    `json:"num_retractions"`
-	*metaLogprobs
+}
+
+type metaTail struct {
 	// ReasoningTokens counts reasoning tokens, which only a reasoning
 	// parser separates; the mock has none, so it is 0, as SGLang's is then.
 	ReasoningTokens  int `json:"reasoning_tokens"`
@@ -125,23 +135,26 @@ type finishTiming struct {
 // seconds since the epoch.
 func realtime(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
+// meta is the output's meta_info with its logprob lists.
 func (o *output) meta() metaInfo {
+	m := o.metaWithoutLogprobs()
+	m.metaLogprobs = o.logprobs().meta(o.item.logprobs.top > 0)
+	return m
+}
+
+// metaWithoutLogprobs is meta_info but its logprob lists.
+func (o *output) metaWithoutLogprobs() metaInfo {
 	ev := o.last
 	m := metaInfo{
-		ID:               o.rid,
-		FinishReason:     finishReason(ev.Finish),
-		PromptTokens:     ev.PromptTokens,
-		WeightVersion:    weightVersion,
-		NumRetractions:   ev.Retractions,
-		CompletionTokens: ev.CompletionTokens,
-		CachedTokens:     ev.CachedTokens,
+		metaHead: metaHead{ID: o.rid, FinishReason: finishReason(ev.Finish), PromptTokens: ev.PromptTokens,
+			WeightVersion: weightVersion, NumRetractions: ev.Retractions},
+		metaTail: metaTail{CompletionTokens: ev.CompletionTokens, CachedTokens: ev.CachedTokens},
 	}
 	m.CachedTokensDetails = cachedDetails(&ev)
 	if o.item.dpRank {
 		r := ev.DPRank
 		m.DPRank = &r
 	}
-	m.metaLogprobs = o.logprobs().meta(o.item.logprobs.top > 0)
 	if ev.Truth != nil {
 		m.E2ELatency = ev.Truth.E2E().Seconds()
 	}

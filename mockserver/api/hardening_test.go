@@ -2,9 +2,11 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -153,5 +155,40 @@ func TestStateChangesRefuseForeignHosts(t *testing.T) {
 		if code, resp, _ := m.Do(t, "GET", "/health", "", "Host", "evil.example"); code != 200 {
 			t.Fatalf("/health under a foreign name: got %d %s, want 200", code, resp)
 		}
+	})
+}
+
+// Every route that tokenizes a text stops when the client leaves: with its
+// request's context already ended, a long text's tokenization stops at the
+// tokenizer's first look at it, and the route answers nothing and runs
+// nothing (the tokenizer's own test counts the looks).
+func TestTokenizingStopsOnEveryRoute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		text := strings.Repeat("word ", 200<<10) // 1 MiB: past the tokenizer's first look
+		for _, tt := range []struct{ path, body string }{
+			{"/generate", `{"text": "` + text + `", "sampling_params": {"max_new_tokens": 1}}`},
+			{"/generate", `{"text": "` + text + `", "sampling_params": {"max_new_tokens": 1, "n": 2}}`},
+			{"/generate", `{"text": "` + text + `", "return_logprob": true, "sampling_params": {"max_new_tokens": 1}}`},
+			{"/v1/completions", `{"prompt": "` + text + `", "max_tokens": 1}`},
+			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "` + text + `"}]}`},
+			{"/v1/completions/render", `{"prompt": "` + text + `"}`},
+			{"/v1/chat/completions/render", `{"messages": [{"role": "user", "content": "` + text + `"}]}`},
+			{"/tokenize", `{"prompt": "` + text + `"}`},
+		} {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the client has left
+			req := httptest.NewRequest("POST", tt.path, strings.NewReader(tt.body)).WithContext(ctx)
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			m.Server.Handler().ServeHTTP(rec, req)
+			if rec.Body.Len() != 0 {
+				t.Errorf("%s %.60s: answered %d %.200s to a client that left, want nothing", tt.path, tt.body, rec.Code, rec.Body.String())
+			}
+		}
+		if st := simStats(t, m); st.Requests != 0 {
+			t.Errorf("%d requests ran, want none", st.Requests)
+		}
+		mocktest.CheckIdle(t, m.Engine())
 	})
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -54,8 +55,12 @@ type tokenLogprob struct {
 	text    *string
 }
 
-func (l tokenLogprob) MarshalJSON() ([]byte, error) {
-	b := []byte{'['}
+func (l tokenLogprob) MarshalJSON() ([]byte, error) { return l.appendJSON(nil), nil }
+
+// appendJSON appends the entry's JSON to b. Its text is escaped as
+// json.Marshal escapes it, HTML characters included.
+func (l tokenLogprob) appendJSON(b []byte) []byte {
+	b = append(b, '[')
 	if l.none {
 		b = append(b, "null"...)
 	} else {
@@ -67,13 +72,10 @@ func (l tokenLogprob) MarshalJSON() ([]byte, error) {
 	if l.text == nil {
 		b = append(b, "null"...)
 	} else {
-		t, err := json.Marshal(*l.text)
-		if err != nil {
-			return nil, err
-		}
+		t, _ := json.Marshal(*l.text) // a string always marshals
 		b = append(b, t...)
 	}
-	return append(b, ']'), nil
+	return append(b, ']')
 }
 
 // metaLogprobs are meta_info's logprob lists; the top lists only when
@@ -125,43 +127,99 @@ func position(tok *tokenizer.Tokenizer, seed uint64, pos int, token int32, gener
 	return chosen, list[:top]
 }
 
-// logprobLists are an output's logprobs so far, computed once per
-// position as the output grows.
+// logprobView computes an output's logprobs position by position and
+// keeps none of them: a long answer writes each as it is computed, so its
+// logprob entries cost the server nothing but the write buffer.
+type logprobView struct {
+	o      *output
+	seed   uint64
+	prompt []int32
+	start  int // the first prompt position listed
+	top    int
+	text   bool
+}
+
+// logprobView returns the output's view; ok is false unless the request
+// returns logprobs.
+func (o *output) logprobView() (v logprobView, ok bool) {
+	lp := o.item.logprobs
+	if !lp.on {
+		return logprobView{}, false
+	}
+	prompt := o.item.req.InputIDs
+	if !o.lpSeeded {
+		o.lpSeed, o.lpSeeded = tokenizer.PromptHash(prompt), true
+	}
+	start := lp.start
+	if start < 0 || start >= len(prompt) {
+		start = len(prompt) - 1
+	}
+	return logprobView{o: o, seed: o.lpSeed, prompt: prompt, start: max(start, 0), top: lp.top, text: lp.text}, true
+}
+
+// inputs and outputs count the prompt and output positions listed.
+func (v logprobView) inputs() int  { return len(v.prompt) - v.start }
+func (v logprobView) outputs() int { return len(v.o.ids) }
+
+// input is the i-th prompt position listed, with its alternatives when
+// withTop; the first prompt token has neither logprob nor alternatives.
+func (v logprobView) input(i int, withTop bool) (tokenLogprob, []tokenLogprob) {
+	pos := v.start + i
+	e, alts := position(v.o.tok, v.seed, pos, v.prompt[pos], false, v.topOf(withTop), v.text)
+	if pos == 0 {
+		e.none, alts = true, nil
+	}
+	return e, alts
+}
+
+// output is the i-th output position, with its alternatives when withTop.
+func (v logprobView) output(i int, withTop bool) (tokenLogprob, []tokenLogprob) {
+	return position(v.o.tok, v.seed, len(v.prompt)+i, v.o.ids[i], true, v.topOf(withTop), v.text)
+}
+
+func (v logprobView) topOf(withTop bool) int {
+	if withTop {
+		return v.top
+	}
+	return 0
+}
+
+// logprobLists are logprob entries and their alternatives, materialized
+// for an answer or an event short enough to be marshalled whole.
 type logprobLists struct {
-	seed            uint64
 	in, out         []tokenLogprob
 	inTops, outTops [][]tokenLogprob
 }
 
-// logprobs returns the output's lists, extended to its tokens so far; nil
-// unless the request returns logprobs.
+// logprobs returns the output's lists, nil unless the request returns
+// logprobs.
 func (o *output) logprobs() *logprobLists {
-	lp := o.item.logprobs
-	if !lp.on {
+	v, ok := o.logprobView()
+	if !ok {
 		return nil
 	}
-	prompt := o.item.req.InputIDs
-	if o.lp == nil {
-		l := &logprobLists{seed: tokenizer.PromptHash(prompt)}
-		start := lp.start
-		if start < 0 || start >= len(prompt) {
-			start = len(prompt) - 1
-		}
-		for i := max(start, 0); i < len(prompt); i++ {
-			e, alts := position(o.tok, l.seed, i, prompt[i], false, lp.top, lp.text)
-			if i == 0 {
-				e.none, alts = true, nil
-			}
-			l.in, l.inTops = append(l.in, e), append(l.inTops, alts)
-		}
-		o.lp = l
-	}
-	l := o.lp
-	for i := len(l.out); i < len(o.ids); i++ {
-		e, alts := position(o.tok, l.seed, len(prompt)+i, o.ids[i], true, lp.top, lp.text)
-		l.out, l.outTops = append(l.out, e), append(l.outTops, alts)
-	}
+	l := &logprobLists{}
+	l.in, l.inTops = v.inputLists()
+	l.out, l.outTops = v.outputLists(0)
 	return l
+}
+
+// inputLists materializes the prompt positions listed.
+func (v logprobView) inputLists() (entries []tokenLogprob, tops [][]tokenLogprob) {
+	for i := range v.inputs() {
+		e, alts := v.input(i, true)
+		entries, tops = append(entries, e), append(tops, alts)
+	}
+	return entries, tops
+}
+
+// outputLists materializes the output positions from on.
+func (v logprobView) outputLists(from int) (entries []tokenLogprob, tops [][]tokenLogprob) {
+	for i := from; i < v.outputs(); i++ {
+		e, alts := v.output(i, true)
+		entries, tops = append(entries, e), append(tops, alts)
+	}
+	return entries, tops
 }
 
 // meta renders the lists as meta_info carries them, the top lists only
@@ -186,11 +244,11 @@ func (l *logprobLists) meta(top bool) *metaLogprobs {
 
 // tokenizeForLogprobs gives a request that returns logprobs its prompt's
 // tokens, which the input logprobs are of.
-func (s *Server) tokenizeForLogprobs(it *item) error {
+func (s *Server) tokenizeForLogprobs(ctx context.Context, it *item) error {
 	if !it.logprobs.on || it.req.InputIDs != nil {
 		return nil
 	}
-	tokens, err := s.eng.Tokenize(it.req)
+	tokens, err := s.tokenizePrompt(ctx, it.req)
 	it.req.InputIDs, it.req.Text = tokens, ""
 	return err
 }

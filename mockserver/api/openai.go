@@ -4,7 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,7 +49,7 @@ func (s *Server) completions(c *exchange) {
 			lp.start = 0
 		}
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, prompts, func(*engine.Request) (int, error) { return maxTokens, nil }, lp)
+	p, err := s.prepareOpenAI(c.Request.Context(), &body.openAICommon, prompts, func(*engine.Request) (int, error) { return maxTokens, nil }, lp)
 	if err != nil {
 		writeRefusal(c, openAIEnvelope, err)
 		return
@@ -107,7 +107,7 @@ func (s *Server) chatCompletions(c *exchange) {
 	}
 	maxNew := func(*engine.Request) (int, error) { return *maxTokens, nil }
 	if maxTokens == nil {
-		maxNew = s.chatBudget
+		maxNew = func(r *engine.Request) (int, error) { return s.chatBudget(c.Request.Context(), r) }
 	}
 	// serving_chat.py: logprobs of the output, top_logprobs alternatives.
 	lp := logprobParams{on: body.Logprobs, start: -1, top: 0, text: true}
@@ -118,7 +118,7 @@ func (s *Server) chatCompletions(c *exchange) {
 		}
 		lp.top = int(*body.TopLogprobs)
 	}
-	p, err := s.prepareOpenAI(&body.openAICommon, []engine.Request{prompt}, maxNew, lp)
+	p, err := s.prepareOpenAI(c.Request.Context(), &body.openAICommon, []engine.Request{prompt}, maxNew, lp)
 	if err != nil {
 		writeRefusal(c, openAIEnvelope, err)
 		return
@@ -131,17 +131,17 @@ func (s *Server) chatCompletions(c *exchange) {
 // the endpoint's logprobs object, the echoed prompt's first when withInput;
 // nil when the request asked for none.
 func (r *openAIRun) logprobs(o *output, from int, withInput bool) any {
-	l := o.logprobs()
-	if l == nil {
+	v, ok := o.logprobView()
+	if !ok {
 		return nil
 	}
+	entries, tops := v.outputLists(from)
 	if r.chat {
-		return toChatLogprobs(l.out[from:], l.outTops[from:])
+		return toChatLogprobs(entries, tops)
 	}
-	entries, tops := l.out[from:], l.outTops[from:]
 	if withInput {
-		entries = append(slices.Clone(l.in), entries...)
-		tops = append(slices.Clone(l.inTops), tops...)
+		in, inTops := v.inputLists()
+		entries, tops = append(in, entries...), append(inTops, tops...)
 	}
 	return toCompletionLogprobs(entries, tops, o.item.logprobs.top > 0)
 }
@@ -165,7 +165,11 @@ func (r *openAIRun) model() string {
 }
 
 func (r *openAIRun) run() {
-	streams, err := r.s.submit(r.c.Request.Context(), r.plan, r.s.received(r.c))
+	if !r.common.Stream {
+		r.plan.collected()
+	}
+	streams, hold, err := r.s.submit(r.c.Request.Context(), r.plan, r.s.received(r.c))
+	defer hold.release()
 	if err != nil && r.c.Request.Context().Err() != nil {
 		return // the client left while its prompts were cached
 	}
@@ -182,17 +186,41 @@ func (r *openAIRun) run() {
 		return
 	}
 	if r.common.Stream {
-		r.stream(streams)
+		r.stream(streams, hold)
 		return
 	}
+	aw := &answerWriter{s: r.s, w: r.c.Writer}
+	var collected atomic.Bool
+	hold.attach(collected.Load, aw.cutOff)
 	outs, ok := r.s.collect(r.c.Request.Context(), r.plan.items, streams)
 	if !ok {
 		return
 	}
+	collected.Store(true)
 	if a, ok := abortWithStatus(outs); ok {
 		writeDetail(r.c, a)
 		return
 	}
+	u := r.s.usageOf(outs, r.plan.copies, true)
+	resp := openAIResponse{
+		ID:       outs[0].rid,
+		Object:   r.object,
+		Created:  time.Now().Unix(),
+		Model:    r.model(),
+		Usage:    &u,
+		Metadata: &metadata{WeightVersion: weightVersion},
+		Sglext:   sglextOf(r.common, outs),
+	}
+	if !short(outs) {
+		r.s.writeStreamed(r.c, aw, func(j *jsonSink) { r.encodeAnswer(j, resp, outs) })
+		return
+	}
+	resp.Choices = r.choices(outs)
+	r.s.writeAnswer(r.c, aw, resp)
+}
+
+// choices are the answer's choices, one per output.
+func (r *openAIRun) choices(outs []*output) []any {
 	choices := make([]any, len(outs))
 	for i, o := range outs {
 		reason, matched := openAIFinish(o.last.Finish)
@@ -207,17 +235,7 @@ func (r *openAIRun) run() {
 			choices[i] = completionChoice{Index: i, Text: text, Logprobs: r.logprobs(o, 0, r.echo != nil), FinishReason: reason, MatchedStop: matched}
 		}
 	}
-	u := r.s.usageOf(outs, r.plan.copies, true)
-	r.s.writeAnswer(r.c, openAIResponse{
-		ID:       outs[0].rid,
-		Object:   r.object,
-		Created:  time.Now().Unix(),
-		Model:    r.model(),
-		Choices:  choices,
-		Usage:    &u,
-		Metadata: &metadata{WeightVersion: weightVersion},
-		Sglext:   sglextOf(r.common, outs),
-	})
+	return choices
 }
 
 // stream serves a streaming request as SGLang's generators do. Nothing,
@@ -228,10 +246,11 @@ func (r *openAIRun) run() {
 // no error event). The chat finish chunks and the usage
 // chunk follow the last output, carrying the id of the last event's
 // request, as SGLang's loop variable leaves it.
-func (r *openAIRun) stream(streams []*engine.Stream) {
+func (r *openAIRun) stream(streams []*engine.Stream, hold *budgetHold) {
 	created := time.Now().Unix()
 	object := r.chunkObject()
 	w := r.s.newSSE(r.c)
+	hold.attach(func() bool { return allEnded(streams) }, w.cutOff)
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats
 	lastRID := streams[0].RID()
@@ -271,11 +290,11 @@ func (r *openAIRun) stream(streams []*engine.Stream) {
 		// The logprobs of the tokens since the last chunk (and of the
 		// echoed prompt with the first).
 		var lps any
-		if l := o.logprobs(); l != nil {
-			if withInput := first && r.echo != nil && !r.chat; o.lpSent < len(l.out) || withInput {
+		if v, ok := o.logprobView(); ok {
+			if withInput := first && r.echo != nil && !r.chat; o.lpSent < v.outputs() || withInput {
 				lps = r.logprobs(o, o.lpSent, withInput)
 			}
-			o.lpSent = len(l.out)
+			o.lpSent = v.outputs()
 		}
 		fin := o.last.Finish
 		if !r.chat {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -121,7 +122,7 @@ func (b *openAICommon) sampling() engine.Sampling {
 
 // prepareOpenAI validates the shared fields and plans copies of each
 // prompt, prompt-major, each to generate maxNew(prompt) tokens.
-func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
+func (s *Server) prepareOpenAI(ctx context.Context, b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
 		return plan{}, err
@@ -138,7 +139,7 @@ func (s *Server) prepareOpenAI(b *openAICommon, prompts []engine.Request, maxNew
 		}
 		if lp.on && prompt.InputIDs == nil {
 			// The input logprobs are of its tokens.
-			if prompt.InputIDs, err = s.eng.Tokenize(prompt); err != nil {
+			if prompt.InputIDs, err = s.tokenizePrompt(ctx, prompt); err != nil {
 				return plan{}, err
 			}
 			prompt.Text = ""
@@ -237,9 +238,9 @@ func isEmptyList(t string) bool {
 // - 2 - prompt tokens) until the model samples EOS, which the mock never
 // does, so the profile's output cap stands in for it. It tokenizes the
 // prompt, once, to count it.
-func (s *Server) chatBudget(prompt *engine.Request) (int, error) {
+func (s *Server) chatBudget(ctx context.Context, prompt *engine.Request) (int, error) {
 	if prompt.InputIDs == nil {
-		tokens, err := s.eng.Tokenize(*prompt)
+		tokens, err := s.tokenizePrompt(ctx, *prompt)
 		if err != nil {
 			return 0, err
 		}

@@ -56,7 +56,7 @@ func sglextOf(c *openAICommon, outs []*output) *sglext {
 	if !c.ReturnCachedTokensDetails || len(outs) == 0 {
 		return nil
 	}
-	d := outs[0].meta().CachedTokensDetails
+	d := outs[0].metaWithoutLogprobs().CachedTokensDetails
 	if d == nil {
 		return nil
 	}

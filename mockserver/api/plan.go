@@ -56,6 +56,14 @@ type plan struct {
 	batch bool
 }
 
+// collected marks p's sequences as waited for whole (collect): their
+// streams keep only their last events.
+func (p plan) collected() {
+	for i := range p.items {
+		p.items[i].req.OnlyLast = true
+	}
+}
+
 // maxN bounds n (parallel samples per prompt), as OpenAI does, and
 // maxSequences the sequences of one request (prompts x n), so that one
 // request cannot ask for unbounded work: each sequence is an engine
@@ -133,17 +141,28 @@ func (s *Server) checkOutput(p plan) error {
 
 // submit submits a plan's sequences, each arriving at received, the
 // simulated time the request's body had arrived: the mock's own decoding
-// and tokenizing are not the model's time. On the first refusal it aborts
-// those it already submitted and returns the refusal. With n > 1 it first
-// caches the prompts, as SGLang's parallel sampling does; the copies then
-// arrive when that is done.
-func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]*engine.Stream, error) {
+// and tokenizing are not the model's time. Their prompts are tokenized
+// first (stopping if the client leaves), then the request takes its room
+// in the answer budget, waiting its turn if there is none (budget.go). On
+// the first refusal it aborts those it already submitted and returns the
+// refusal. With n > 1 it first caches the prompts, as SGLang's parallel
+// sampling does; the copies then arrive when that is done. The caller
+// releases the hold once the answer is written.
+func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]*engine.Stream, *budgetHold, error) {
 	if err := s.checkOutput(p); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if err := s.tokenizePrompts(ctx, p); err != nil {
+		return nil, nil, err
+	}
+	hold, err := s.answers.acquire(ctx, s.answerCost(p))
+	if err != nil {
+		return nil, nil, err
 	}
 	if p.copies > 1 {
 		if err := s.cachePrompts(ctx, p, received); err != nil {
-			return nil, err
+			hold.release()
+			return nil, nil, err
 		}
 		received = s.eng.Now()
 	}
@@ -152,16 +171,74 @@ func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]
 		st, err := s.eng.SubmitAt(it.req, received)
 		if err != nil {
 			abortStreams(streams)
-			return nil, err
+			hold.release()
+			return nil, nil, err
 		}
 		streams = append(streams, st)
 	}
-	return streams, nil
+	return streams, hold, nil
+}
+
+// tokenizePrompts gives every sequence of p its prompt's tokens, a text
+// tokenized once for its n copies; tokenizing stops, with ctx's error,
+// when the client leaves. With n > 1 every prompt is also checked before
+// anything runs, as SGLang's parallel sampling checks them
+// (cachePrompts); a single sample is checked as it is submitted.
+func (s *Server) tokenizePrompts(ctx context.Context, p plan) error {
+	copies := max(p.copies, 1)
+	for i := 0; i < len(p.items); i += copies {
+		group := p.items[i:min(i+copies, len(p.items))]
+		if group[0].req.InputIDs == nil {
+			tokens, err := s.tokenizePrompt(ctx, group[0].req)
+			if err != nil {
+				return err
+			}
+			for c := range group {
+				group[c].req.InputIDs, group[c].req.Text = tokens, ""
+			}
+		}
+		if copies > 1 {
+			if err := s.eng.Check(group[0].req); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// What a generation request makes the server hold until its answer is
+// written, as the answer budget counts it: for each output token, the
+// engine's record of the decode round that made it (48 bytes, up to twice
+// that as its slice grows), its id (4, up to 8) and its text (a word of a
+// few bytes, up to twice that); each prompt token in the engine's copy for
+// every sequence and in the request's own; and the answer's write buffer.
+// Logprobs are computed as they are written. A request at the bound on
+// output tokens (1,048,576) is charged 128 MiB and was measured holding
+// some 85 MiB.
+const (
+	outputTokenBytes = 128
+	promptTokenBytes = 4
+)
+
+// answerCost is what p's sequences make the server hold, at most: every
+// sequence generating its max_new_tokens (at most the context length).
+func (s *Server) answerCost(p plan) int64 {
+	ctxLen := s.cfg.Profile.ContextLength
+	n := int64(answerChunk)
+	for i, it := range p.items {
+		out := min(max(it.req.MaxNewTokens, 0), ctxLen)
+		n += int64(out)*outputTokenBytes + int64(len(it.req.InputIDs))*promptTokenBytes
+		if i%max(p.copies, 1) == 0 {
+			n += int64(len(it.req.InputIDs)) * promptTokenBytes
+		}
+	}
+	return n
 }
 
 // cachePrompts is the prelude of SGLang's parallel sampling
-// (tokenizer_manager.py, _handle_batch_request): every prompt is tokenized
-// and checked before anything runs; then, prompt after prompt, a copy with
+// (tokenizer_manager.py, _handle_batch_request): every prompt has been
+// tokenized and checked before anything runs (tokenizePrompts); then,
+// prompt after prompt, a copy with
 // max_new_tokens 0 and a fresh rid prefills it into the cache and is
 // waited for. It is a request like any other (counted in the metrics,
 // listed under /sim/requests, dispatched to a DP rank), so each of the n
@@ -170,19 +247,6 @@ func (s *Server) submit(ctx context.Context, p plan, received time.Duration) ([]
 // other ranks prefill it again, as in SGLang. The copies share one
 // tokenization.
 func (s *Server) cachePrompts(ctx context.Context, p plan, received time.Duration) error {
-	for i := 0; i < len(p.items); i += p.copies {
-		group := p.items[i : i+p.copies]
-		tokens, err := s.eng.Tokenize(group[0].req)
-		if err != nil {
-			return err
-		}
-		for c := range group {
-			group[c].req.InputIDs, group[c].req.Text = tokens, ""
-		}
-		if err := s.eng.Check(group[0].req); err != nil {
-			return err
-		}
-	}
 	for i := 0; i < len(p.items); i += p.copies {
 		prefill := p.items[i].req
 		prefill.RID, prefill.MaxNewTokens = "", 0

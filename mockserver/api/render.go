@@ -24,10 +24,12 @@ type output struct {
 	// sent counts the events a streaming client was sent, textSent the
 	// bytes of text an OpenAI stream has sent.
 	sent, textSent int
-	// lp holds the logprobs computed so far, lpSent how many output
-	// positions an OpenAI stream has sent.
-	lp     *logprobLists
-	lpSent int
+	// lpSeed is the prompt's hash, which its logprobs are drawn from,
+	// once lpSeeded; lpSent counts the output positions whose logprobs an
+	// OpenAI stream has sent.
+	lpSeed   uint64
+	lpSeeded bool
+	lpSent   int
 	// stopTail is how many trailing tokens holdsStopPrefix decodes; 0
 	// until first needed.
 	stopTail int

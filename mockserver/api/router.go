@@ -25,6 +25,10 @@ type exchange struct {
 	// hasReceived says it was read.
 	received    time.Duration
 	hasReceived bool
+	// bodyHold is the request's hold on the body budget (readBody), nil
+	// before its body is read; the router releases it when the handlers
+	// return.
+	bodyHold *budgetHold
 }
 
 // handlerFunc handles an exchange; one that has answered and must stop the
@@ -203,6 +207,7 @@ func (r *router) lookup(path string) (rt route, name, param string) {
 func (r *router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	c := &exchange{Writer: &responseWriter{ResponseWriter: w, status: http.StatusOK}, Request: req}
 	defer func() {
+		c.bodyHold.release()
 		if err := recover(); err != nil {
 			r.onPanic(c, err)
 		}

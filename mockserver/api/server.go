@@ -6,6 +6,7 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -115,6 +116,13 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; larger ones get 413. 0 means
 	// 256 MiB.
 	MaxBodyBytes int64
+	// BodyBudgetBytes bounds the request bodies in flight, all requests
+	// together: past it a request gets 503 before its body is read.
+	// AnswerBudgetBytes bounds what generation requests together make the
+	// server hold until their answers are written: past it a request waits
+	// its turn. 0 means DefaultBodyBudget and DefaultAnswerBudget
+	// (budget.go).
+	BodyBudgetBytes, AnswerBudgetBytes int64
 	// SimTruthBytes bounds the memory of the ground truths /sim/requests
 	// serves (engine.Config.TruthBytes); 0 means 256 MiB.
 	SimTruthBytes int64
@@ -178,6 +186,10 @@ type Server struct {
 	healthChecks atomic.Uint64
 	// stalls bounds the writes to clients that stopped reading.
 	stalls *stallGuard
+	// bodies and answers are the server-wide budgets (budget.go).
+	bodies, answers *byteBudget
+	// cpu shares the cores among long work (cpu.go).
+	cpu *cpuSlots
 }
 
 // New creates a server in the starting state: /health answers 503 until
@@ -208,10 +220,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
+	if cfg.BodyBudgetBytes == 0 {
+		cfg.BodyBudgetBytes = DefaultBodyBudget
+	}
+	if cfg.AnswerBudgetBytes == 0 {
+		cfg.AnswerBudgetBytes = DefaultAnswerBudget
+	}
+	if cfg.BodyBudgetBytes < 0 || cfg.AnswerBudgetBytes < 0 {
+		return nil, fmt.Errorf("api: budgets must be positive, got %d bytes of bodies and %d of answers", cfg.BodyBudgetBytes, cfg.AnswerBudgetBytes)
+	}
 	if err := cfg.Profile.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, rules: cfg.Profile.Rules(), stalls: &stallGuard{timeout: cfg.StallTimeout}}
+	s := &Server{cfg: cfg, rules: cfg.Profile.Rules(), stalls: &stallGuard{timeout: cfg.StallTimeout},
+		bodies: newByteBudget(cfg.BodyBudgetBytes), answers: newByteBudget(cfg.AnswerBudgetBytes), cpu: newCPUSlots()}
 	s.args = s.fillArgs(cfg.Args)
 	var onFinish func(*engine.Truth)
 	if cfg.EnableMetrics {
@@ -475,16 +497,32 @@ func (s *Server) received(c *exchange) time.Duration {
 }
 
 // readBody decodes the JSON body into v. On failure it has written the
-// response (400 or 413) and returns false.
+// response (400, 408, 413 or 503) and returns false.
 func (s *Server) readBody(c *exchange, v any) bool {
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
-	// Size the buffer for a small declared body; a large one grows as its
-	// bytes arrive, so a declaration alone reserves no memory.
+	// A declared length, checked against --max-body-bytes (limitBody), is
+	// charged to the body budget before a byte is read, and the buffer
+	// grown to it once; a body without one is charged as its buffer grows
+	// from empty.
+	buf := new(bytes.Buffer)
+	var charge int64
 	if n := c.Request.ContentLength; n > 0 {
-		buf.Grow(int(min(n, 64<<10)) + bytes.MinRead)
+		buf = bodyBuffers.Get().(*bytes.Buffer)
+		charge = n + bytes.MinRead
 	}
-	if _, err := buf.ReadFrom(c.Request.Body); err != nil {
+	defer putBodyBuffer(buf)
+	hold := s.bodies.tryAcquire(charge)
+	if hold == nil {
+		s.writeBodyBusy(c)
+		return false
+	}
+	c.bodyHold = hold
+	if n := c.Request.ContentLength; n > 0 {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	if err := readCharged(buf, c.Request.Body, hold); errors.Is(err, errBodyBudget) {
+		s.writeBodyBusy(c)
+		return false
+	} else if err != nil {
 		s.writeReadError(c, err)
 		return false
 	}
@@ -500,11 +538,70 @@ func (s *Server) readBody(c *exchange, v any) bool {
 		return false
 	}
 	// Both decoders copy what they keep, so the buffer is free after this.
-	if err := decodeJSON(buf.Bytes(), v); err != nil {
+	// A large body's decoding is long work (cpu.go).
+	s.cpu.take()
+	err := decodeJSON(buf.Bytes(), v)
+	s.cpu.give()
+	if err != nil {
 		writeValidationError(c, describeJSONError(err))
 		return false
 	}
 	return true
+}
+
+// errBodyBudget is a body whose buffer would pass the body budget.
+var errBodyBudget = errors.New("api: the body budget is full")
+
+// readCharged reads body to its end into buf, charging hold for each
+// growth of buf before it happens; a growth that does not fit is
+// errBodyBudget, with nothing more read.
+func readCharged(buf *bytes.Buffer, body io.Reader, hold *budgetHold) error {
+	for {
+		if buf.Available() < bytes.MinRead {
+			// bytes.Buffer grows to twice its capacity, or to what it holds
+			// and MinRead more.
+			before := buf.Cap()
+			want := max(2*before, buf.Len()+bytes.MinRead)
+			if !hold.grow(int64(want - before)) {
+				return errBodyBudget
+			}
+			buf.Grow(bytes.MinRead)
+			if extra := buf.Cap() - want; extra > 0 {
+				hold.grow(int64(extra)) // the allocator's rounding up
+			}
+		}
+		free := buf.AvailableBuffer()[:buf.Available()]
+		n, err := body.Read(free)
+		buf.Write(free[:n])
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// writeBodyBusy answers a request whose body does not fit the body budget:
+// 503 with Retry-After, sent before any more of the body is read. The rest
+// of the body is then read and thrown away as it comes (nothing is kept,
+// and the body's deadlines still apply), so that a client that reads its
+// answer only once it has sent its whole body, as Python's http.client
+// does, gets the 503 rather than a connection reset under its feet.
+func (s *Server) writeBodyBusy(c *exchange) {
+	rc := http.NewResponseController(c.Writer)
+	rc.EnableFullDuplex() // the body is read after the answer
+	c.Header("Connection", "close")
+	s.writeBusy(c, fmt.Sprintf("The server holds %d bytes of request bodies already (--body-budget-bytes); "+
+		"this one's %d bytes do not fit. Retry later.", s.bodies.limit, c.Request.ContentLength))
+	rc.Flush()
+	io.Copy(io.Discard, c.Request.Body)
+}
+
+// writeBusy is 503 with Retry-After: the server is full for now.
+func (s *Server) writeBusy(c *exchange, message string) {
+	c.Header("Retry-After", "1")
+	writeJSON(c, http.StatusServiceUnavailable, errorObject(message, "Service Unavailable", 503))
 }
 
 // bodyBuffers recycles the buffers request bodies are read into; one that

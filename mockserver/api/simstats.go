@@ -6,6 +6,16 @@ import (
 	"github.com/sglmock/sglmock/sim"
 )
 
+// memory is the budgets' state and counts, as /sim/stats gives them.
+func (s *Server) memory() sim.Memory {
+	b, a := s.bodies.stats(), s.answers.stats()
+	return sim.Memory{
+		BodyBytes: b.held, BodyBudget: b.limit, BodyPeak: b.peak, BodiesRefused: b.refused,
+		AnswerBytes: a.held, AnswerBudget: a.limit, AnswerPeak: a.peak,
+		AnswersWaiting: a.waiting, AnswersWaited: a.waited, ReadersCut: a.cuts,
+	}
+}
+
 // simStats serves GET /sim/stats: the load and the cache, what `sglmock
 // fleet status` prints for each replica.
 func (s *Server) simStats(c *exchange) {
@@ -16,6 +26,7 @@ func (s *Server) simStats(c *exchange) {
 		CacheTokens: st.CacheTokens, CacheEvictable: st.CacheEvictable,
 		Requests: st.Requests, PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens,
 		StalledStreamsAborted: s.stalls.aborted.Load(),
+		Memory:                s.memory(),
 	}
 	if s.cfg.KVEventStats != nil {
 		kv := s.cfg.KVEventStats()

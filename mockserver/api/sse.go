@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 )
@@ -17,14 +19,17 @@ type sse struct {
 	c       *exchange
 	started bool
 	buf     []byte
+	cpu     *cpuSlots // for long events (addEncoded)
 	// stalls puts every write under the stall deadline (stall.go); err is
-	// the first write's error, after which nothing more is written.
+	// the first write's error, after which nothing more is written; cut
+	// is set when the answer budget cut the client off (cutOff).
 	stalls *stallGuard
 	err    error
+	cut    atomic.Bool
 }
 
 // newSSE starts an SSE writer for c's response.
-func (s *Server) newSSE(c *exchange) *sse { return &sse{c: c, stalls: s.stalls} }
+func (s *Server) newSSE(c *exchange) *sse { return &sse{c: c, stalls: s.stalls, cpu: s.cpu} }
 
 // The SSE headers' values, shared by every response: net/http only reads
 // them.
@@ -63,12 +68,53 @@ func (w *sse) add(payload []byte) {
 }
 
 func (w *sse) flush() error {
-	w.start()
-	if w.err == nil {
-		w.err = w.stalls.write(w.c.Writer, w.buf)
-	}
+	err := w.write(w.buf)
 	w.buf = w.buf[:0]
+	return err
+}
+
+// write writes b, once the status and headers are set, unless an earlier
+// write failed or the client was cut off.
+func (w *sse) write(b []byte) error {
+	w.start()
+	if w.err == nil && w.cut.Load() {
+		w.err = errStalled
+	}
+	if w.err == nil {
+		w.err = w.stalls.write(w.c.Writer, b)
+		if w.err != nil && w.cut.Load() {
+			w.err = errStalled
+		}
+	}
 	return w.err
+}
+
+// addEncoded adds an event whose payload encode writes as it encodes it:
+// past answerChunk bytes the events buffered so far go out, so a long
+// event holds one write buffer (answer.go).
+func (w *sse) addEncoded(encode func(*jsonSink)) {
+	j := &jsonSink{buf: append(w.buf, "data: "...), out: w.write, cpu: w.cpu}
+	w.cpu.take()
+	encode(j)
+	w.cpu.give()
+	w.buf = append(j.buf, "\n\n"...)
+}
+
+// cutOff fails the write in progress, and every later one: the answer
+// budget cut the client off (budget.go).
+func (w *sse) cutOff() {
+	w.cut.Store(true)
+	http.NewResponseController(w.c.Writer).SetWriteDeadline(time.Now())
+}
+
+// allEnded reports whether the engine is done with every stream.
+func allEnded(streams []*engine.Stream) bool {
+	for _, st := range streams {
+		if !st.Ended() {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *sse) data(payload []byte) error {

@@ -117,12 +117,16 @@ func (g *stallGuard) write(w http.ResponseWriter, b []byte) error {
 // long answer takes in all.
 const answerChunk = 64 << 10
 
-// writeAnswer writes a generation request's JSON answer, which may be many
-// MB (logprobs), in writes of answerChunk, each under the stall deadline: a
-// client that reads slowly but steadily gets it whole, and one that stops
-// is cut off. It carries its Content-Length, as SGLang's JSONResponse does:
-// the flushes would otherwise send it chunked.
-func (s *Server) writeAnswer(c *exchange, v any) {
+// writeAnswer writes a short JSON answer, marshalled whole, in writes of
+// answerChunk, each under the stall deadline through aw (nil: a writer of
+// its own): a client that reads slowly but steadily gets it whole, and one
+// that stops is cut off. It carries its Content-Length, as SGLang's
+// JSONResponse does: the flushes would otherwise send it chunked. A long
+// answer is encoded as it is written (answer.go).
+func (s *Server) writeAnswer(c *exchange, aw *answerWriter, v any) {
+	if aw == nil {
+		aw = &answerWriter{s: s, w: c.Writer}
+	}
 	b := marshal(v)
 	h := c.Writer.Header()
 	h["Content-Type"] = jsonContentType
@@ -130,7 +134,7 @@ func (s *Server) writeAnswer(c *exchange, v any) {
 	c.Status(http.StatusOK)
 	for len(b) > 0 {
 		n := min(len(b), answerChunk)
-		if s.stalls.write(c.Writer, b[:n]) != nil {
+		if aw.write(b[:n]) != nil {
 			return
 		}
 		b = b[n:]

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -205,13 +208,18 @@ func (s *Server) renderCompletions(c *exchange) {
 	if body.MaxTokens != nil {
 		requested = int(*body.MaxTokens)
 	}
+	// Every prompt is tokenized and checked before the answer starts, and
+	// its ids kept, counted against the body budget with the body: a
+	// render holds some 4 bytes a token beside its body. The answer is
+	// encoded as it is written, one prompt at a time.
 	ctx := c.Request.Context()
+	hold := c.bodyHold
 	out := make([]renderedPrompt, len(prompts))
 	for i, p := range prompts {
 		if ctx.Err() != nil {
 			return // the client left: the rest is not rendered
 		}
-		ids, err := s.renderTokens(p)
+		ids, err := s.renderTokens(ctx, p)
 		if err == nil {
 			var maxTokens int
 			if maxTokens, err = s.renderMaxTokens(&requested, len(ids)); err == nil {
@@ -222,9 +230,66 @@ func (s *Server) renderCompletions(c *exchange) {
 			writeRenderRefusal(c, err)
 			return
 		}
+		if hold != nil && !hold.grow(int64(len(ids))*promptTokenBytes) {
+			s.writeBusy(c, fmt.Sprintf("The server holds %d bytes of request bodies and renders already (--body-budget-bytes); "+
+				"this render's token ids do not fit. Retry later, or render fewer prompts at once.", s.bodies.limit))
+			return
+		}
 		prompts[i] = engine.Request{} // its text is no longer needed
 	}
-	s.writeAnswer(c, out)
+	if renderedIDs(out) <= answerChunk/8 {
+		s.writeAnswer(c, nil, out) // short: marshalled whole
+		return
+	}
+	s.writeStreamed(c, &answerWriter{s: s, w: c.Writer}, func(j *jsonSink) {
+		j.rawString("[")
+		for i := range out {
+			if !j.ok() {
+				return
+			}
+			if i > 0 {
+				j.rawString(",")
+			}
+			encodeRendered(j, &out[i])
+		}
+		j.rawString("]")
+	})
+}
+
+// renderedIDs counts the token ids of rendered prompts.
+func renderedIDs(out []renderedPrompt) int {
+	n := 0
+	for _, r := range out {
+		n += len(r.TokenIDs)
+	}
+	return n
+}
+
+// encodeRendered writes one rendered prompt, its token ids as they are
+// written: exactly marshal(*r).
+func encodeRendered(j *jsonSink, r *renderedPrompt) {
+	ids := r.TokenIDs
+	r.TokenIDs = nil
+	head, tail, _ := bytes.Cut(marshal(*r), []byte(`"token_ids":null`))
+	r.TokenIDs = ids
+	j.raw(head)
+	if ids == nil {
+		j.rawString(`"token_ids":null`)
+		j.raw(tail)
+		return
+	}
+	j.rawString(`"token_ids":[`)
+	for i, id := range ids {
+		if i > 0 {
+			j.buf = append(j.buf, ',')
+		}
+		j.buf = strconv.AppendInt(j.buf, int64(id), 10)
+		if i%4096 == 0 {
+			j.spill()
+		}
+	}
+	j.rawString("]")
+	j.raw(tail)
 }
 
 func (s *Server) renderChat(c *exchange) {
@@ -246,9 +311,9 @@ func (s *Server) renderChat(c *exchange) {
 		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
-	ids, err := s.renderTokens(prompt)
+	ids, err := s.renderTokens(c.Request.Context(), prompt)
 	if err != nil {
-		writeOpenAIError(c, err.Error())
+		writeRefusal(c, openAIEnvelope, err)
 		return
 	}
 	// The output the chat endpoint would allow: max_completion_tokens,
@@ -263,7 +328,7 @@ func (s *Server) renderChat(c *exchange) {
 		limit, err = s.renderMaxTokens(requested, len(ids))
 	} else {
 		prompt.InputIDs = ids
-		limit, err = s.chatBudget(&prompt)
+		limit, err = s.chatBudget(c.Request.Context(), &prompt)
 	}
 	if err != nil {
 		writeRenderRefusal(c, err)
@@ -272,16 +337,16 @@ func (s *Server) renderChat(c *exchange) {
 	out := s.rendered("chatcmpl-", ids, withMaxTokens(params, limit), &body)
 	null := json.RawMessage("null")
 	out.AssistantTokensMask = &null
-	s.writeAnswer(c, out)
+	s.writeAnswer(c, nil, out)
 }
 
 // renderTokens is the prompt as the engine would take it: token ids as
 // given, text tokenized with the profile's BOS, both validated as a
 // request would be.
-func (s *Server) renderTokens(p engine.Request) ([]int32, error) {
+func (s *Server) renderTokens(ctx context.Context, p engine.Request) ([]int32, error) {
 	if p.InputIDs == nil {
 		var err error
-		if p.InputIDs, err = s.eng.Tokenize(p); err != nil {
+		if p.InputIDs, err = s.tokenizePrompt(ctx, p); err != nil {
 			return nil, err
 		}
 	}

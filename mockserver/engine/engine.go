@@ -373,7 +373,7 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 		return nil, err
 	}
 	seq := e.arrivals.Add(1)
-	tokens, err := e.prompt(r)
+	tokens, err := e.prompt(context.Background(), r)
 	if err != nil {
 		return nil, err
 	}
@@ -429,6 +429,7 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
 	q.truth.Rounds = make([]RoundRecord, 0, min(max(q.maxNew-1, 0), 64))
 	q.stream = newStream(e, q)
+	q.stream.onlyLast = r.OnlyLast
 	e.ridsMu.Lock()
 	_, dup := e.rids[q.rid]
 	if !dup {
@@ -459,9 +460,10 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 
 // Tokenize returns r's prompt as Submit sees it: a copy of InputIDs, or
 // Text tokenized. A text too long for the context length is refused as
-// Submit refuses it, without being tokenized in full.
-func (e *Engine) Tokenize(r Request) ([]int32, error) {
-	tokens, err := e.prompt(r)
+// Submit refuses it, without being tokenized in full. Tokenizing stops,
+// with ctx's error, when ctx ends (the client left).
+func (e *Engine) Tokenize(ctx context.Context, r Request) ([]int32, error) {
+	tokens, err := e.prompt(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -475,7 +477,7 @@ func (e *Engine) Tokenize(r Request) ([]int32, error) {
 // that does not fit the context length is only counted past it, which
 // holds no more than a piece of it at a time, and refused with SGLang's
 // message: a 100 MB prompt costs no more memory than its body.
-func (e *Engine) prompt(r Request) ([]int32, error) {
+func (e *Engine) prompt(ctx context.Context, r Request) ([]int32, error) {
 	if r.InputIDs != nil {
 		return r.InputIDs, nil
 	}
@@ -483,7 +485,10 @@ func (e *Engine) prompt(r Request) ([]int32, error) {
 	// a text past the context length is only counted.
 	ctxLen := e.prof.ContextLength
 	dst := make([]int32, 0, min(len(r.Text)/4+8, ctxLen))
-	tokens, n := e.tok.EncodeWithin(dst, r.Text, !r.Templated, ctxLen-1)
+	tokens, n, err := e.tok.EncodeWithinContext(ctx, dst, r.Text, !r.Templated, ctxLen-1)
+	if err != nil {
+		return nil, err
+	}
 	if n >= ctxLen {
 		return nil, inputTooLong(n, ctxLen)
 	}
@@ -493,7 +498,7 @@ func (e *Engine) prompt(r Request) ([]int32, error) {
 // Check applies Submit's validation to r without queueing it, for callers
 // that must refuse a group of requests before submitting any of them.
 func (e *Engine) Check(r Request) error {
-	tokens, err := e.prompt(r)
+	tokens, err := e.prompt(context.Background(), r)
 	if err != nil {
 		return err
 	}

@@ -829,12 +829,12 @@ func TestHugeTextIsCountedNotTokenized(t *testing.T) {
 		// A prompt one token short of the context length is tokenized;
 		// one more token and it is only counted.
 		below := strings.Repeat("a", 998*6) // 998 tokens and a BOS
-		if toks, err := e.Tokenize(Request{Text: below}); err != nil || len(toks) != 999 {
+		if toks, err := e.Tokenize(context.Background(), Request{Text: below}); err != nil || len(toks) != 999 {
 			t.Errorf("a %d-token prompt: %d tokens, %v; want it tokenized", 999, len(toks), err)
 		}
 		at := below + "a"
 		want = "The input (1000 tokens) is longer than the model's context length (1000 tokens)."
-		if toks, err := e.Tokenize(Request{Text: at}); err == nil || err.Error() != want || toks != nil {
+		if toks, err := e.Tokenize(context.Background(), Request{Text: at}); err == nil || err.Error() != want || toks != nil {
 			t.Errorf("a 1000-token prompt: %d tokens, %v; want %q", len(toks), err, want)
 		}
 		checkDrained(t, e)

@@ -73,6 +73,11 @@ type Request struct {
 	// RoutingKey groups requests for the routing-key policy (SGLang's
 	// routing_key, the x-smg-routing-key header on the OpenAI routes).
 	RoutingKey string
+	// OnlyLast marks a request whose reader waits for its end
+	// (Stream.Collect): its stream keeps only the last event from the
+	// start, so that a reader collecting many streams one after the other
+	// has nothing queued for those it has not reached.
+	OnlyLast bool
 }
 
 // Finish reasons, as SGLang spells them.
@@ -323,6 +328,14 @@ func (s *Stream) TryNext() (ev Event, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pop()
+}
+
+// Ended reports whether the request's last event has been delivered to the
+// stream: the engine is done with it, and what is left is for the reader.
+func (s *Stream) Ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // Abort asks the engine to abort the request: it leaves the queue, or its KV

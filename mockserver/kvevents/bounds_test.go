@@ -180,6 +180,56 @@ func TestReplayClientsAreIsolated(t *testing.T) {
 	}
 }
 
+// Idle replay clients hold no slot for long: one that asks nothing for
+// replayIdle (10 s) is disconnected, and a client that finds
+// maxReplayClients connected ends the one idle longest; a client being
+// answered is never ended to make room.
+func TestIdleReplayClientsGiveWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ring := newRing(8, 1<<20)
+		ring.add(0, []byte("payload"))
+		r := newReplaySocket(ring, slog.New(slog.DiscardHandler))
+		ln := newPipeListener()
+		r.serve(ln)
+		defer func() { ln.Close(); r.close(); r.wg.Wait() }()
+		var idle []*zmtpConn
+		for range maxReplayClients {
+			idle = append(idle, pipePeer(t, ln, "DEALER"))
+			time.Sleep(time.Millisecond) // each idle a little less long
+		}
+		healthy := pipePeer(t, ln, "DEALER")
+		synctest.Wait()
+		if !closed(idle[0]) || closed(idle[1]) || r.cut.Load() != 1 {
+			t.Fatalf("a client past %d idle ones: the longest idle closed %v, the next %v, %d cut; want the longest idle alone gone",
+				maxReplayClients, closed(idle[0]), closed(idle[1]), r.cut.Load())
+		}
+		healthy.Write(appendMessage(nil, nil, SeqBytes(0)))
+		for _, want := range []string{"payload", ""} {
+			frames, _, err := healthy.readMessage(3, 100)
+			if err != nil || len(frames) != 3 || string(frames[2]) != want {
+				t.Fatalf("the replay got %q, %v; want %q", frames, err, want)
+			}
+		}
+		start := time.Now()
+		time.Sleep(replayIdle - 17*time.Millisecond)
+		synctest.Wait()
+		if closed(idle[maxReplayClients-1]) || closed(healthy) {
+			t.Fatal("an idle client was disconnected before replayIdle")
+		}
+		time.Sleep(replayIdle - time.Since(start))
+		synctest.Wait()
+		for i, z := range idle {
+			if !closed(z) {
+				t.Fatalf("idle client %d open after %v without a request", i, replayIdle)
+			}
+		}
+		if !closed(healthy) || r.cut.Load() != maxReplayClients+1 {
+			t.Fatalf("the healthy client, idle since its answer: closed %v; %d cut, want it gone and all %d counted",
+				closed(healthy), r.cut.Load(), maxReplayClients+1)
+		}
+	})
+}
+
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -413,37 +463,121 @@ func pipePubSocket() (*zmqTransport, *pipeListener) {
 	return t, ln
 }
 
-// A connection counts against the 256 a PUB socket serves from its first
-// byte: half-open handshakes cannot pile up past it. Close ends those that
-// are still handshaking at once, and leaves no goroutine behind (synctest
-// fails a bubble whose goroutines do not end).
-func TestHandshakingPeersCount(t *testing.T) {
+// closed reports whether the socket closed c: a read gets EOF. A pipe
+// whose server end is writing to it (a greeting) is not.
+func closed(c net.Conn) bool {
+	c.SetReadDeadline(time.Now())
+	defer c.SetReadDeadline(time.Time{})
+	var b [1]byte
+	_, err := c.Read(b[:])
+	return err == io.EOF
+}
+
+// Handshakes in progress are bounded apart from the subscribers, and
+// small: a connection that finds maxHandshakes of them ends the oldest, and
+// each ends after handshakeTimeout (3 s). So silent connections cannot lock
+// a subscriber out, and a real one, which completes its handshake in a few
+// round trips, gets in. Close ends those still handshaking at once, and
+// leaves no goroutine behind (synctest fails a bubble whose goroutines do
+// not end).
+func TestHandshakesAreBoundedApart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr, ln := pipePubSocket()
 		defer tr.Close()
 		var silent []net.Conn
-		for range maxSubscribers {
+		for range maxHandshakes {
 			silent = append(silent, ln.dial()) // each says nothing
 		}
-		synctest.Wait() // all admitted, their greetings unread
-		extra := ln.dial()
 		synctest.Wait()
-		var b [greetingLen]byte
-		if n, err := extra.Read(b[:]); n != 0 || err != io.EOF {
-			t.Fatalf("the connection past %d handshaking ones: got %d bytes, %v; want it closed (EOF)", maxSubscribers, n, err)
+		silent = append(silent, ln.dial())
+		synctest.Wait()
+		if !closed(silent[0]) || closed(silent[1]) || tr.pub.cut.Load() != 1 {
+			t.Fatalf("after %d silent connections and one more: oldest closed %v, next closed %v, %d cut; want the oldest alone ended",
+				maxHandshakes, closed(silent[0]), closed(silent[1]), tr.pub.cut.Load())
 		}
-		if got := tr.pub.cut.Load(); got != 1 {
-			t.Fatalf("got %d connections cut, want 1", got)
+		healthy := pipePeer(t, ln, "SUB") // ends the next oldest
+		healthy.Write(subscription("kv", true, false))
+		synctest.Wait()
+		msg := appendMessage(nil, []byte("kv"), SeqBytes(0), []byte("payload"))
+		tr.pub.send("kv", func() []byte { return msg })
+		frames, _, err := healthy.readMessage(3, 100)
+		if err != nil || string(frames[2]) != "payload" {
+			t.Fatalf("the subscriber got %q, %v; want the message", frames, err)
 		}
+		time.Sleep(handshakeTimeout - time.Millisecond)
+		if closed(silent[maxHandshakes]) {
+			t.Fatalf("a silent connection closed before the handshake timeout")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		for i, c := range silent {
+			if !closed(c) {
+				t.Fatalf("silent connection %d open after the handshake timeout", i)
+			}
+		}
+		tr.pub.mu.Lock()
+		left := tr.pub.handshakes.Len()
+		tr.pub.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("%d handshakes recorded after they all ended, want 0", left)
+		}
+		more := ln.dial()
+		synctest.Wait()
 		start := time.Now()
 		tr.Close()
 		if waited := time.Since(start); waited != 0 {
 			t.Fatalf("Close waited %v for the handshakes, want 0", waited)
 		}
-		for _, c := range silent {
-			if _, err := c.Read(b[:]); err != io.EOF {
-				t.Fatalf("a handshaking connection after Close: got %v, want EOF", err)
-			}
+		if !closed(more) {
+			t.Fatal("a handshaking connection open after Close")
+		}
+	})
+}
+
+// Established subscribers are not capped so low that idle ones lock
+// others out: a subscriber that finds maxSubscribers ends the oldest that
+// was never sent a message, never one that was, and is refused only when
+// every one was.
+func TestIdleSubscribersGiveWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, ln := pipePubSocket()
+		defer tr.Close()
+		var idle []*zmtpConn
+		for range maxSubscribers {
+			z := pipePeer(t, ln, "SUB")
+			z.Write(subscription("zzz-never", true, false))
+			idle = append(idle, z)
+		}
+		synctest.Wait()
+		msg := appendMessage(nil, []byte("kv"), SeqBytes(0), []byte("payload"))
+		tr.pub.send("kv", func() []byte { return msg }) // matches none of them
+		healthy := pipePeer(t, ln, "SUB")
+		healthy.Write(subscription("kv", true, false))
+		synctest.Wait()
+		if !closed(idle[0]) || closed(idle[1]) || tr.pub.subscribers() != maxSubscribers {
+			t.Fatalf("a subscriber past %d idle ones: the oldest idle closed %v, the next %v, %d subscribers; want the oldest alone gone",
+				maxSubscribers, closed(idle[0]), closed(idle[1]), tr.pub.subscribers())
+		}
+		tr.pub.send("kv", func() []byte { return msg })
+		if frames, _, err := healthy.readMessage(3, 100); err != nil || string(frames[2]) != "payload" {
+			t.Fatalf("the subscriber got %q, %v; want the message", frames, err)
+		}
+		late := pipePeer(t, ln, "SUB") // idle too: it ends the next oldest idle one
+		synctest.Wait()
+		if !closed(idle[1]) || closed(late) || tr.pub.cut.Load() != 2 {
+			t.Fatalf("another subscriber: the next idle closed %v, it closed %v, %d cut; want the next idle gone", closed(idle[1]), closed(late), tr.pub.cut.Load())
+		}
+		// Once every subscriber was sent something, a new one is refused.
+		all := appendMessage(nil, []byte("zzz-never"), SeqBytes(1), nil)
+		tr.pub.send("zzz-never", func() []byte { return all })
+		late.Write(subscription("", true, false))
+		synctest.Wait()
+		tr.pub.send("zzz-never", func() []byte { return all })
+		refused := pipePeer(t, ln, "SUB")
+		synctest.Wait()
+		if !closed(refused) || closed(healthy) || tr.pub.subscribers() != maxSubscribers {
+			t.Fatalf("with every subscriber sent messages: the newcomer closed %v, the healthy one %v, %d subscribers; want the newcomer refused",
+				closed(refused), closed(healthy), tr.pub.subscribers())
 		}
 	})
 }

@@ -92,20 +92,28 @@
 //     high-water mark in messages and by 16 MiB, and its own writer, so a
 //     subscriber that reads slowly or not at all loses messages of its own
 //     (as libzmq drops at a pipe's high-water mark) and never holds up the
-//     others; one whose writes make no progress for 30 s is disconnected;
-//     at most 256 connections are served, counted from their first byte,
-//     so handshakes that never finish cannot pile up. A subscriber holds
-//     at most 256 prefixes and 64 KiB of them; one that subscribes past
-//     that is disconnected. Messages are encoded once and shared, and a
-//     subscriber's queued ones go out together, in writev calls.
+//     others; one whose writes make no progress for 30 s is disconnected.
+//     Peers are admitted as libzmq admits them, which caps neither, while
+//     what they hold stays bounded: at most 32 handshakes are in progress,
+//     counted from a connection's first byte, each for at most 3 s, and a
+//     new connection that finds 32 ends the oldest; at most 1024
+//     subscribers are established, and a new one that finds them all ends
+//     the oldest that was never sent a message (refused only when every
+//     one was). So neither silent connections nor idle subscribers lock a
+//     real subscriber out. A subscriber holds at most 256 prefixes and 64
+//     KiB of them; one that subscribes past that is disconnected. Messages
+//     are encoded once and shared, and a subscriber's queued ones go out
+//     together, in writev calls.
 //   - The replay ROUTER (replay.go) resends the last buffer_steps messages
 //     (and at most MaxReplayBytes of them) from a requested sequence
 //     number, then the end marker -1, as SGLang's _service_replay. Each
-//     client is served on its own goroutine, at most 16 at once; a reply
-//     that makes no progress for 10 s disconnects its client, and the
-//     warning for malformed requests is written at most once a second.
+//     client is served on its own goroutine, at most 16 at once: a new one
+//     that finds 16 ends the one idle longest (refused only when all 16 are
+//     being answered), and one that asks nothing for 10 s is disconnected;
+//     a reply that makes no progress for 10 s disconnects its client, and
+//     the warning for malformed requests is written at most once a second.
 //   - Every size a peer sends is bounded before it sizes a buffer, and the
-//     handshake has a 10 s deadline.
+//     handshake has a 3 s deadline.
 //
 // Stats counts the drops and the cuts; /sim/stats and /metrics report
 // them. Subscribe and RequestReplay are go-zeromq clients, for tests and

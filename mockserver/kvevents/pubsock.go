@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -20,18 +21,34 @@ import (
 // mark) and never holds up the others; one whose writes make no progress
 // for subscriberStall is disconnected. Messages are encoded once and shared
 // by every queue. Both drops are counted.
+//
+// Connections are admitted as libzmq admits them, which caps neither: a
+// peer that connects and never finishes its handshake holds one of
+// maxHandshakes slots for at most handshakeTimeout, and a new connection
+// that finds them all taken ends the oldest handshake; an established
+// subscriber holds one of maxSubscribers, and a new one that finds them all
+// taken ends the oldest subscriber that has been sent nothing (no message
+// matched its prefixes), or is refused when every one has. So idle peers
+// cannot lock a real subscriber out: silent connections renew themselves
+// faster than a handshake completes only in a flood, and idle subscribers
+// give way to active ones.
 type pubSocket struct {
-	hwm      int
-	stall    time.Duration // subscriberStall; tests shorten it
-	log      *slog.Logger
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{} // every connection, from its first byte
-	subs     map[*subscriber]struct{}
-	closed   bool
-	wg       sync.WaitGroup
-	drops    atomic.Int64 // messages not queued for a subscriber whose queue was full
-	cut      atomic.Int64 // connections ended: stalled, subscribed past the bounds, or refused when too many
-	lastWarn atomic.Int64 // unix seconds of the last drop warning
+	hwm   int
+	stall time.Duration // subscriberStall; tests shorten it
+	log   *slog.Logger
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // every connection, from its first byte
+	// handshakes are the connections still in their handshake, oldest
+	// first.
+	handshakes list.List // of net.Conn
+	subs       map[*subscriber]struct{}
+	joined     uint64 // subscribers established so far: their order
+	closed     bool
+	wg         sync.WaitGroup
+	drops      atomic.Int64 // messages not queued for a subscriber whose queue was full
+	cut        atomic.Int64 // connections ended: stalled, subscribed past the bounds, idle and in the way, or refused
+	lastWarn   atomic.Int64 // unix seconds of the last drop warning
+	lastAdmit  atomic.Int64 // unix seconds of the last warning about a connection ended to admit another
 }
 
 // Bounds on what subscribers may cost.
@@ -39,9 +56,11 @@ const (
 	// maxSubscriberBytes bounds a subscriber's queue in bytes (its first
 	// message is always taken, whatever its size).
 	maxSubscriberBytes = 16 << 20
-	// maxSubscribers bounds the connections a PUB socket keeps, those
-	// still in their handshake included.
-	maxSubscribers = 256
+	// maxSubscribers bounds the established subscribers a PUB socket
+	// keeps, and maxHandshakes the connections still in their handshake
+	// (see pubSocket).
+	maxSubscribers = 1024
+	maxHandshakes  = 32
 	// subscriberStall is how long a write to a subscriber may make no
 	// progress before the subscriber is disconnected.
 	subscriberStall = 30 * time.Second
@@ -60,14 +79,19 @@ func newPubSocket(hwm int, log *slog.Logger) *pubSocket {
 // subscriber is one connected SUB (or XSUB) socket.
 type subscriber struct {
 	conn   *zmtpConn
+	order  uint64 // when it was established, among the socket's subscribers
 	mu     sync.Mutex
 	topics []string
 	tbytes int // the bytes of topics
-	queue  [][]byte
-	bytes  int
-	wake   chan struct{}
-	done   chan struct{} // closed when the connection ends
-	once   sync.Once
+	// matched is set once a message matched its prefixes: a subscriber
+	// that was never sent anything gives way to a new one when the socket
+	// is full.
+	matched bool
+	queue   [][]byte
+	bytes   int
+	wake    chan struct{}
+	done    chan struct{} // closed when the connection ends
+	once    sync.Once
 }
 
 func subCompatible(peer string) bool { return peer == "SUB" || peer == "XSUB" }
@@ -78,24 +102,26 @@ func (p *pubSocket) serve(ln net.Listener) { acceptEach(&p.wg, ln, p.attach) }
 // attach handshakes with c and serves it as a subscriber until it ends.
 // It returns when the connection is over.
 func (p *pubSocket) attach(c net.Conn) {
-	if !p.admit(c) {
+	el, ok := p.beginHandshake(c)
+	if !ok {
 		c.Close()
 		return
 	}
 	defer p.release(c)
 	z, err := handshake(c, "PUB", subCompatible)
+	p.mu.Lock()
+	if el.Value != nil { // not ended to make room
+		p.handshakes.Remove(el)
+	}
+	p.mu.Unlock()
 	if err != nil {
 		p.log.Debug("KV events: a subscriber's handshake failed: " + err.Error())
 		return
 	}
 	s := &subscriber{conn: z, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.join(s) {
 		return
 	}
-	p.subs[s] = struct{}{}
-	p.mu.Unlock()
 	go p.write(s)
 	p.read(s)
 	s.end()
@@ -104,22 +130,68 @@ func (p *pubSocket) attach(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// admit counts c against maxSubscribers from its first byte, so that
-// connections that never finish their handshake cannot pile up past it,
-// and reports whether it may be served.
-func (p *pubSocket) admit(c net.Conn) bool {
+// beginHandshake records c from its first byte, as one of the handshakes in
+// progress; when maxHandshakes are, the oldest is ended to make room. It
+// reports false once the socket is closed.
+func (p *pubSocket) beginHandshake(c net.Conn) (*list.Element, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, false
+	}
+	if p.handshakes.Len() >= maxHandshakes {
+		oldest := p.handshakes.Front()
+		old := p.handshakes.Remove(oldest).(net.Conn)
+		oldest.Value = nil
+		old.Close()
+		p.cut.Add(1)
+		p.warnAdmit(fmt.Sprintf("KV events: %d handshakes in progress; the oldest, from %s, ended to admit %s", maxHandshakes, old.RemoteAddr(), c.RemoteAddr()))
+	}
+	p.conns[c] = struct{}{}
+	return p.handshakes.PushBack(c), true
+}
+
+// join adds s to the subscribers; when maxSubscribers are there, the
+// oldest that was never sent a message is ended to make room, and s is
+// refused if there is none. It reports whether s joined.
+func (p *pubSocket) join(s *subscriber) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	if len(p.conns) >= maxSubscribers {
+	if len(p.subs) >= maxSubscribers {
+		var idle *subscriber
+		for o := range p.subs {
+			o.mu.Lock()
+			matched := o.matched
+			o.mu.Unlock()
+			if !matched && (idle == nil || o.order < idle.order) {
+				idle = o
+			}
+		}
 		p.cut.Add(1)
-		p.log.Warn(fmt.Sprintf("KV events: %d subscribers already; %s refused", maxSubscribers, c.RemoteAddr()))
-		return false
+		if idle == nil {
+			p.warnAdmit(fmt.Sprintf("KV events: %d subscribers already, each sent messages; %s refused", maxSubscribers, s.conn.RemoteAddr()))
+			return false
+		}
+		delete(p.subs, idle)
+		idle.end()
+		p.warnAdmit(fmt.Sprintf("KV events: %d subscribers already; the oldest that was sent nothing, at %s, ended to admit %s",
+			maxSubscribers, idle.conn.RemoteAddr(), s.conn.RemoteAddr()))
 	}
-	p.conns[c] = struct{}{}
+	p.joined++
+	s.order = p.joined
+	p.subs[s] = struct{}{}
 	return true
+}
+
+// warnAdmit logs a connection ended or refused to keep the bounds, at most
+// once a second.
+func (p *pubSocket) warnAdmit(msg string) {
+	if now := time.Now().Unix(); p.lastAdmit.Swap(now) != now {
+		p.log.Warn(msg)
+	}
 }
 
 func (p *pubSocket) release(c net.Conn) {
@@ -235,6 +307,7 @@ func (p *pubSocket) send(topic string, build func() []byte) {
 			msg = build()
 		}
 		full := len(s.queue) > 0 && (p.hwm > 0 && len(s.queue) >= p.hwm || s.bytes+len(msg) > maxSubscriberBytes)
+		s.matched = s.matched || ok
 		if ok && !full {
 			s.queue = append(s.queue, msg)
 			s.bytes += len(msg)

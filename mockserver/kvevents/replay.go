@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,31 +18,42 @@ import (
 // [identity, "", -1, ""]. Each client is served on its own goroutine, so a
 // client that does not read delays only itself; a reply (its messages and
 // the end marker, in writev calls) that makes no progress for replayStall
-// disconnects it, at most maxReplayClients are served at once, and the warnings malformed requests cause are written at
-// most once a second, with the count of those not written.
+// disconnects it, and so does replayIdle without a request (the handshake
+// included). At most maxReplayClients are served at once: a new client
+// that finds them all taken ends the one idle longest, or is refused when
+// every one is being answered. The warnings malformed requests cause are
+// written at most once a second, with the count of those not written.
 type replaySocket struct {
 	ring      *ring
 	log       *slog.Logger
 	wg        sync.WaitGroup
-	clients   atomic.Int64
-	cut       atomic.Int64 // clients disconnected: stalled, or one too many
+	cut       atomic.Int64 // clients disconnected: stalled, idle, or one too many
 	malformed atomic.Int64
 	lastWarn  atomic.Int64 // unix seconds of the last malformed-request warning
 	warned    atomic.Int64 // malformed requests counted when it was written
 	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
+	conns     map[net.Conn]*replayClient
+}
+
+// replayClient is one connection's state: idle since when, unless it is
+// being answered.
+type replayClient struct {
+	idleSince time.Time
+	busy      bool
 }
 
 const (
 	maxReplayClients = 16
 	replayStall      = 10 * time.Second
+	// replayIdle is how long a client may wait between requests.
+	replayIdle = 10 * time.Second
 	// maxReplayFrame bounds a request frame: a request is an empty
 	// delimiter and 8 bytes.
 	maxReplayFrame = 64
 )
 
 func newReplaySocket(r *ring, log *slog.Logger) *replaySocket {
-	return &replaySocket{ring: r, log: log, conns: map[net.Conn]struct{}{}}
+	return &replaySocket{ring: r, log: log, conns: map[net.Conn]*replayClient{}}
 }
 
 func routerCompatible(peer string) bool { return peer == "DEALER" || peer == "REQ" || peer == "ROUTER" }
@@ -49,34 +61,70 @@ func routerCompatible(peer string) bool { return peer == "DEALER" || peer == "RE
 func (r *replaySocket) serve(ln net.Listener) {
 	acceptEach(&r.wg, ln, func(c net.Conn) {
 		defer c.Close()
-		if r.clients.Add(1) > maxReplayClients {
-			r.clients.Add(-1)
-			r.cut.Add(1)
+		st, ok := r.admit(c)
+		if !ok {
 			return
 		}
-		defer r.clients.Add(-1)
-		r.mu.Lock()
-		r.conns[c] = struct{}{}
-		r.mu.Unlock()
-		r.client(c)
+		r.client(c, st)
 		r.mu.Lock()
 		delete(r.conns, c)
 		r.mu.Unlock()
 	})
 }
 
-// client answers one connection's requests until it ends.
-func (r *replaySocket) client(c net.Conn) {
+// admit counts c among the clients; when maxReplayClients are there, the
+// one idle longest is ended to make room, and c is refused if every one is
+// being answered.
+func (r *replaySocket) admit(c net.Conn) (*replayClient, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.conns) >= maxReplayClients {
+		var idle net.Conn
+		for o, st := range r.conns {
+			if !st.busy && (idle == nil || st.idleSince.Before(r.conns[idle].idleSince)) {
+				idle = o
+			}
+		}
+		r.cut.Add(1)
+		if idle == nil {
+			return nil, false
+		}
+		delete(r.conns, idle)
+		idle.Close()
+	}
+	st := &replayClient{idleSince: time.Now()}
+	r.conns[c] = st
+	return st, true
+}
+
+// setBusy marks the client as being answered, or idle from now.
+func (r *replaySocket) setBusy(st *replayClient, busy bool) {
+	r.mu.Lock()
+	st.busy = busy
+	if !busy {
+		st.idleSince = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// client answers one connection's requests until it ends, or waits
+// replayIdle for one.
+func (r *replaySocket) client(c net.Conn, st *replayClient) {
 	z, err := handshake(c, "ROUTER", routerCompatible)
 	if err != nil {
 		r.log.Debug("KV events: a replay client's handshake failed: " + err.Error())
 		return
 	}
 	for {
+		c.SetReadDeadline(time.Now().Add(replayIdle))
 		frames, command, err := z.readMessage(4, maxReplayFrame)
 		if err != nil {
-			if errors.Is(err, ErrPeer) {
+			switch {
+			case errors.Is(err, ErrPeer):
 				r.warnMalformed(err.Error())
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				r.cut.Add(1)
+				r.log.Debug(fmt.Sprintf("KV events: the replay client at %s asked nothing for %v; disconnected", z.RemoteAddr(), replayIdle))
 			}
 			return
 		}
@@ -87,7 +135,9 @@ func (r *replaySocket) client(c net.Conn) {
 			r.warnMalformed(fmt.Sprintf("a replay request of %d frames", len(frames)))
 			continue
 		}
+		r.setBusy(st, true)
 		err = writeAll(z.Conn, r.replies(binary.BigEndian.Uint64(frames[1])), replayStall)
+		r.setBusy(st, false)
 		if err != nil {
 			if errors.Is(err, errStalled) {
 				r.cut.Add(1)

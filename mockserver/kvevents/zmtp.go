@@ -29,9 +29,10 @@ const (
 	flagLong    = 0x02
 	flagCommand = 0x04
 
-	// handshakeTimeout bounds the greeting and READY exchange; a peer
-	// that connects and says nothing is dropped after it.
-	handshakeTimeout = 10 * time.Second
+	// handshakeTimeout bounds the greeting and READY exchange, which a
+	// real peer completes in a few round trips; a peer that connects and
+	// says nothing is dropped after it.
+	handshakeTimeout = 3 * time.Second
 	// maxCommandBytes bounds a command's body (READY's metadata).
 	maxCommandBytes = 64 << 10
 )

@@ -84,8 +84,9 @@ func (a candidate) less(b candidate) bool {
 // caches pieces shorter than 256 bytes too).
 const maxCachedPiece = 255
 
-// tokenize appends the ids of one pre-tokenized piece to dst.
-func (m *bpe) tokenize(dst []int32, piece string) []int32 {
+// tokenize appends the ids of one pre-tokenized piece to dst; a long
+// piece stops early, between its words or cuts, when stop says so.
+func (m *bpe) tokenize(dst []int32, piece string, stop *interrupt) []int32 {
 	if piece == "" {
 		return dst
 	}
@@ -95,20 +96,21 @@ func (m *bpe) tokenize(dst []int32, piece string) []int32 {
 		}
 	}
 	if m.words != nil && len(piece) > maxCachedPiece {
-		for len(piece) > 0 {
+		for len(piece) > 0 && !stop.after(0) {
 			var word string
 			word, piece = m.words.next(piece)
-			dst = m.tokenizeWord(dst, word)
+			dst = m.tokenizeWord(dst, word, stop)
+			stop.after(len(word))
 		}
 		return dst
 	}
-	return m.tokenizeWord(dst, piece)
+	return m.tokenizeWord(dst, piece, stop)
 }
 
 // tokenizeWord appends the ids of a piece the word splitter does not cut
 // (a word of a long SentencePiece text may itself be long: a run of
 // Chinese, a URL), through the word cache when it is short.
-func (m *bpe) tokenizeWord(dst []int32, piece string) []int32 {
+func (m *bpe) tokenizeWord(dst []int32, piece string, stop *interrupt) []int32 {
 	if len(piece) <= maxCachedPiece && m.cache != nil {
 		if ids, ok := m.cache.get(piece); ok {
 			return append(dst, ids...)
@@ -125,6 +127,9 @@ func (m *bpe) tokenizeWord(dst []int32, piece string) []int32 {
 		}
 		dst = m.merge(dst, piece[:cut])
 		piece = piece[cut:]
+		if stop.after(cut) {
+			return dst
+		}
 	}
 	return m.merge(dst, piece)
 }

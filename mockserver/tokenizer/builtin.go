@@ -125,11 +125,15 @@ func isLower(c byte) bool { return c >= 'a' && c <= 'z' }
 
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
-func (builtinCodec) encode(dst []int32, text string, limit int) ([]int32, int) {
+func (builtinCodec) encode(dst []int32, text string, limit int, stop *interrupt) ([]int32, int) {
 	start, n := len(dst), 0
 	for i := 0; i < len(text); n++ {
 		var id int32
+		at := i
 		id, i = next(text, i)
+		if stop.after(i - at) {
+			break
+		}
 		if limit < 0 || n < limit {
 			dst = append(dst, id)
 		}

@@ -61,6 +61,13 @@
 // lock-free, so a benchmark that resends a prompt does not pay for it
 // twice.
 //
+// EncodeWithinContext and CountContext stop, with the context's error,
+// once their context ends (a request whose client left): the encoders look
+// at it every 64 KiB of text, between pieces and between the cuts of a long
+// piece's merge, so a 64 MiB run of spaces stops within one cut; a context
+// made with WithPace has them call its pace there too, where a server lets
+// other work have the core.
+//
 // # Chat templates
 //
 // A chat is rendered with a Jinja template as transformers'

@@ -55,8 +55,8 @@ func (c *hfCodec) decode(ids []int32, skipSpecial bool) string {
 	return s
 }
 
-func (c *hfCodec) encode(dst []int32, text string, limit int) ([]int32, int) {
-	e := encoding{dst: dst, start: len(dst), limit: limit, counting: limit == 0}
+func (c *hfCodec) encode(dst []int32, text string, limit int, stop *interrupt) ([]int32, int) {
+	e := encoding{dst: dst, start: len(dst), limit: limit, counting: limit == 0, stop: stop}
 	var buf [16]segment
 	for k, seg := range c.added.split(buf[:0], text, &c.added.raw) {
 		if seg.token >= 0 {
@@ -90,9 +90,14 @@ type encoding struct {
 	counting     bool
 	n            int
 	scratch      []int32
+	// stop ends the encoding early: the pieces left are skipped.
+	stop *interrupt
 }
 
 func (e *encoding) add(id int32) {
+	if e.stop.after(0) {
+		return
+	}
 	if e.counting {
 		e.n++
 		return
@@ -102,12 +107,15 @@ func (e *encoding) add(id int32) {
 }
 
 func (e *encoding) piece(m *bpe, piece string) {
+	if e.stop.after(len(piece)) {
+		return
+	}
 	if e.counting {
-		e.scratch = m.tokenize(e.scratch[:0], piece)
+		e.scratch = m.tokenize(e.scratch[:0], piece, e.stop)
 		e.n += len(e.scratch)
 		return
 	}
-	e.dst = m.tokenize(e.dst, piece)
+	e.dst = m.tokenize(e.dst, piece, e.stop)
 	e.check()
 }
 

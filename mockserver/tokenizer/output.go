@@ -45,8 +45,8 @@ var builtinOutput = func() *outputVocab {
 	o := &outputVocab{comma: ',', period: '.', punct: true, punctRuns: true}
 	var c builtinCodec
 	for _, w := range words {
-		later, _ := c.encode(nil, " "+w, -1)
-		first, _ := c.encode(nil, capitalized(w), -1)
+		later, _ := c.encode(nil, " "+w, -1, nil)
+		first, _ := c.encode(nil, capitalized(w), -1, nil)
 		o.later, o.first = append(o.later, later[0]), append(o.first, first[0])
 	}
 	return o

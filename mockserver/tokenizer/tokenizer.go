@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"unicode/utf8"
 )
 
@@ -27,8 +28,9 @@ type codec interface {
 	// encode appends the ids of text to dst (special tokens' text becomes
 	// their ids, and nothing is added around it) and returns how many
 	// there are. Past limit ids (limit < 0: no limit) it only counts them,
-	// holding no more than a piece's, and dst is returned as it came.
-	encode(dst []int32, text string, limit int) ([]int32, int)
+	// holding no more than a piece's, and dst is returned as it came. It
+	// stops early, its result meaningless, when stop says so.
+	encode(dst []int32, text string, limit int, stop *interrupt) ([]int32, int)
 	// appendToken appends the text one token stands for in a stream of
 	// output: the bytes of a byte-level token, a SentencePiece token with
 	// its marker as a space. Concatenated, they are the output's text.
@@ -47,14 +49,14 @@ func (t *Tokenizer) Name() string { return t.name }
 // added (Hugging Face's add_special_tokens=False); the text of a special
 // token becomes its id.
 func (t *Tokenizer) Encode(dst []int32, text string) []int32 {
-	dst, _ = t.encode(dst, text, -1)
+	dst, _ = t.encode(dst, text, -1, nil)
 	return dst
 }
 
 // encode is the codec's encode through the prompt cache.
-func (t *Tokenizer) encode(dst []int32, text string, limit int) ([]int32, int) {
+func (t *Tokenizer) encode(dst []int32, text string, limit int, stop *interrupt) ([]int32, int) {
 	if t.prompts == nil || !cacheable(text) {
-		return t.enc.encode(dst, text, limit)
+		return t.enc.encode(dst, text, limit, stop)
 	}
 	if ids, ok := t.prompts.get(text); ok {
 		if limit >= 0 && len(ids) > limit {
@@ -63,8 +65,8 @@ func (t *Tokenizer) encode(dst []int32, text string, limit int) ([]int32, int) {
 		return append(dst, ids...), len(ids)
 	}
 	start := len(dst)
-	dst, n := t.enc.encode(dst, text, limit)
-	if limit < 0 || n <= limit {
+	dst, n := t.enc.encode(dst, text, limit, stop)
+	if (limit < 0 || n <= limit) && stop.err() == nil {
 		t.prompts.put(text, dst[start:])
 	}
 	return dst, n
@@ -85,21 +87,36 @@ func (t *Tokenizer) EncodePrompt(dst []int32, text string) []int32 {
 // than limit tokens is only counted, holding at most a piece of it at a
 // time: ids is then dst as it came, and n the count.
 func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limit int) (ids []int32, n int) {
+	return t.encodeWithin(dst, text, addSpecial, limit, nil)
+}
+
+// EncodeWithinContext is EncodeWithin stopped, with ctx's error, when ctx
+// ends first: a request whose client left stops costing a core.
+func (t *Tokenizer) EncodeWithinContext(ctx context.Context, dst []int32, text string, addSpecial bool, limit int) (ids []int32, n int, err error) {
+	stop := newInterrupt(ctx)
+	ids, n = t.encodeWithin(dst, text, addSpecial, limit, stop)
+	if err := stop.err(); err != nil {
+		return dst, 0, err
+	}
+	return ids, n, nil
+}
+
+func (t *Tokenizer) encodeWithin(dst []int32, text string, addSpecial bool, limit int, stop *interrupt) (ids []int32, n int) {
 	start := len(dst)
 	if !addSpecial {
-		return t.encode(dst, text, limit)
+		return t.encode(dst, text, limit, stop)
 	}
 	added := len(t.prefix) + len(t.suffix)
 	inner := limit
 	if limit >= 0 {
 		inner = max(limit-added, 0)
 		if limit < added {
-			_, n := t.encode(nil, text, 0)
+			_, n := t.encode(nil, text, 0, stop)
 			return dst, n + added
 		}
 	}
 	dst = append(dst, t.prefix...)
-	dst, n = t.encode(dst, text, inner)
+	dst, n = t.encode(dst, text, inner, stop)
 	if limit >= 0 && n > inner {
 		return dst[:start], n + added
 	}
@@ -110,8 +127,15 @@ func (t *Tokenizer) EncodeWithin(dst []int32, text string, addSpecial bool, limi
 // one pre-tokenized piece at a time: measuring a huge text costs no memory
 // in proportion to it.
 func (t *Tokenizer) Count(text string) int {
-	_, n := t.encode(nil, text, 0)
+	_, n := t.encode(nil, text, 0, nil)
 	return n
+}
+
+// CountContext is Count stopped, with ctx's error, when ctx ends first.
+func (t *Tokenizer) CountContext(ctx context.Context, text string) (int, error) {
+	stop := newInterrupt(ctx)
+	_, n := t.encode(nil, text, 0, stop)
+	return n, stop.err()
 }
 
 // AppendDecode appends the text of one output token to dst. A stream's
