@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-
 )
 
 // Answers encoded as they are written. An answer short enough is marshalled

@@ -3,8 +3,8 @@ package api
 import (
 	"encoding/hex"
 	"errors"
-	"time"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 )
