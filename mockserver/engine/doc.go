@@ -166,7 +166,9 @@
 //   - At admission a host hit of at least 10 tokens is loaded back: the
 //     device evicts for all of it if it must (load_back's rule), and the
 //     prefill batch's duration overlaps the transfer with its compute layer
-//     by layer (LoadBackSeconds).
+//     by layer (LoadBackSeconds). Without chunked prefill a request whose
+//     extend less its host hit does not fit what max_prefill_tokens leaves
+//     is refused first (add_one_req's order), its hit left on the host.
 //   - With a storage tier (mockserver/hicache: a directory of page files,
 //     or an in-process store standing in for the distributed backends), a
 //     node whose write-through ended is backed up on the backup thread, one
