@@ -207,9 +207,11 @@
 //   - lpm matches every waiting request's whole sequence in the radix
 //     cache (a match like any other: it splits nodes and makes them
 //     recently used) and takes the longest match first, capped at what the
-//     request may reuse (num_matched_prefix_tokens). A request whose match
-//     is at most in_batch_prefix_caching_check_threshold (32) tokens is
-//     checked against the waiting requests checked before it: if it shares
+//     request may reuse (num_matched_prefix_tokens; under HiCache the
+//     device and host hits together, loading nothing back). A request
+//     whose device match is at most in_batch_prefix_caching_check_threshold
+//     (32) tokens is checked against the waiting requests checked before
+//     it: if it shares
 //     in_batch_prefix_caching_deprioritize_threshold (32) tokens or more
 //     with one, which is about to compute them, it goes to the back, so
 //     that a later batch finds them cached (in-batch prefix caching).
