@@ -263,7 +263,9 @@ type Suggestion struct {
 	Repeat int `json:"repeat,omitempty"`
 }
 
-// mergeSuggestion adds a fix's non-zero fields to a row's suggestion.
+// mergeSuggestion adds a fix's non-zero fields to a row's suggestion, so
+// that it fixes every figure: the lowest speedup, the largest b and the
+// most runs any fix names.
 func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 	if sug == (Suggestion{}) {
 		return to
@@ -271,15 +273,10 @@ func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 	if to == nil {
 		to = &Suggestion{}
 	}
-	if sug.Speedup > 0 {
+	if sug.Speedup > 0 && (to.Speedup == 0 || sug.Speedup < to.Speedup) {
 		to.Speedup = sug.Speedup
 	}
-	if sug.B > 0 {
-		to.B = sug.B
-	}
-	if sug.Repeat > 0 {
-		to.Repeat = sug.Repeat
-	}
+	to.B, to.Repeat = max(to.B, sug.B), max(to.Repeat, sug.Repeat)
 	return to
 }
 
@@ -791,27 +788,36 @@ const (
 
 // judgeFigures gives each figure of a row its verdict from the findings
 // that concern it and its error budget. A figure whose parts add up beyond
-// Tolerance, though none does alone (each part past it has a finding of its
-// own), gets a SUSPECT finding naming them and the fix of the largest:
-// decode_bias -5.59 % on an ok row (the scatter's ±4.3 % over 243 rounds
-// and a growth of -1.3 % each passing alone) is what this catches. TTFT
-// and the prefill rate, both leg a's, share one finding.
+// Tolerance, though none does alone, gets a SUSPECT finding naming them and
+// the fix of the largest: decode_bias -5.59 % on an ok row (the scatter's
+// ±4.3 % over 243 rounds and a growth of -1.3 % each passing alone) is what
+// this catches. A part past Tolerance alone mostly has a finding of its
+// own; where none made the figure SUSPECT (the spread of TTFT over
+// repeats, or the prefill rate's share of a TTFT error just under
+// Tolerance), the budget's finding does. TTFT and the prefill rate, both
+// leg a's, share one finding.
 func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Suggestion) {
 	var fv FigureVerdicts
 	var sug Suggestion
 	said := map[Figure]bool{}
+	alone := func(f Figure) bool {
+		return slices.ContainsFunc(b[f], func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance })
+	}
+	// unsaid tells whether figure f's bound passes Tolerance with no
+	// finding that says so.
+	unsaid := func(f Figure) bool {
+		l := v.LevelOf(f)
+		return total(b[f]) > Tolerance && l != Poisoned && (!alone(f) || l < Suspect)
+	}
 	for _, f := range rowFigures {
-		parts := b[f]
-		sum := total(parts)
-		alone := slices.ContainsFunc(parts, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance })
-		if said[f] || !(sum > Tolerance) || alone || v.LevelOf(f) == Poisoned {
+		if said[f] || !unsaid(f) {
 			continue
 		}
 		figs := []Figure{f}
 		name := "decode"
 		if f == FigureTTFT {
 			name = "TTFT"
-			if p := b[FigurePrefill]; total(p) > Tolerance && !slices.ContainsFunc(p, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance }) {
+			if unsaid(FigurePrefill) {
 				figs, name = legAFigures, "TTFT (and so the prefill rate)"
 			}
 		} else if f == FigurePrefill {
@@ -820,7 +826,7 @@ func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Sug
 		for _, g := range figs {
 			said[g] = true
 		}
-		text, s := fix.text(name, parts, sum)
+		text, s := fix.text(name, b[f], alone(f))
 		v.addTo(figs, Suspect, text)
 		sug = *mergeSuggestion(&sug, s)
 	}
@@ -836,8 +842,9 @@ func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Sug
 }
 
 // text is the budget's finding for figure name, with the fix of its
-// largest part.
-func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, Suggestion) {
+// largest part; alone says a part is past Tolerance by itself.
+func (fix budgetFix) text(name string, parts []ErrorPart, alone bool) (string, Suggestion) {
+	sum := total(parts)
 	var names []string
 	largest := parts[0]
 	for _, p := range parts {
@@ -853,8 +860,10 @@ func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, 
 		}
 		names = append(names, p.What+" "+share)
 	}
-	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s), each within %s alone",
-		name, 100*sum, strings.Join(names, ", "), pctPlain(Tolerance))
+	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s)", name, 100*sum, strings.Join(names, ", "))
+	if !alone {
+		text += ", each within " + pctPlain(Tolerance) + " alone"
+	}
 	target := Tolerance / 2
 	switch largest.What {
 	case partScatter, partSpread, partRounds:

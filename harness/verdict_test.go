@@ -394,8 +394,23 @@ func TestSpreadOverRepeats(t *testing.T) {
 		if half <= harness.Tolerance || row.Verdict.Level() != harness.Suspect || !strings.Contains(row.Verdict.String(), want) {
 			t.Errorf("verdict %q; want it to say %q", row.Verdict, want)
 		}
-		if row.Suggested == nil || row.Suggested.Repeat != int(math.Ceil(5*half*half/(0.025*0.025))) {
-			t.Errorf("suggested %+v", row.Suggested)
+		// TTFT scatters too, each prefill's cost jittered: its own
+		// interval, and the runs that narrow it, which the row suggests
+		// when they are more.
+		var ttfts []float64
+		for _, r := range row.Runs {
+			ttfts = append(ttfts, r.A.Seconds)
+		}
+		slices.Sort(ttfts)
+		ttftHalf := 1.96 * 1.2533 * harness.StdDev(ttfts) / math.Sqrt(5) / ttfts[2]
+		ttftWant := fmt.Sprintf("TTFT (and so the prefill rate) is known to ±%.1f %% only, adding up what is known of its error (spread over the runs ±%s %%): --repeat %d narrows the spread over the runs to ±2.5 %%",
+			100*ttftHalf, fmt.Sprint(math.Round(1000*ttftHalf)/10), int(math.Ceil(5*ttftHalf*ttftHalf/(0.025*0.025))))
+		if fv := row.FigureVerdicts; ttftHalf <= harness.Tolerance || fv.TTFT.Level != harness.Suspect || !strings.Contains(row.Verdict.String(), ttftWant) {
+			t.Errorf("verdict %q; want it to say %q", row.Verdict, ttftWant)
+		}
+		runs := max(int(math.Ceil(5*half*half/(0.025*0.025))), int(math.Ceil(5*ttftHalf*ttftHalf/(0.025*0.025))))
+		if row.Suggested == nil || row.Suggested.Repeat != runs {
+			t.Errorf("suggested %+v, want --repeat %d; verdict %q", row.Suggested, runs, row.Verdict)
 		}
 	})
 }
