@@ -56,7 +56,8 @@
 // Each figure also has an error budget: what is known of its error added
 // up as a bound (the lateness against the truth, the wider of the
 // acceptance scatter and the spread over repeats, the context the figure
-// was decoded over, whole rounds). A figure is ok only when its bound is
+// was decoded over, whole rounds, and the reuse --allow-shared-prefix
+// tolerates: k of P prompt tokens cached save at most k/P of the prefill). A figure is ok only when its bound is
 // within Tolerance; one past it that no finding made SUSPECT gets a
 // SUSPECT cause naming its parts and the fix of the largest (kimi at 32k,
 // b = 1025: the scatter's ±4.4 % and the growth's -1.0 %, ±5.4 % in all:

@@ -784,6 +784,7 @@ const (
 	partSpread   = "spread over the runs"
 	partGrowth   = "context growth"
 	partRounds   = "whole rounds"
+	partReuse    = "tolerated reuse"
 )
 
 // judgeFigures gives each figure of a row its verdict from the findings
@@ -874,6 +875,8 @@ func (fix budgetFix) text(name string, parts []ErrorPart, alone bool) (string, S
 			return text + fmt.Sprintf(": a larger %s narrows the %s", fix.flag, largest.What), Suggestion{}
 		}
 		return text + fmt.Sprintf(": --repeat %d narrows the %s to ±%s", int(runs), largest.What, pctPlain(target)), Suggestion{Repeat: int(runs)}
+	case partReuse:
+		return text + ": --allow-shared-prefix lets it through; a nonce first in each prompt keeps the legs cold", Suggestion{}
 	case partLateness:
 		if s := niceBelow(fix.speedup * target / math.Abs(largest.Share)); s >= 1 && s < fix.speedup {
 			return text + fmt.Sprintf(": --speedup %s narrows the lateness to %s", trimFloat(s), pctPlain(target)), Suggestion{Speedup: s}
@@ -893,5 +896,59 @@ func (b errorBudget) latenessParts(t *TruthFigures) {
 	}
 	if t.DecodeErr != nil {
 		b.add(FigureDecode, partLateness, *t.DecodeErr)
+	}
+}
+
+// tolerated is the reuse of a leg that the checks let through: its cached
+// tokens beyond the shared floor, when --allow-shared-prefix tolerates
+// them; 0 when it reused none of them, is POISONED for more, or its count
+// is unknown.
+func (l *Leg) tolerated(floor, allow int) int {
+	floor = max(floor, 0)
+	if l.CachedTokens == nil || l.cachedImpossible() || *l.CachedTokens <= floor || *l.CachedTokens > floor+allow {
+		return 0
+	}
+	return *l.CachedTokens - floor
+}
+
+// largest records share as figure f's part what, in place of a smaller
+// one: of several runs, the one furthest off bounds the median.
+func (b errorBudget) largest(f Figure, what string, share float64) {
+	for i, p := range b[f] {
+		if p.What == what {
+			if math.Abs(share) > math.Abs(p.Share) {
+				b[f][i].Share = share
+			}
+			return
+		}
+	}
+	b.add(f, what, share)
+}
+
+// reuseParts records the reuse a row's checks tolerate. A prefix of k of a
+// prompt's P tokens from the cache saves at most k/P of its prefill (the
+// first tokens attend to the fewest), so TTFT reads short by at most k/P
+// and the prefill rate high by 1/(1-k/P)-1; and t_b-t_a moves by the
+// difference of the legs' savings, at most the larger of them, k/P of the
+// cold prefill (t_a/(1-k_a/P) at most), over the decode span. Legs that
+// reused alike move no decode.
+func (b errorBudget) reuseParts(runs []Run, floor, allow int) {
+	for _, r := range runs {
+		p := float64(r.A.PromptTokens)
+		ka, kb := float64(r.A.tolerated(floor, allow)), float64(r.B.tolerated(floor, allow))
+		if p <= 0 || ka >= p {
+			continue
+		}
+		if ka > 0 {
+			b.largest(FigureTTFT, partReuse, -ka/p)
+			b.largest(FigurePrefill, partReuse, 1/(1-ka/p)-1)
+		}
+		if dt := r.B.Seconds - r.A.Seconds; ka != kb && dt > 0 {
+			sign := 1.0 // leg b saved more: t_b short, decode high
+			if ka > kb {
+				sign = -1
+			}
+			b.largest(FigureDecode, partReuse, sign*max(ka, kb)/p*r.A.Seconds/(1-ka/p)/dt)
+		}
 	}
 }

@@ -732,3 +732,36 @@ func TestNaiveRerunPoisonsTTFTOnly(t *testing.T) {
 		}
 	})
 }
+
+// Reuse that --allow-shared-prefix tolerates is in the error budget: with
+// the nonce at the end of a 1024-token prompt, leg b reuses the 1019
+// tokens before it, which the allowance lets through, and its saved
+// prefill shortens t_b-t_a over b-a = 64 tokens. The decode figure's bound
+// holds its realized bias (+8.6 %), and passes 5 % (+10.7 %): SUSPECT,
+// naming the reuse, where it was ok.
+func TestToleratedReuseInTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mocktest.Start(t, api.Config{})
+		tp := twoPoint(m, []harness.Point{{CtxReq: 1024, Tokens: 1024}}, harness.NonceMethod)
+		tp.NoncePosition, tp.B = harness.NonceEnd, 65
+		tp.Options.AllowSharedPrefix = 2000
+		row := run(t, tp).Rows[0]
+		r := row.Runs[0]
+		want := 1019.0 / 1024 * r.A.Seconds / (r.B.Seconds - r.A.Seconds)
+		var reuse float64
+		for _, p := range row.FigureVerdicts.Decode.Parts {
+			if p.What == "tolerated reuse" {
+				reuse = p.Share
+			}
+		}
+		fv := row.FigureVerdicts
+		if *row.CachedA != 0 || *row.CachedB != 1019 || reuse != want || fv.Decode.Level != harness.Suspect ||
+			math.Abs(*row.Truth.DecodeBias) > *fv.Decode.Bound || fv.TTFT.Level != harness.OK {
+			t.Fatalf("cached %d/%d, reuse part %v (want %v), decode_bias %v, figure verdicts %+v, verdict %q",
+				*row.CachedA, *row.CachedB, reuse, want, *row.Truth.DecodeBias, fv, row.Verdict)
+		}
+		if !strings.Contains(row.Verdict.String(), fmt.Sprintf("decode is known to ±%.1f %% only, adding up what is known of its error (tolerated reuse %+.1f %%", 100**fv.Decode.Bound, 100*want)) {
+			t.Errorf("verdict %q", row.Verdict)
+		}
+	})
+}
