@@ -235,7 +235,10 @@
 //     expected output covers what it needs beyond the free KV; they are
 //     released as a retraction releases a request and queued again when
 //     the batch is formed (SGLang forgets them when the batch ends up
-//     empty; the mock queues them).
+//     empty; the mock queues them). A request whose prefetch from storage
+//     goes on preempts nobody: SGLang's loop tries the preemption before
+//     it checks the prefetch, then passes the request over, so its victims
+//     make room for another or, in an empty batch, are lost.
 //
 // # Time
 //
