@@ -157,9 +157,10 @@ type RunImpact struct {
 // its saved time, so the requests in flight at its first token (in its
 // prefill batch, or waiting behind it) would have waited as long: those
 // whose first token came with or after it in their TTFT, those that
-// finished after it in their E2E (FCFS with prefill first, as
-// SGLang schedules; batched prefills overlap, so this bounds the effect
-// from above).
+// finished after it in their E2E; and one that arrived while that longer
+// prefill would still have run would have waited for its end, at most
+// the rest of it (FCFS with prefill first, as SGLang schedules; batched
+// prefills overlap, so this bounds the effect from above).
 func runImpact(rs []AuditRequest, speedup float64) *RunImpact {
 	ri := &RunImpact{}
 	firstToken := func(r *AuditRequest) float64 {
@@ -192,6 +193,9 @@ func runImpact(rs []AuditRequest, speedup float64) *RunImpact {
 				if q.Arrival+q.E2E >= t0 {
 					e2eAdd[j] += r.Saved
 				}
+			case q.Arrival < t0+r.Saved:
+				ttftAdd[j] += t0 + r.Saved - q.Arrival
+				e2eAdd[j] += t0 + r.Saved - q.Arrival
 			}
 		}
 	}

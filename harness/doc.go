@@ -56,11 +56,14 @@
 // Each figure also has an error budget: what is known of its error added
 // up as a bound (the lateness against the truth, the wider of the
 // acceptance scatter and the spread over repeats, the context the figure
-// was decoded over, whole rounds). A figure is ok only when its bound is
-// within Tolerance; one past it whose parts each pass alone gets a
-// SUSPECT cause naming them and the fix of the largest (kimi at 32k, b =
-// 1025: the scatter's ±4.4 % and the growth's -1.0 %, ±5.4 % in all:
-// --repeat 5). The row's level is its worst figure's.
+// was decoded over, whole rounds, and the reuse --allow-shared-prefix
+// tolerates: k of P prompt tokens cached save at most k/P of the prefill). A figure is ok only when its bound is
+// within Tolerance; one past it that no finding made SUSPECT gets a
+// SUSPECT cause naming its parts and the fix of the largest (kimi at 32k,
+// b = 1025: the scatter's ±4.4 % and the growth's -1.0 %, ±5.4 % in all:
+// --repeat 5; TTFT over repeats whose prefills scatter by ±36 %), and the
+// row's suggestion is the one that fixes every figure (the most runs).
+// The row's level is its worst figure's.
 //
 // Under SGLang's HiCache a reuse names its tier, from the answer's
 // cached_tokens_details (meta_info, or sglext on the OpenAI routes; the

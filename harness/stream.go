@@ -145,6 +145,8 @@ func (st *Stream) measure(ctx context.Context, s *session, p Point) (StreamRow, 
 	case *leg.CachedTokens > floor:
 		// A prefix from the cache shortens the prefill, not the decode.
 		v.addTo(legAFigures, Poisoned, fmt.Sprintf("the request reused %d of %d prompt tokens (cached_tokens)", *leg.CachedTokens, leg.PromptTokens))
+	default:
+		budget.reuseParts([]Run{{A: leg, B: leg}}, s.server.SharedFloor, s.opt.AllowSharedPrefix)
 	}
 	if leg.CompletionTokens != st.MaxNewTokens {
 		v.addTo(decodeOnly, Suspect, fmt.Sprintf("the request generated %d of %d tokens", leg.CompletionTokens, st.MaxNewTokens))

@@ -563,6 +563,7 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 	budget := errorBudget{}
 	budget.add(FigureTTFT, partSpread, spreadHalf(ttfts))
 	budget.add(FigurePrefill, partSpread, spreadHalf(prefills))
+	budget.reuseParts(row.Runs, s.server.SharedFloor, s.opt.AllowSharedPrefix)
 	if medianDefined {
 		row.precision(s, tp.A, tp.B, defined, budget)
 	}

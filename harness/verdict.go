@@ -263,7 +263,9 @@ type Suggestion struct {
 	Repeat int `json:"repeat,omitempty"`
 }
 
-// mergeSuggestion adds a fix's non-zero fields to a row's suggestion.
+// mergeSuggestion adds a fix's non-zero fields to a row's suggestion, so
+// that it fixes every figure: the lowest speedup, the largest b and the
+// most runs any fix names.
 func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 	if sug == (Suggestion{}) {
 		return to
@@ -271,15 +273,10 @@ func mergeSuggestion(to *Suggestion, sug Suggestion) *Suggestion {
 	if to == nil {
 		to = &Suggestion{}
 	}
-	if sug.Speedup > 0 {
+	if sug.Speedup > 0 && (to.Speedup == 0 || sug.Speedup < to.Speedup) {
 		to.Speedup = sug.Speedup
 	}
-	if sug.B > 0 {
-		to.B = sug.B
-	}
-	if sug.Repeat > 0 {
-		to.Repeat = sug.Repeat
-	}
+	to.B, to.Repeat = max(to.B, sug.B), max(to.Repeat, sug.Repeat)
 	return to
 }
 
@@ -787,31 +784,41 @@ const (
 	partSpread   = "spread over the runs"
 	partGrowth   = "context growth"
 	partRounds   = "whole rounds"
+	partReuse    = "tolerated reuse"
 )
 
 // judgeFigures gives each figure of a row its verdict from the findings
 // that concern it and its error budget. A figure whose parts add up beyond
-// Tolerance, though none does alone (each part past it has a finding of its
-// own), gets a SUSPECT finding naming them and the fix of the largest:
-// decode_bias -5.59 % on an ok row (the scatter's ±4.3 % over 243 rounds
-// and a growth of -1.3 % each passing alone) is what this catches. TTFT
-// and the prefill rate, both leg a's, share one finding.
+// Tolerance, though none does alone, gets a SUSPECT finding naming them and
+// the fix of the largest: decode_bias -5.59 % on an ok row (the scatter's
+// ±4.3 % over 243 rounds and a growth of -1.3 % each passing alone) is what
+// this catches. A part past Tolerance alone mostly has a finding of its
+// own; where none made the figure SUSPECT (the spread of TTFT over
+// repeats, or the prefill rate's share of a TTFT error just under
+// Tolerance), the budget's finding does. TTFT and the prefill rate, both
+// leg a's, share one finding.
 func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Suggestion) {
 	var fv FigureVerdicts
 	var sug Suggestion
 	said := map[Figure]bool{}
+	alone := func(f Figure) bool {
+		return slices.ContainsFunc(b[f], func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance })
+	}
+	// unsaid tells whether figure f's bound passes Tolerance with no
+	// finding that says so.
+	unsaid := func(f Figure) bool {
+		l := v.LevelOf(f)
+		return total(b[f]) > Tolerance && l != Poisoned && (!alone(f) || l < Suspect)
+	}
 	for _, f := range rowFigures {
-		parts := b[f]
-		sum := total(parts)
-		alone := slices.ContainsFunc(parts, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance })
-		if said[f] || !(sum > Tolerance) || alone || v.LevelOf(f) == Poisoned {
+		if said[f] || !unsaid(f) {
 			continue
 		}
 		figs := []Figure{f}
 		name := "decode"
 		if f == FigureTTFT {
 			name = "TTFT"
-			if p := b[FigurePrefill]; total(p) > Tolerance && !slices.ContainsFunc(p, func(p ErrorPart) bool { return math.Abs(p.Share) > Tolerance }) {
+			if unsaid(FigurePrefill) {
 				figs, name = legAFigures, "TTFT (and so the prefill rate)"
 			}
 		} else if f == FigurePrefill {
@@ -820,7 +827,7 @@ func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Sug
 		for _, g := range figs {
 			said[g] = true
 		}
-		text, s := fix.text(name, parts, sum)
+		text, s := fix.text(name, b[f], alone(f))
 		v.addTo(figs, Suspect, text)
 		sug = *mergeSuggestion(&sug, s)
 	}
@@ -836,8 +843,9 @@ func judgeFigures(v *Verdict, b errorBudget, fix budgetFix) (FigureVerdicts, Sug
 }
 
 // text is the budget's finding for figure name, with the fix of its
-// largest part.
-func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, Suggestion) {
+// largest part; alone says a part is past Tolerance by itself.
+func (fix budgetFix) text(name string, parts []ErrorPart, alone bool) (string, Suggestion) {
+	sum := total(parts)
 	var names []string
 	largest := parts[0]
 	for _, p := range parts {
@@ -853,8 +861,10 @@ func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, 
 		}
 		names = append(names, p.What+" "+share)
 	}
-	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s), each within %s alone",
-		name, 100*sum, strings.Join(names, ", "), pctPlain(Tolerance))
+	text := fmt.Sprintf("%s is known to ±%.1f %% only, adding up what is known of its error (%s)", name, 100*sum, strings.Join(names, ", "))
+	if !alone {
+		text += ", each within " + pctPlain(Tolerance) + " alone"
+	}
 	target := Tolerance / 2
 	switch largest.What {
 	case partScatter, partSpread, partRounds:
@@ -865,6 +875,8 @@ func (fix budgetFix) text(name string, parts []ErrorPart, sum float64) (string, 
 			return text + fmt.Sprintf(": a larger %s narrows the %s", fix.flag, largest.What), Suggestion{}
 		}
 		return text + fmt.Sprintf(": --repeat %d narrows the %s to ±%s", int(runs), largest.What, pctPlain(target)), Suggestion{Repeat: int(runs)}
+	case partReuse:
+		return text + ": --allow-shared-prefix lets it through; a nonce first in each prompt keeps the legs cold", Suggestion{}
 	case partLateness:
 		if s := niceBelow(fix.speedup * target / math.Abs(largest.Share)); s >= 1 && s < fix.speedup {
 			return text + fmt.Sprintf(": --speedup %s narrows the lateness to %s", trimFloat(s), pctPlain(target)), Suggestion{Speedup: s}
@@ -884,5 +896,59 @@ func (b errorBudget) latenessParts(t *TruthFigures) {
 	}
 	if t.DecodeErr != nil {
 		b.add(FigureDecode, partLateness, *t.DecodeErr)
+	}
+}
+
+// tolerated is the reuse of a leg that the checks let through: its cached
+// tokens beyond the shared floor, when --allow-shared-prefix tolerates
+// them; 0 when it reused none of them, is POISONED for more, or its count
+// is unknown.
+func (l *Leg) tolerated(floor, allow int) int {
+	floor = max(floor, 0)
+	if l.CachedTokens == nil || l.cachedImpossible() || *l.CachedTokens <= floor || *l.CachedTokens > floor+allow {
+		return 0
+	}
+	return *l.CachedTokens - floor
+}
+
+// largest records share as figure f's part what, in place of a smaller
+// one: of several runs, the one furthest off bounds the median.
+func (b errorBudget) largest(f Figure, what string, share float64) {
+	for i, p := range b[f] {
+		if p.What == what {
+			if math.Abs(share) > math.Abs(p.Share) {
+				b[f][i].Share = share
+			}
+			return
+		}
+	}
+	b.add(f, what, share)
+}
+
+// reuseParts records the reuse a row's checks tolerate. A prefix of k of a
+// prompt's P tokens from the cache saves at most k/P of its prefill (the
+// first tokens attend to the fewest), so TTFT reads short by at most k/P
+// and the prefill rate high by 1/(1-k/P)-1; and t_b-t_a moves by the
+// difference of the legs' savings, at most the larger of them, k/P of the
+// cold prefill (t_a/(1-k_a/P) at most), over the decode span. Legs that
+// reused alike move no decode.
+func (b errorBudget) reuseParts(runs []Run, floor, allow int) {
+	for _, r := range runs {
+		p := float64(r.A.PromptTokens)
+		ka, kb := float64(r.A.tolerated(floor, allow)), float64(r.B.tolerated(floor, allow))
+		if p <= 0 || ka >= p {
+			continue
+		}
+		if ka > 0 {
+			b.largest(FigureTTFT, partReuse, -ka/p)
+			b.largest(FigurePrefill, partReuse, 1/(1-ka/p)-1)
+		}
+		if dt := r.B.Seconds - r.A.Seconds; ka != kb && dt > 0 {
+			sign := 1.0 // leg b saved more: t_b short, decode high
+			if ka > kb {
+				sign = -1
+			}
+			b.largest(FigureDecode, partReuse, sign*max(ka, kb)/p*r.A.Seconds/(1-ka/p)/dt)
+		}
 	}
 }

@@ -154,7 +154,8 @@ type paramRoute struct {
 // an unknown route's and method's too, then the route's handlers, or
 // notFound (404) or methodNotAllowed (405, with an Allow header). A path
 // that exists only with its trailing slash added or removed is redirected
-// there with 307, as SGLang's FastAPI router (redirect_slashes) does. A
+// there with 307, after the middleware, as SGLang's FastAPI router
+// (redirect_slashes) does. A
 // handler's panic is logged by onPanic, which answers it if nothing was
 // written yet.
 type router struct {
@@ -228,7 +229,9 @@ func (r *router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if other, _, _ := r.lookup(toggled); other != nil {
 			u := *req.URL
 			u.Path = toggled
-			http.Redirect(c.Writer, req, u.RequestURI(), http.StatusTemporaryRedirect)
+			// Behind the middleware, as Starlette's router is behind
+			// SGLang's: a request without the API key gets 401, not 307.
+			r.run(c, func(c *exchange) { http.Redirect(c.Writer, req, u.RequestURI(), http.StatusTemporaryRedirect) })
 			c.Writer.writeHeaderNow()
 			return
 		}

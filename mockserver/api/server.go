@@ -431,7 +431,9 @@ func (s *Server) routes() *router {
 
 // recovered answers a handler's panic with 500 and logs it with its
 // stack; a panic with http.ErrAbortHandler goes on to net/http, which
-// closes the connection.
+// closes the connection. So does one after the answer began (a stream's
+// first events went out): ending it as if complete would hand the client
+// a truncated answer that reads as whole.
 func (s *Server) recovered(c *exchange, err any) {
 	if err == http.ErrAbortHandler {
 		panic(err)
@@ -441,9 +443,10 @@ func (s *Server) recovered(c *exchange, err any) {
 		logger = slog.Default()
 	}
 	logger.Error("panic serving a request", "method", c.Request.Method, "path", c.Request.URL.Path, "panic", err, "stack", string(debug.Stack()))
-	if !c.Writer.written {
-		writeJSON(c, http.StatusInternalServerError, errorObject(fmt.Sprint(err), "Internal Server Error", 500))
+	if c.Writer.written {
+		panic(http.ErrAbortHandler)
 	}
+	writeJSON(c, http.StatusInternalServerError, errorObject(fmt.Sprint(err), "Internal Server Error", 500))
 }
 
 // stateGate answers 503 as SGLang does: while starting, the health checks

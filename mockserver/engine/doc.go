@@ -166,7 +166,9 @@
 //   - At admission a host hit of at least 10 tokens is loaded back: the
 //     device evicts for all of it if it must (load_back's rule), and the
 //     prefill batch's duration overlaps the transfer with its compute layer
-//     by layer (LoadBackSeconds).
+//     by layer (LoadBackSeconds). Without chunked prefill a request whose
+//     extend less its host hit does not fit what max_prefill_tokens leaves
+//     is refused first (add_one_req's order), its hit left on the host.
 //   - With a storage tier (mockserver/hicache: a directory of page files,
 //     or an in-process store standing in for the distributed backends), a
 //     node whose write-through ended is backed up on the backup thread, one
@@ -209,9 +211,11 @@
 //   - lpm matches every waiting request's whole sequence in the radix
 //     cache (a match like any other: it splits nodes and makes them
 //     recently used) and takes the longest match first, capped at what the
-//     request may reuse (num_matched_prefix_tokens). A request whose match
-//     is at most in_batch_prefix_caching_check_threshold (32) tokens is
-//     checked against the waiting requests checked before it: if it shares
+//     request may reuse (num_matched_prefix_tokens; under HiCache the
+//     device and host hits together, loading nothing back). A request
+//     whose device match is at most in_batch_prefix_caching_check_threshold
+//     (32) tokens is checked against the waiting requests checked before
+//     it: if it shares
 //     in_batch_prefix_caching_deprioritize_threshold (32) tokens or more
 //     with one, which is about to compute them, it goes to the back, so
 //     that a later batch finds them cached (in-batch prefix caching).
@@ -235,7 +239,10 @@
 //     expected output covers what it needs beyond the free KV; they are
 //     released as a retraction releases a request and queued again when
 //     the batch is formed (SGLang forgets them when the batch ends up
-//     empty; the mock queues them).
+//     empty; the mock queues them). A request whose prefetch from storage
+//     goes on preempts nobody: SGLang's loop tries the preemption before
+//     it checks the prefetch, then passes the request over, so its victims
+//     make room for another or, in an empty batch, are lost.
 //
 // # Time
 //

@@ -449,3 +449,57 @@ func TestFilePagesNamedForTheAttentionGroup(t *testing.T) {
 		}
 	}
 }
+
+// hostAndDevicePrefixes leaves, on e (hiProfile, write_through), a
+// 1000-token prompt only on the host (evicted from the device by a
+// 2500-token one) and a 300-token prompt on the device, and returns them.
+func hostAndDevicePrefixes(t *testing.T, e *Engine) (host, dev []int32) {
+	t.Helper()
+	host, dev = prompt(1, 1000), prompt(3, 300)
+	run(t, e, Request{InputIDs: host, MaxNewTokens: 1})
+	run(t, e, Request{InputIDs: prompt(2, 2500), MaxNewTokens: 1})
+	run(t, e, Request{InputIDs: dev, MaxNewTokens: 1})
+	if st := e.HiCache(); st.HostOnlyTokens != 1000 {
+		t.Fatalf("host-only tokens %d, want 1000 (the first prompt evicted from the device)", st.HostOnlyTokens)
+	}
+	return host, dev
+}
+
+// Without chunked prefill a request that cannot join a batch (its extend
+// less its host hit reaches what max_prefill_tokens leaves) is refused
+// before its host hit is loaded back, as add_one_req tests it first: the
+// next batch loads it back and counts it from the host, once. Two requests
+// of 200 new tokens each queue behind a blocker, max_prefill_tokens 256.
+func TestNoLoadBackForARequestTheBatchRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := hiProfile(t, "write_through", "")
+		p.ChunkedPrefillSize, p.MaxPrefillTokens = -1, 256
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, Config{Profile: p})
+		defer e.Close()
+		host, dev := hostAndDevicePrefixes(t, e)
+		before := e.HiCache().LoadBacks
+		streams := []*Stream{submit(t, e, Request{RID: "B", InputIDs: prompt(4, 500), MaxNewTokens: 1})}
+		synctest.Wait() // the blocker's prefill is in flight
+		streams = append(streams,
+			submit(t, e, Request{RID: "DD", InputIDs: joinIDs(dev, prompt(5, 200)), MaxNewTokens: 1}),
+			submit(t, e, Request{RID: "HH", InputIDs: joinIDs(host, prompt(6, 200)), MaxNewTokens: 1}))
+		last := map[string]Event{}
+		for _, st := range streams {
+			evs := drain(t, st)
+			last[st.RID()] = evs[len(evs)-1]
+		}
+		dd, hh := last["DD"], last["HH"]
+		if hh.Truth.Admitted <= dd.Truth.Admitted {
+			t.Fatalf("HH admitted at %v, DD at %v: want HH in a later batch", hh.Truth.Admitted, dd.Truth.Admitted)
+		}
+		if tiers := tiersOf(hh); tiers != (CacheTiers{Host: 1000}) || hh.Truth.LoadBackTokens != 1000 {
+			t.Errorf("HH: tiers %+v, loaded back %d, want 1000 from the host, loaded back in its own batch", tiers, hh.Truth.LoadBackTokens)
+		}
+		if n := e.HiCache().LoadBacks - before; n != 1 {
+			t.Errorf("%d load backs, want 1", n)
+		}
+	})
+}

@@ -55,7 +55,8 @@ type schedPolicy struct {
 type queueEntry struct {
 	r *req
 	// matched is its num_matched_prefix_tokens: the cached prefix of its
-	// whole sequence, capped at what it may reuse.
+	// whole sequence, on the device and the host, capped at what it may
+	// reuse.
 	matched int
 	// held marks a request in-batch prefix caching holds back.
 	held bool
@@ -154,7 +155,8 @@ func (p *schedPolicy) calcPriority(s *scheduler) {
 // matchPrefixes is _compute_prefix_matches: each waiting request's whole
 // sequence (prompt, and output after a retraction) is matched in the radix
 // cache, a match that splits and touches nodes as any does, in queue
-// order. One whose cached prefix is at most checkLen tokens is then
+// order; its key is the device and host match together, capped
+// (match_prefix_for_req's num_matched_prefix_tokens). One whose cached prefix is at most checkLen tokens is then
 // checked against the waiting requests checked before it: if it shares at
 // least deprioritizeLen tokens with one of them, which is about to compute
 // them, it is held back; otherwise its sequence joins them. SGLang keeps
@@ -170,8 +172,12 @@ func (p *schedPolicy) matchPrefixes(s *scheduler, q []*req, inBatch bool) {
 	clear(p.seen)
 	for _, r := range q {
 		fill := r.fill()
-		n, node := s.tree.Match(r.ns, fill)
-		e := queueEntry{r: r, matched: min(n, r.maxPrefixLen())}
+		// Under HiCache the key counts the host hit too; the in-batch
+		// check and dfs-weight read the device part (prefix_indices,
+		// last_node). Matching loads nothing back.
+		m := s.tree.MatchTiers(r.ns, fill)
+		n, node := m.Device, m.DeviceNode
+		e := queueEntry{r: r, matched: min(n+m.Host, r.maxPrefixLen())}
 		if inBatch && n <= p.checkLen {
 			e.held = p.sharesPrefix(r.ns, fill)
 		}

@@ -633,3 +633,39 @@ func TestDefaultPriorityIsTheLeastPreferred(t *testing.T) {
 		t.Fatal("outranks wraps around at the int64 limits")
 	}
 }
+
+// TestLPMCountsHostHits: under HiCache lpm's key is the prefix matched on
+// the device and the host together (num_matched_prefix_tokens, which
+// match_prefix_for_req sets from device_indices and host_hit_length),
+// capped at what the request may reuse, and the match for the sort loads
+// nothing back. A prompt whose 1000 cached tokens are only on the host
+// goes before one that extends 300 tokens on the device, and each is
+// admitted with its own hit: 1000 loaded back from the host, 300 on the
+// device. One request a batch.
+func TestLPMCountsHostHits(t *testing.T) {
+	for _, tc := range []struct{ policy, want string }{
+		{profile.FCFS, "[DD] [HH]"},
+		{profile.LPM, "[HH] [DD]"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			p := hiProfile(t, "write_through", "")
+			p.SchedulePolicy = tc.policy
+			oneAtATime(256)(p)
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			e := startEngine(t, Config{Profile: p})
+			defer e.Close()
+			host, dev := hostAndDevicePrefixes(t, e)
+			evs := queueBehind(t, e, Request{RID: "B", InputIDs: prompt(4, 500), MaxNewTokens: 1},
+				Request{RID: "DD", InputIDs: joinIDs(dev, prompt(5, 200)), MaxNewTokens: 1},
+				Request{RID: "HH", InputIDs: joinIDs(host, prompt(6, 200)), MaxNewTokens: 1})
+			if got := batches(evs, "DD", "HH"); got != tc.want {
+				t.Errorf("%s: got %s, want %s", tc.policy, got, tc.want)
+			}
+			if dd, hh := tiersOf(evs["DD"]), tiersOf(evs["HH"]); dd != (CacheTiers{Device: 300}) || hh != (CacheTiers{Host: 1000}) {
+				t.Errorf("%s: tiers DD %+v, HH %+v, want 300 from the device and 1000 from the host", tc.policy, dd, hh)
+			}
+		})
+	}
+}

@@ -430,6 +430,13 @@ func (s *scheduler) planPrefill() *iteration {
 				s.batchFull = s.hi == nil || len(it.prefill) > 0 || len(s.running) > 0
 				break
 			}
+			if s.hi != nil && !chunking && len(it.prefill) > 0 && b.ceilPage(extend-r.match.Host) >= remInput {
+				// Without chunking a request that cannot join leaves before
+				// its host hit is loaded back (add_one_req tests the extend
+				// less the host hit first), so its KV stays on the host.
+				s.unadmit(r)
+				break
+			}
 			if r.loaded = s.loadBack(r, r.match); r.loaded > 0 {
 				extend = r.remainingFill()
 				m = extend
