@@ -120,6 +120,12 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 	fs.BoolVar(&o.cfg.EnableCacheReport, "enable-cache-report", false, "report usage.prompt_tokens_details.cached_tokens in OpenAI responses")
 	fs.BoolVar(&o.cfg.EnableMetrics, "enable-metrics", false, "serve Prometheus metrics on /metrics")
 	fs.IntVar(&o.cfg.StreamInterval, "stream-interval", 1, "send a stream event every N output tokens")
+	// A load tool sizes its prompts with the model's tokenizer and names
+	// the model in its requests; the mock counts and answers as the tool
+	// expects only with both.
+	tokenizerPath := fs.String("tokenizer-path", "", "the model's tokenizer `DIR` (tokenizer.json with tokenizer_config.json, or Kimi's tiktoken.model), "+
+		"as serve's: the mock counts tokens as the load tool's --tokenizer does")
+	fs.StringVar(&o.cfg.Args.ServedModelName, "served-model-name", "", "the model name the mock serves (/v1/models), the one the load tool's --model gives")
 	profileFlags := profile.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, auditUsage)
@@ -166,6 +172,12 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		return nil, err
 	}
 	o.profile = p
+	if *tokenizerPath != "" {
+		if o.cfg.Tokenizer, _, err = serveTokenizer(*tokenizerPath, ""); err != nil {
+			return nil, err
+		}
+		o.cfg.Args.TokenizerPath = *tokenizerPath
+	}
 	return o, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sglmock/sglmock/harness"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )
 
 // childEnv makes the test binary, run as audit's CMD, play a benchmark
@@ -77,6 +78,33 @@ func auditChild(behaviour string) int {
 		return 0
 	case "env":
 		fmt.Printf("child: NO_PROXY=%s no_proxy=%s\n", os.Getenv("NO_PROXY"), os.Getenv("no_proxy"))
+		return 0
+	case "model":
+		// As a load tool starts: the model the server serves, then a
+		// request whose prompt it counted with that model's tokenizer.
+		resp, err := http.Get(base + "/v1/models")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 5
+		}
+		var models struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&models)
+		resp.Body.Close()
+		_, b := post("/generate", fmt.Sprintf(`{"rid": "counted", "text": %q, "sampling_params": {"max_new_tokens": 4}}`, childPrompt))
+		var answer struct {
+			MetaInfo struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"meta_info"`
+		}
+		json.Unmarshal([]byte(b), &answer)
+		for _, m := range models.Data {
+			fmt.Printf("child: model %s\n", m.ID)
+		}
+		fmt.Printf("child: prompt_tokens %d\n", answer.MetaInfo.PromptTokens)
 		return 0
 	case "signal":
 		got := make(chan os.Signal, 1)
@@ -399,5 +427,29 @@ func TestAuditUpstreamRecords(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], `"rid":"leg-a"`) || !strings.Contains(lines[1], `"rid":"leg-b"`) ||
 		!strings.Contains(lines[1], `"route":"/generate"`) || !strings.Contains(lines[1], `"cached_tokens":760`) {
 		t.Fatalf("records:\n%s\nwant leg-a and leg-b, one a line", b)
+	}
+}
+
+// --tokenizer-path and --served-model-name give the mock the model a load
+// tool names and counts with (bench_serving's --model and --tokenizer):
+// /v1/models lists that name, and a prompt counts as that tokenizer counts
+// it, not as the profile's built-in one does.
+func TestAuditServesTheToolsModel(t *testing.T) {
+	dir := t.TempDir()
+	mocktest.WriteTokenizer(t, dir, "")
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(tok.EncodePrompt(nil, childPrompt))
+	code, stdout, stderr, _ := audit(t, "model", "--tokenizer-path", dir, "--served-model-name", "acme/tiny")
+	if code != 0 || !strings.Contains(stdout, "child: model acme/tiny\n") || !strings.Contains(stdout, fmt.Sprintf("child: prompt_tokens %d\n", want)) {
+		t.Fatalf("exit %d; want 0, the model acme/tiny and %d prompt tokens\n%s%s", code, want, stdout, stderr)
+	}
+	if _, stdout, _, _ := audit(t, "model"); strings.Contains(stdout, fmt.Sprintf("child: prompt_tokens %d\n", want)) {
+		t.Fatalf("the profile's own tokenizer counts %d tokens too: the test cannot tell them apart\n%s", want, stdout)
+	}
+	if code, _, stderr, _ := audit(t, "none", "--tokenizer-path", filepath.Join(dir, "nowhere")); code != 2 || !strings.Contains(stderr, "--tokenizer-path "+filepath.Join(dir, "nowhere")+": no such directory") {
+		t.Errorf("a missing tokenizer: exit %d, stderr %q; want 2 and the path named", code, stderr)
 	}
 }
