@@ -236,7 +236,7 @@ func (st *Stream) truth(ctx context.Context, s *session, row *StreamRow, leg *Le
 	if tr.SteadyDecode != nil && row.DecodeTPS > 0 {
 		b := relErr(row.DecodeTPS, *tr.SteadyDecode)
 		tr.DecodeBias = &b
-		expected, err := s.growth(ctx, &row.Verdict, "--max-new-tokens", leg.PromptTokens, 1, st.MaxNewTokens, *tr.SteadyDecode)
+		expected, err := s.growth(ctx, &row.Verdict, "--max-new-tokens", leg.PromptTokens, 1, st.MaxNewTokens, *tr.SteadyDecode, tr.DecodeBias)
 		if err != nil {
 			return err
 		}

@@ -768,7 +768,7 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row, budget erro
 	if row.DecodeTPS != nil && t.SteadyDecode != nil {
 		b := relErr(*row.DecodeTPS, *t.SteadyDecode)
 		t.DecodeBias = &b
-		expected, err := s.growth(ctx, &row.Verdict, "--b", prompt, tp.A, tp.B, *t.SteadyDecode)
+		expected, err := s.growth(ctx, &row.Verdict, "--b", prompt, tp.A, tp.B, *t.SteadyDecode, t.DecodeBias)
 		if err != nil {
 			return err
 		}
@@ -791,9 +791,9 @@ func (tp *TwoPoint) truth(ctx context.Context, s *session, row *Row, budget erro
 // token comes from the model's steady rates at its start, middle and end
 // (Simpson's rule: exact where the cost is linear in the context, as
 // between a table's points); steady is the rate at the prompt, and flag
-// the option that sets b. A span that ends at the context length itself
+// the option that sets b; measured is the row's decode_bias. A span that ends at the context length itself
 // is one the model refuses to price (400): it is then not judged.
-func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64) (float64, error) {
+func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a, b int, steady float64, measured *float64) (float64, error) {
 	var rates [3]float64
 	for i, at := range [3]int{prompt + a, prompt + (a+b)/2, prompt + b} {
 		e, err := s.expect(ctx, at, 0, 1)
@@ -813,7 +813,7 @@ func (s *session) growth(ctx context.Context, v *Verdict, flag string, prompt, a
 	}
 	mean := (1/rates[0] + 4/rates[1] + 1/rates[2]) / 6
 	expected := relErr(1/mean, steady)
-	growthCheck(v, flag, prompt, a, b, rates[0], rates[2], expected)
+	growthCheck(v, flag, prompt, a, b, rates[0], rates[2], expected, measured)
 	return expected, nil
 }
 

@@ -100,8 +100,11 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 			continue
 		}
 		tr := row.Truth
-		if note := "b-a = 192: about 44 rounds, so one run's decode is known to ±10.3 % (95 %) despite the tokens a round accepts"; !strings.Contains(row.Verdict.String(), note) {
-			t.Errorf("flush+nonce at %d: verdict %q lacks %q", row.PromptTokens, row.Verdict, note)
+		// The demo's note on the rounds, unless the harness found them too
+		// few for this run's acceptance, and said so.
+		scattered := slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool { return c.Level == harness.Suspect && scatterCause.MatchString(c.Text) })
+		if note := "b-a = 192: about 44 rounds, so one run's decode is known to ±10.3 % (95 %) despite the tokens a round accepts"; strings.Contains(row.Verdict.String(), note) == scattered {
+			t.Errorf("flush+nonce at %d: verdict %q; want %q only without the scatter's SUSPECT", row.PromptTokens, row.Verdict, note)
 		}
 		// kimi refuses a flush for 50 ms after a response (SGLang's flush
 		// race): the demo's retries make the row ok, with a note saying so.
@@ -113,7 +116,7 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 		for _, c := range row.Verdict.Causes {
 			switch {
 			case c.Level == harness.Suspect && scatterCause.MatchString(c.Text):
-			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is -9.1 % by construction (sglmock's model): leg b decodes from 1408 to 1600 tokens of context"):
+			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is ") && strings.Contains(c.Text, ", -9.1 % of it by construction (sglmock's model): leg b decodes from 1408 to 1600 tokens of context"):
 				growth = !growth
 			default:
 				rest.Causes = append(rest.Causes, c)

@@ -76,13 +76,18 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 }
 
 func listScenarios(stdout, stderr io.Writer) int {
-	for _, name := range scenarios.Names() {
+	names := scenarios.Names()
+	width := 0
+	for _, name := range names {
+		width = max(width, len(name))
+	}
+	for _, name := range names {
 		sc, err := scenarios.Builtin(name)
 		if err != nil {
 			fmt.Fprintln(stderr, "sglmock scenario list:", err)
 			return 2
 		}
-		fmt.Fprintf(stdout, "%-20s %s\n", name, sc.Summary())
+		fmt.Fprintf(stdout, "%-*s  %s\n", width, name, sc.Summary())
 	}
 	return 0
 }

@@ -88,10 +88,18 @@ func TestScenarioCommand(t *testing.T) {
 	if len(lines) != len(names) {
 		t.Fatalf("list: got %d lines, want one for each of %d scenarios:\n%s", len(lines), len(names), stdout.String())
 	}
+	// The summaries start in one column, past the longest name.
+	column := -1
 	for i, name := range names {
-		if f := strings.Fields(lines[i]); len(f) < 2 || f[0] != name {
-			t.Errorf("list line %d: got %q, want %s and its summary", i, lines[i], name)
+		sc, err := scenarios.Builtin(name)
+		if err != nil {
+			t.Fatal(err)
 		}
+		at := strings.Index(lines[i], "  "+sc.Summary())
+		if f := strings.Fields(lines[i]); len(f) < 2 || f[0] != name || at < len(name) || column >= 0 && at != column {
+			t.Errorf("list line %d: got %q, want %s and its summary from column %d", i, lines[i], name, column)
+		}
+		column = at
 	}
 }
 
