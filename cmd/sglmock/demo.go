@@ -121,9 +121,10 @@ func demo(ctx context.Context, set demoSettings, stdout, stderr io.Writer) (*har
 				// moves its decode_bias (growthCheck).
 				// A row the harness found SUSPECT for that scatter (this
 				// run's rounds accepted fewer tokens than the profile's
-				// mean) already says how well its decode is known.
+				// mean), or for its errors added up, already says how well
+				// its decode is known.
 				if !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool {
-					return c.Level == harness.Suspect && strings.Contains(c.Text, "speculative rounds of")
+					return c.Level == harness.Suspect && (strings.Contains(c.Text, "speculative rounds of") || strings.Contains(c.Text, "decode is known to ±"))
 				}) {
 					row.Verdict.Causes = append(row.Verdict.Causes, harness.Cause{Level: harness.OK,
 						Text: fmt.Sprintf("b-a = %d: about %.0f rounds, so one run's decode is known to ±%.1f %% (95 %%) despite the tokens a round accepts",
