@@ -238,8 +238,11 @@
 //     sum, as SGLang's multiprocess registry adds them), each eviction and
 //     load back observed as 0 s (SGLang times the host's work, not the
 //     transfer); HiCache's host pool gauges are the scheduler's, and the
-//     storage counters carry StorageMetricsCollector's labels, one series
-//     an attention-DP rank. The scheduler's gauges are what its metrics
+//     storage counters and histograms (prefetch_pgs, backup_pgs,
+//     prefetch_bandwidth, backup_bandwidth: one observation a storage
+//     batch, for the backends that report them, engine.StorageMetrics)
+//     carry StorageMetricsCollector's labels, one series an attention-DP
+//     rank. The scheduler's gauges are what its metrics
 //     reporter last logged (each prefill batch, every decode-log interval),
 //     token_usage rounded to two decimals; a counter SGLang increments only
 //     by a positive amount has no series before its first increment. The warmup

@@ -116,11 +116,12 @@ func prefetchJSON(p *engine.PrefetchRecord) *sim.Prefetch {
 		FetchedPages: p.Fetched, Tokens: p.Tokens, Terminated: p.Terminated}
 }
 
-// hicacheCollector exposes the storage tier's counters with
-// StorageMetricsCollector's labels: one series an attention-DP rank (its
-// dp_rank; every rank is attention-DP rank 0 without DP attention, so
+// hicacheCollector exposes the storage tier's counters and histograms
+// with StorageMetricsCollector's labels: one series an attention-DP rank
+// (its dp_rank; every rank is attention-DP rank 0 without DP attention, so
 // their counts add up in one series, as SGLang's multiprocess registry
-// adds them), each appearing with its first increment. The host pool's
+// adds them), each appearing with its first increment or observation (the
+// histograms only for a backend that reports them, engine.StorageMetrics). The host pool's
 // gauges are the schedulers' (collectScheduler), the load backs the radix
 // cache's (collectRadixCache).
 type hicacheCollector struct {
@@ -132,11 +133,30 @@ var (
 
 	descPrefetched = desc(storageLabels, "sglang:prefetched_tokens_total", "Number of prefetched prompt tokens.")
 	descBackedUp   = desc(storageLabels, "sglang:backuped_tokens_total", "Number of backuped tokens.")
+
+	// The storage histograms, each with what it reads of the storage
+	// metrics.
+	storageHistograms = []struct {
+		desc *prometheus.Desc
+		of   func(*engine.StorageMetrics) *engine.Histogram
+	}{
+		{desc(storageLabels, "sglang:prefetch_pgs", "Histogram of prefetch pages of batches."),
+			func(m *engine.StorageMetrics) *engine.Histogram { return &m.PrefetchPages }},
+		{desc(storageLabels, "sglang:backup_pgs", "Histogram of backup pages of batches."),
+			func(m *engine.StorageMetrics) *engine.Histogram { return &m.BackupPages }},
+		{desc(storageLabels, "sglang:prefetch_bandwidth", "Histogram of prefetch bandwidth in GB/s."),
+			func(m *engine.StorageMetrics) *engine.Histogram { return &m.PrefetchBandwidth }},
+		{desc(storageLabels, "sglang:backup_bandwidth", "Histogram of backup bandwidth in GB/s."),
+			func(m *engine.StorageMetrics) *engine.Histogram { return &m.BackupBandwidth }},
+	}
 )
 
 func (c *hicacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPrefetched
 	ch <- descBackedUp
+	for _, h := range storageHistograms {
+		ch <- h.desc
+	}
 }
 
 func (c *hicacheCollector) Collect(ch chan<- prometheus.Metric) {
@@ -150,10 +170,20 @@ func (c *hicacheCollector) Collect(ch chan<- prometheus.Metric) {
 		sum := &sums[p.AttnDPRank(r)]
 		sum.PrefetchedTokens += st.PrefetchedTokens
 		sum.BackedUpTokens += st.BackedUpTokens
+		sum.Storage.Add(st.Storage)
 	}
 	for dp, st := range sums {
 		storage := []string{"0", "1", strconv.Itoa(dp), "0", "1", p.HiCache.StorageBackend, "0"}
 		lazyCounter(ch, descPrefetched, st.PrefetchedTokens, storage)
 		lazyCounter(ch, descBackedUp, st.BackedUpTokens, storage)
+		for _, h := range storageHistograms {
+			if v := h.of(&st.Storage); v.Count > 0 {
+				buckets := make(map[float64]uint64, len(v.Bounds))
+				for i, b := range v.Bounds {
+					buckets[b] = v.Buckets[i]
+				}
+				ch <- prometheus.MustNewConstHistogram(h.desc, v.Count, v.Sum, buckets, storage...)
+			}
+		}
 	}
 }

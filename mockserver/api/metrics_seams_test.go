@@ -71,7 +71,8 @@ func dpHiSpecProfile(t *testing.T) *profile.Profile {
 // series an attention-DP rank. Rank 0 prefills a (1000 tokens) and backs
 // it up; after a flush, a on rank 1 is prefetched from storage (999
 // tokens: EAGLE's bigram keys leave one) and loaded back; b (2500 tokens)
-// on rank 1 then evicts it. The scrape parses, with no series twice.
+// on rank 1 then evicts it. The storage histograms count a batch of up
+// to 128 pages an observation. The scrape parses, with no series twice.
 func TestMetricsOfDPRanksWithHiCache(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpHiSpecProfile(t), EnableMetrics: true})
@@ -84,7 +85,7 @@ func TestMetricsOfDPRanksWithHiCache(t *testing.T) {
 		}
 		_, body, _ := ts.Do(t, "GET", "/metrics", "")
 		if strings.Contains(body, "sglang:hicache_host_total_tokens{") || strings.Contains(body, "sglang:prefetched_tokens_total{") ||
-			strings.Contains(body, "sglang:load_back_tokens_total{") {
+			strings.Contains(body, "sglang:load_back_tokens_total{") || strings.Contains(body, "sglang:backup_pgs_count{") {
 			t.Fatalf("a fresh server has HiCache series before their first log point or increment:\n%s", sglangSeries(body))
 		}
 		gen(0, 1000, 0)
@@ -118,8 +119,15 @@ func TestMetricsOfDPRanksWithHiCache(t *testing.T) {
 			"\nsglang:load_back_duration_seconds_count{cache_type=\"HiRadixCache\"} 1\n",
 			"\nsglang:backuped_tokens_total"+storage(0)+" 1002\n",
 			"\nsglang:prefetched_tokens_total"+storage(1)+" 999\n",
+			// The storage batches: rank 0's backups of 999 and 3 pages (7 x
+			// 128 + 103, and 3), rank 1's prefetch of 999 (7 x 128 + 103);
+			// rank 1's backup finds its 3 pages stored and puts none.
+			"\nsglang:backup_pgs_count"+storage(0)+" 9\n",
+			"\nsglang:backup_pgs_sum"+storage(0)+" 1002\n",
+			"\nsglang:prefetch_pgs_count"+storage(1)+" 8\n",
+			"\nsglang:prefetch_pgs_sum"+storage(1)+" 999\n",
 		)
-		for _, absent := range []string{"sglang:prefetched_tokens_total" + storage(0), "sglang:hicache_host_total_tokens{engine_type",
+		for _, absent := range []string{"sglang:prefetched_tokens_total" + storage(0), "sglang:backup_pgs_count" + storage(1), "sglang:hicache_host_total_tokens{engine_type",
 			`sglang:evicted_tokens_total{cache_type="RadixCache"}`, `sglang:evicted_tokens_total{cache_type="HiRadixCache",dp_rank`} {
 			if strings.Contains(body, absent) {
 				t.Errorf("/metrics has %s", absent)

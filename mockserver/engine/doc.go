@@ -177,6 +177,14 @@
 //     in a row are read on the prefetch thread; the scheduler skips a
 //     waiting request (SGLang's continue) until its policy lets its
 //     prefetch stop, then inserts what was read as host-only nodes.
+//     Storage I/O goes in batches of 128 pages (storage_batch_size): a
+//     zero-copy backend's batch reaches the store, or the host, whole, and
+//     a backup's batch puts only the pages the store lacked when the backup
+//     began. Each batch is an observation of SGLang's storage histograms
+//     (HiCacheStats.Storage: pages, and bandwidth over its modelled I/O
+//     time) for the backends whose get_stats reports them (Mooncake, 3FS
+//     and the memory store, hicache.Metrics), shown as its I/O ends, as
+//     SGLang's scheduler logs them on every pass of its loop.
 //   - A flush waits for no write-through, backup or prefetch to be in
 //     flight, and empties the device and host tiers, never storage
 //     (ClearStorage does). The loop wakes at each transfer's end.

@@ -55,6 +55,9 @@ type HiCacheStats struct {
 	StorageBackend, StorageClass       string
 	WritePolicy, PrefetchPolicy        string
 	StoragePagesWritten, StorageErrors int64
+	// Storage are the storage histograms, their bounds nil for a backend
+	// that reports none.
+	Storage StorageMetrics
 }
 
 // hostWrite is a write-through in flight on the write stream.
@@ -68,10 +71,13 @@ type hostWrite struct {
 type backupOp struct {
 	node    *radixcache.Node[string]
 	keys    []string // the node's pages the store lacked when it started
+	batches []int    // how many of keys each storage batch of the node's pages holds
 	tokens  int
 	issued  time.Duration
 	start   time.Duration
 	applied int // pages put in the store so far
+	logged  int // batches recorded for the storage metrics
+	loggedN int // the pages to put those batches hold
 }
 
 // prefetchOp is a prefetch from storage into the host pool on SGLang's
@@ -87,6 +93,7 @@ type prefetchOp struct {
 	ioStart  time.Duration
 	stopAt   time.Duration // when the I/O thread stopped after a termination
 	stopped  bool
+	logged   int // batches recorded for the storage metrics
 }
 
 // hiCache is the scheduler's side of SGLang's HiCache: the transfers the
@@ -115,7 +122,8 @@ type hiCache struct {
 	occupied   int           // prefetch_tokens_occupied
 	block      float64       // seconds of write-back the next iteration waits for
 	stats      HiCacheStats
-	storeErr   error // the last storage I/O error, logged once
+	storeErr   error            // the last storage I/O error, logged once
+	recorder   *storageRecorder // nil for a backend without storage metrics
 
 	// sharers are the ranks whose backups write to store, this one
 	// included.
@@ -162,6 +170,10 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 	}
 	hc.stats.StorageClass = hc.store.Class()
 	hc.zeroCopy = hicache.ZeroCopy(h.StorageBackend)
+	if rule, ok := hicache.Metrics(h.StorageBackend, h.MemLayout, h.KV.MLA(), h.PageBytes(p.PageSize)); ok {
+		hc.recorder = &storageRecorder{rule: rule}
+		hc.stats.Storage = newStorageMetrics()
+	}
 	hc.perRead = profile.Duration(h.StorageReadSeconds(1, p.PageSize))
 	hc.perWrite = profile.Duration(h.StorageWriteSeconds(1, p.PageSize))
 	hc.capLimit = max(0, int(0.8*float64(hc.hostPool-p.MaxTotalTokens)))
@@ -228,8 +240,30 @@ func (s *scheduler) pollHiCache() {
 	hc.writes = slices.Delete(hc.writes, 0, n)
 	s.applyBackups(s.now)
 	hc.ioSchedule()
+	hc.logStorageIO(s.now)
 	hc.ioRetire(s.now)
 	s.takeHostWrites()
+}
+
+// logStorageIO logs the storage batches whose I/O ended by t into the
+// storage histograms: SGLang's scheduler runs check_hicache_events on
+// every pass of its loop, idle or not, so a batch shows as its I/O ends.
+// The prefetches' batches and those of the backup in progress are known
+// between boundaries; a backup that starts after t's last boundary is
+// logged at the next.
+func (hc *hiCache) logStorageIO(t time.Duration) {
+	if hc.recorder == nil {
+		return
+	}
+	hc.ioSchedule()
+	for _, op := range hc.io {
+		op.logBatches(hc, t)
+	}
+	if len(hc.backups) > 0 && hc.backups[0].keys != nil && t >= hc.backups[0].start {
+		b := hc.backups[0]
+		b.logBatches(hc, b.batchesDone(int((t-b.start)/hc.perWrite)))
+	}
+	hc.recorder.drain(&hc.stats.Storage)
 }
 
 // backupToStorage is write_backup_storage: a node now on the host goes to
@@ -261,16 +295,17 @@ func (s *scheduler) applyBackups(t time.Duration) {
 			if b.start > t {
 				return
 			}
-			b.keys = s.missingPages(b.node)
+			b.keys, b.batches = s.missingPages(b.node)
 		}
 		end := b.start + time.Duration(len(b.keys))*hc.perWrite
 		due := len(b.keys)
 		if end > t {
 			due = int((t - b.start) / hc.perWrite)
 			if hc.zeroCopy {
-				due -= due % storageBatchPages
+				due = b.batchesDone(due)
 			}
 		}
+		b.logBatches(hc, due)
 		for ; b.applied < due; b.applied++ {
 			if err := hc.store.Put(b.keys[b.applied]); err != nil {
 				s.storageError(err)
@@ -290,18 +325,54 @@ func (s *scheduler) applyBackups(t time.Duration) {
 	}
 }
 
-// missingPages are n's page keys the store lacks.
-func (s *scheduler) missingPages(n *radixcache.Node[string]) []string {
-	keys := []string{}
-	for _, d := range n.Digests() {
+// missingPages are n's page keys the store lacks, and how many of them
+// each storage batch of n's pages holds (_page_backup sets a batch at a
+// time, the backend only the pages it lacks).
+func (s *scheduler) missingPages(n *radixcache.Node[string]) (keys []string, batches []int) {
+	keys = []string{}
+	for i, d := range n.Digests() {
+		if i%storageBatchPages == 0 {
+			batches = append(batches, 0)
+		}
 		k := hicache.Key(d)
 		if ok, err := s.hi.store.Exists(k); err != nil {
 			s.storageError(err)
 		} else if !ok {
 			keys = append(keys, k)
+			batches[len(batches)-1]++
 		}
 	}
-	return keys
+	return keys, batches
+}
+
+// batchesDone is how many of b's pages the batches whose writes are done
+// after its first written pages hold: a zero-copy backend's set returns
+// with its whole batch.
+func (b *backupOp) batchesDone(written int) int {
+	done := 0
+	for _, n := range b.batches {
+		if done+n > written {
+			break
+		}
+		done += n
+	}
+	return done
+}
+
+// logBatches records for the storage metrics b's batches written with its
+// first done pages: each batch's pages to put, over its write time.
+func (b *backupOp) logBatches(hc *hiCache, done int) {
+	if hc.recorder == nil {
+		return
+	}
+	for ; b.logged < len(b.batches); b.logged++ {
+		n := b.batches[b.logged]
+		if b.loggedN+n > done {
+			return
+		}
+		b.loggedN += n
+		hc.recorder.recordBackup(n, time.Duration(n)*hc.perWrite)
+	}
 }
 
 func (s *scheduler) storageError(err error) {
@@ -404,6 +475,7 @@ func (hc *hiCache) ioRetire(t time.Duration) {
 		if hc.prefetches[op.r] == op || op.stop(hc) > t {
 			return
 		}
+		op.logBatches(hc, t)
 		hc.ioFree = op.stop(hc)
 		hc.io = hc.io[1:]
 	}
@@ -416,6 +488,24 @@ func (op *prefetchOp) stop(hc *hiCache) time.Duration {
 		return op.stopAt
 	}
 	return op.ioStart + time.Duration(op.pages)*hc.perRead
+}
+
+// logBatches records for the storage metrics op's batches read by time t
+// (the I/O thread reads a batch at a time and stops after the one it reads
+// when it is terminated): each batch's pages, over its read time.
+func (op *prefetchOp) logBatches(hc *hiCache, t time.Duration) {
+	if hc.recorder == nil {
+		return
+	}
+	end := min(t, op.stop(hc))
+	for ; op.logged*storageBatchPages < op.pages; op.logged++ {
+		first := op.logged * storageBatchPages
+		n := min(storageBatchPages, op.pages-first)
+		if op.ioStart+time.Duration(first+n)*hc.perRead > end {
+			return
+		}
+		hc.recorder.recordPrefetch(n, time.Duration(n)*hc.perRead)
+	}
 }
 
 // fetched is how many of op's pages are read by time t: a zero-copy
@@ -605,6 +695,8 @@ func (s *scheduler) hiCacheWake() (time.Duration, bool) {
 // and the host pool (the tree's) empty; storage stays.
 func (s *scheduler) resetHiCache() {
 	if hc := s.hi; hc != nil {
+		// The batches read by now are the backend's to report.
+		hc.logStorageIO(s.now)
 		hc.writes, hc.backups, hc.io = nil, nil, nil
 		clear(hc.prefetches)
 		hc.occupied, hc.block = 0, 0
@@ -653,6 +745,7 @@ func (e *Engine) HiCache() HiCacheStats {
 		st.BackedUpTokens += rs.BackedUpTokens
 		st.StoragePagesWritten += rs.StoragePagesWritten
 		st.StorageErrors += rs.StorageErrors
+		st.Storage.Add(rs.Storage)
 	}
 	return st
 }
@@ -660,20 +753,23 @@ func (e *Engine) HiCache() HiCacheStats {
 // HiCacheRanks returns each DP rank's HiCache figures, in rank order.
 func (e *Engine) HiCacheRanks() []HiCacheStats {
 	out := make([]HiCacheStats, len(e.ranks))
-	e.do(func(time.Duration) {
+	e.do(func(at time.Duration) {
 		for r, s := range e.ranks {
-			out[r] = s.hiCacheStats()
+			out[r] = s.hiCacheStats(at)
 		}
 	})
 	return out
 }
 
-func (s *scheduler) hiCacheStats() HiCacheStats {
+// hiCacheStats are s's HiCache figures at time at.
+func (s *scheduler) hiCacheStats(at time.Duration) HiCacheStats {
 	hc := s.hi
 	if hc == nil {
 		return HiCacheStats{}
 	}
+	hc.logStorageIO(max(at, s.now))
 	st := hc.stats
+	st.Storage = st.Storage.clone()
 	ts := s.tree.Stats()
 	st.HostUsedTokens = ts.HostTokens + ts.HostReserved
 	st.HostBackedTokens, st.HostOnlyTokens = ts.HostTokens, ts.HostOnly

@@ -45,7 +45,7 @@ func (s *scheduler) logPool() {
 	l.TokenUsage, _ = strconv.ParseFloat(strconv.FormatFloat(l.FullTokenUsage, 'f', 2, 64), 64)
 	l.RetractedReqs, s.report.retracted = s.report.retracted, 0
 	if s.hi != nil {
-		st := s.hiCacheStats()
+		st := s.hiCacheStats(s.now)
 		l.HiCache, l.HostUsedTokens, l.HostTotalTokens = true, st.HostUsedTokens, st.HostTotalTokens
 	}
 }

@@ -27,6 +27,16 @@
 //     backends (Mooncake, 3FS, NIXL, ...): shared by the engines of one
 //     process that are given it, gone when the process ends.
 //
+// # Metrics
+//
+// Metrics says what a backend reports of each storage batch to SGLang's
+// storage histograms (sglang:prefetch_pgs, backup_pgs, prefetch_bandwidth,
+// backup_bandwidth): only MooncakeStore and HiCacheHF3FS implement
+// get_stats, each timing its batch get or set and dividing its bytes by
+// 1 << 30; Mooncake weighs an MHA page by its K half, 3FS counts a
+// page_first MHA page as two objects, K and V. The memory store reports
+// its pages whole; HiCacheFile and the others report nothing.
+//
 // A Store is safe for concurrent use: several engines (DP ranks, a fleet)
 // may share one, as SGLang's ranks share a backend.
 package hicache
