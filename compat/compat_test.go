@@ -41,19 +41,20 @@ func TestVersionsCompareAsPythonPackages(t *testing.T) {
 
 func TestRulesOfEachRelease(t *testing.T) {
 	all := Rules{EvictShortfall: true, AbortPendingChunk: true, GenerateCacheSalt: true, BatchRemovedPages: true,
-		CoalesceKVEvents: true, SpecOverlap: true, LoadSnapshot: true, PrefetchTimeout: true}
+		CoalesceKVEvents: true, SpecOverlap: true, LoadSnapshot: true, PrefetchTimeout: true, HostKVEvents: true}
 	allBut31479 := all
 	allBut31479.CoalesceKVEvents = false
-	only23309 := Rules{PrefetchTimeout: true}
+	only22894 := Rules{HostKVEvents: true}
+	only22894and23309 := Rules{HostKVEvents: true, PrefetchTimeout: true}
 	for _, tc := range []struct {
 		release string
 		want    Rules
 	}{
 		{"0.5.10", Rules{}},
 		{"0.5.10.post1", Rules{}},
-		{"0.5.11", Rules{}},
-		{"0.5.12", only23309},
-		{"v0.5.12", only23309},
+		{"0.5.11", only22894},
+		{"0.5.12", only22894and23309},
+		{"v0.5.12", only22894and23309},
 		{"0.5.17", allBut31479},
 		{"0.5.18", all},
 		{"", all}, // the default
@@ -87,6 +88,7 @@ func TestHasAReportedVersionTheRule(t *testing.T) {
 	salt := func(r Rules) bool { return r.GenerateCacheSalt }
 	coalesce := func(r Rules) bool { return r.CoalesceKVEvents }
 	prefetch := func(r Rules) bool { return r.PrefetchTimeout }
+	host := func(r Rules) bool { return r.HostKVEvents }
 	for _, tc := range []struct {
 		version string
 		on      func(Rules) bool
@@ -105,6 +107,9 @@ func TestHasAReportedVersionTheRule(t *testing.T) {
 		{"0.5.11", prefetch, No},
 		{"0.5.11.post1", prefetch, Unknown},
 		{"0.5.12", prefetch, Yes},
+		{"0.5.10.post1", host, No},
+		{"0.5.10.post2.dev2009+g5fe238c43", host, Unknown}, // between 0.5.10.post1 and 0.5.11
+		{"0.5.11", host, Yes},
 		{"not-a-version", salt, Unknown},
 	} {
 		if got := Has(tc.version, tc.on); got != tc.want {
@@ -113,6 +118,9 @@ func TestHasAReportedVersionTheRule(t *testing.T) {
 	}
 	if got := FirstWith(salt); got != "0.5.17" {
 		t.Errorf("FirstWith(salt) = %q, want 0.5.17", got)
+	}
+	if got := FirstWith(host); got != "0.5.11" {
+		t.Errorf("FirstWith(host) = %q, want 0.5.11", got)
 	}
 }
 

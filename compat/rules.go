@@ -37,6 +37,11 @@ type Rules struct {
 	// policy by default, after 2 s plus 0.1 s per 1024 tokens, at most
 	// 30 s.
 	PrefetchTimeout bool
+	// HostKVEvents: HiCache's KV events follow the tiers: a host copy is
+	// stored on CPU_PINNED, a device eviction to the host removes the
+	// pages from the GPU, a load back stores them there again, and a host
+	// eviction removes them from CPU_PINNED.
+	HostKVEvents bool
 }
 
 // Rule is one row of the table: a field of Rules, what SGLang did before
@@ -130,6 +135,21 @@ func table() []Rule {
 			New:   "the policy defaults to timeout, which waits 2 s plus 0.1 s per 1024 tokens, at most prefetch_timeout_max (30 s)",
 			Field: "PrefetchTimeout", field: func(r *Rules) *bool { return &r.PrefetchTimeout },
 		},
+		{
+			// Since is inferred: #22894 was merged on 2026-04-20, after
+			// v0.5.10.post1 (2026-04-08), whose tag lacks it; 0.5.11's tag is
+			// not in the mirror read, but PyPI's release workflow was fixed to
+			// publish v0.5.11 on 2026-05-05 (#24417) and nightly wheels were
+			// 0.5.12 development builds by 2026-05-09, both after the merge.
+			Name: "host-kv-events", Title: "HiCache's KV events follow the tiers: CPU_PINNED for the host copy, GPU removed at a device eviction and stored at a load back",
+			PRs: []int{22894}, Since: "0.5.11",
+			Function: "mem_cache/hiradix_cache.py HiRadixCache.writing_check, _evict_backuped, evict_host, load_back, _insert_helper_host",
+			Old: "only the device's tree is announced: a node is stored on GPU when inserted and removed from GPU when it leaves the tree, " +
+				"from the device or from the host; a host copy, a device eviction of a backed-up node, a load back and a prefetch's host pages send nothing",
+			New: "a write-through's host copy, once written, and a prefetch's host pages are stored on CPU_PINNED; a device eviction of a backed-up node " +
+				"removes its pages from GPU and a load back stores them there again; a host eviction removes them from CPU_PINNED",
+			Field: "HostKVEvents", field: func(r *Rules) *bool { return &r.HostKVEvents },
+		},
 	}
 }
 
@@ -156,10 +176,10 @@ const Default = "0.5.18"
 
 // known are the releases a server may be told to be, in order. Before
 // 0.5.17 only releases older than upstream commit ec075d8 (2026-05-29) are
-// listed, which has only PR #23309 (merged 2026-05-12: 0.5.11 was out by
-// 2026-05-09, when nightly wheels became 0.5.12.dev, and 0.5.12 holds
-// DeepSeek V4, merged 2026-05-07, and was out by 2026-05-18): which of the
-// rules 0.5.13 to 0.5.16 contain is not established.
+// listed, which has only PRs #22894 and #23309 (#23309 merged 2026-05-12:
+// 0.5.11 was out by 2026-05-09, when nightly wheels became 0.5.12.dev, and
+// 0.5.12 holds DeepSeek V4, merged 2026-05-07, and was out by 2026-05-18):
+// which of the rules 0.5.13 to 0.5.16 contain is not established.
 var known = [...]string{"0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.17", Default, "0.5.19"}
 
 // Known lists the releases the mock can follow, oldest first.

@@ -120,7 +120,11 @@
 // is done or when a prefetch inserts it; it is removed from the device
 // when evicted there and from the host when the host evicts it; a load
 // back stores it on the device again. A plain Observer hears the device's
-// events only.
+// events only. With HostTier.UntieredEvents (SGLang before PR #22894) the
+// events tell the tree's membership alone: a node inserted on the device is
+// stored there, and a node leaving the tree, from either tier, is removed
+// from the device; the host, a device eviction of a backed-up node, a load
+// back and a prefetch's insertion are silent.
 //
 // # Handles
 //

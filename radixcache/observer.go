@@ -103,6 +103,9 @@ func (t *Tree[V]) stored(n *Node[V], medium Medium) {
 		n.digests[i] = t.digest(prior, t.pageTokens(n, i))
 		prior = &n.digests[i]
 	}
+	if medium == Host && t.untieredEvents() {
+		return // untiered, a prefetch's host pages are not announced
+	}
 	t.announce(n, medium)
 }
 
@@ -184,10 +187,14 @@ func (t *Tree[V]) digest(prior *Digest, tokens []int32) Digest {
 	return sha256.Sum256(b)
 }
 
-// removed tells the observer that x's pages left medium.
+// removed tells the observer that x's pages left medium; untiered, a
+// node that leaves the tree from the host leaves the device.
 func (t *Tree[V]) removed(x *Node[V], medium Medium) {
 	if t.obs == nil {
 		return
+	}
+	if t.untieredEvents() {
+		medium = Device
 	}
 	pages := t.nodePages(x, false)
 	switch o, tiered := t.obs.(TierObserver); {
@@ -220,9 +227,10 @@ func (t *Tree[V]) Pages() iter.Seq[PageRecord] {
 			return
 		}
 		var walk func(n *Node[V]) bool
+		untiered := t.untieredEvents()
 		walk = func(n *Node[V]) bool {
 			for _, m := range [...]Medium{Device, Host} {
-				if !n.tier.announcedOn(m) {
+				if !n.tier.announcedOn(m, untiered) {
 					continue
 				}
 				var parent int64

@@ -38,6 +38,13 @@ type HostTier struct {
 	// write_through, 2 for write_through_selective); 0 is write_back, which
 	// backs a node up only when the device evicts it.
 	WriteThreshold int
+	// UntieredEvents makes the tree's events ignore the tiers, as
+	// HiRadixCache's did before SGLang PR #22894: a node is stored on the
+	// device when inserted and removed from the device when it leaves the
+	// tree, whichever tier it leaves from; a host copy, a device eviction
+	// of a backed-up node, a load back and a prefetch's host pages are not
+	// announced.
+	UntieredEvents bool
 }
 
 // HostWrite is a backup of a node's KV to the host pool that the tree
@@ -58,6 +65,7 @@ type tierState struct {
 	writing  bool  // its write-through is in flight
 	silent   bool  // host copy never announced: split off a node while it was written
 	revived  bool  // back on the device by an Insert, which SGLang does not announce
+	fetched  bool  // inserted on the host by a prefetch (InsertHost)
 	hostRef  int32 // protections of the host copy (SGLang's host_ref_counter)
 	hits     int32 // SGLang's hit_count
 	devKids  int32 // children on the device
@@ -70,13 +78,17 @@ type tierState struct {
 // is never announced.
 func (s tierState) splitUpper() tierState {
 	u := tierState{hostOnly: s.hostOnly, backed: s.backed, silent: s.silent || s.writing, revived: s.revived,
-		hits: s.hits, hostIdx: -1}
+		fetched: s.fetched, hits: s.hits, hostIdx: -1}
 	return u
 }
 
 // announcedOn reports whether the tree's events announced the node's pages
-// on medium and have not removed them since.
-func (s *tierState) announcedOn(m Medium) bool {
+// on medium and have not removed them since; untiered, whether they were
+// announced at all (every node but a prefetch's, and on the device only).
+func (s *tierState) announcedOn(m Medium, untiered bool) bool {
+	if untiered {
+		return m == Device && !s.fetched
+	}
 	if m == Device {
 		return !s.hostOnly && !s.revived
 	}
@@ -126,6 +138,10 @@ func (t *Tree[V]) HostTier() (HostTier, bool) {
 	}
 	return t.host.HostTier, true
 }
+
+// untieredEvents reports whether the tree has a host tier whose events
+// ignore it (HostTier.UntieredEvents).
+func (t *Tree[V]) untieredEvents() bool { return t.host != nil && t.host.UntieredEvents }
 
 // SetWriteThreshold changes the write policy of a tree's host tier.
 func (t *Tree[V]) SetWriteThreshold(n int) {
@@ -321,7 +337,9 @@ func (t *Tree[V]) backup(x *Node[V], writeBack bool) bool {
 	h.backed += n
 	h.writes = append(h.writes, HostWrite[V]{Node: x, Tokens: n, WriteBack: writeBack})
 	if writeBack {
-		t.announce(x, Host)
+		if !t.untieredEvents() {
+			t.announce(x, Host)
+		}
 		return true
 	}
 	x.tier.writing = true
@@ -352,7 +370,9 @@ func (t *Tree[V]) HostWriteDone(n *Node[V]) error {
 		return fmt.Errorf("radixcache: no write in flight for this node")
 	}
 	n.tier.writing = false
-	t.announce(n, Host)
+	if !t.untieredEvents() {
+		t.announce(n, Host)
+	}
 	return t.Unlock(n)
 }
 
@@ -388,9 +408,11 @@ func (t *Tree[V]) evictTiered(n int) int {
 }
 
 // demote moves x, backed up, off the device: it stays in the tree on the
-// host.
+// host (untiered, still announced on the device).
 func (t *Tree[V]) demote(x *Node[V]) int {
-	t.removed(x, Device)
+	if !t.untieredEvents() {
+		t.removed(x, Device)
+	}
 	x.tier.hostOnly, x.tier.revived = true, false
 	t.evictable -= len(x.key)
 	t.host.only += len(x.key)
@@ -559,7 +581,9 @@ func (t *Tree[V]) LoadBack(n *Node[V]) (int, error) {
 		t.updateHostLeafStatus(x)
 		t.updateLeafStatus(x.parent)
 		t.updateHostLeafStatus(x.parent)
-		t.announce(x, Device)
+		if !t.untieredEvents() {
+			t.announce(x, Device)
+		}
 	}
 	return loaded, nil
 }
@@ -612,7 +636,7 @@ func (t *Tree[V]) InsertHost(from *Node[V], ns string, key []int32, at int, valu
 		return matched, 0, nil
 	}
 	leaf := t.link(node, ns, rest, value)
-	leaf.tier.hostOnly, leaf.tier.backed = true, true
+	leaf.tier.hostOnly, leaf.tier.backed, leaf.tier.fetched = true, true, true
 	fromReserved := min(len(rest), h.reserved)
 	h.reserved -= fromReserved
 	h.backed += len(rest)

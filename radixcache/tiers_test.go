@@ -238,30 +238,103 @@ func (r *tierRecorder) RemovedFrom(m Medium, pages []Page) {
 	r.log = append(r.log, fmt.Sprintf("removed %s %d", m, len(pages)))
 }
 
-// The events of HiRadixCache with their media: a new node is stored on the
-// device; its host copy when the write-through is done; a device eviction
-// of a backed-up node removes it from the device only; a load back stores
-// it on the device again; a host eviction removes it from the host. A plain
-// Observer hears the device's events only.
-func TestTierEvents(t *testing.T) {
-	tr := tiered(t, 1, HostTier{Capacity: 10, WriteThreshold: 1})
-	r := &tierRecorder{}
-	if err := tr.Observe(r); err != nil {
+// loadBackAndEvict loads tokens 1 to 10 back to the device, then evicts
+// them from the device and from the host.
+func loadBackAndEvict(t *testing.T, tr *Tree[string]) {
+	t.Helper()
+	if _, err := tr.LoadBack(tr.MatchTiers("", seq(1, 10)).End); err != nil {
 		t.Fatal(err)
 	}
-	tr.Insert("", seq(1, 10), "a")
-	doneWrites(t, tr)
-	tr.Evict(10)
-	tr.LoadBack(tr.MatchTiers("", seq(1, 10)).End)
 	tr.Evict(10)
 	tr.EvictHost(10)
-	want := "cleared; stored device 10; stored host 10; removed device 10; stored device 10; removed device 10; removed host 10"
-	if got := strings.Join(r.log, "; "); got != want {
-		t.Fatalf("events:\n got %s\nwant %s", got, want)
+}
+
+// The events of HiRadixCache with their media, and without them
+// (UntieredEvents, SGLang before PR #22894). Tiered: a new node is stored
+// on the device; its host copy when the write-through is done; a device
+// eviction of a backed-up node removes it from the device only; a load back
+// stores it on the device again; a host eviction removes it from the host;
+// a prefetch's pages are stored on the host; a write-back's copy is stored
+// on the host before the device eviction removes the node there. Untiered:
+// only the insertion and the node's leaving the tree are told, on the
+// device, even for a prefetch's pages, which were never stored. A plain
+// Observer hears the device's events only.
+func TestTierEvents(t *testing.T) {
+	// cycle writes a node through, evicts it from the device, loads it back,
+	// evicts it again and then from the host.
+	cycle := func(t *testing.T, tr *Tree[string]) {
+		tr.Insert("", seq(1, 10), "a")
+		doneWrites(t, tr)
+		tr.Evict(10)
+		loadBackAndEvict(t, tr)
+	}
+	// prefetch hangs 6 fetched tokens below a 4-token node on the host,
+	// loads them back, evicts the whole path and then the host.
+	prefetch := func(t *testing.T, tr *Tree[string]) {
+		tr.Insert("", seq(1, 4), "a")
+		doneWrites(t, tr)
+		m := tr.MatchTiers("", seq(1, 10))
+		if _, inserted, err := tr.InsertHost(m.Backed, "", seq(1, 10), m.Device, "storage"); err != nil || inserted != 6 {
+			t.Fatalf("InsertHost: %d inserted, %v; want 6", inserted, err)
+		}
+		loadBackAndEvict(t, tr)
+	}
+	// writeBack evicts a node under write_back: written to the host, then
+	// off the device.
+	writeBack := func(t *testing.T, tr *Tree[string]) {
+		tr.Insert("", seq(1, 10), "a")
+		tr.Evict(10)
+		doneWrites(t, tr)
+	}
+	for _, tc := range []struct {
+		name      string
+		untiered  bool
+		threshold int
+		play      func(*testing.T, *Tree[string])
+		want      string
+		pages     string // the tree's Pages after play, by medium
+	}{
+		{"cycle", false, 1, cycle,
+			"cleared; stored device 10; stored host 10; removed device 10; stored device 10; removed device 10; removed host 10", ""},
+		{"cycle", true, 1, cycle,
+			"cleared; stored device 10; removed device 10", ""},
+		{"prefetch", false, 1, prefetch,
+			"cleared; stored device 4; stored host 4; stored host 6; stored device 6; removed device 6; removed device 4; removed host 6; removed host 4", ""},
+		{"prefetch", true, 1, prefetch,
+			"cleared; stored device 4; removed device 6; removed device 4", ""},
+		{"write-back", false, 0, writeBack,
+			"cleared; stored device 10; stored host 10; removed device 10", "host 10"},
+		{"write-back", true, 0, writeBack,
+			"cleared; stored device 10", "device 10"},
+	} {
+		t.Run(fmt.Sprintf("%s/untiered=%v", tc.name, tc.untiered), func(t *testing.T) {
+			tr := tiered(t, 1, HostTier{Capacity: 10, WriteThreshold: tc.threshold, UntieredEvents: tc.untiered})
+			r := &tierRecorder{}
+			if err := tr.Observe(r); err != nil {
+				t.Fatal(err)
+			}
+			tc.play(t, tr)
+			if got := strings.Join(r.log, "; "); got != tc.want {
+				t.Errorf("events:\n got %s\nwant %s", got, tc.want)
+			}
+			perMedium := map[Medium]int{}
+			for p := range tr.Pages() {
+				perMedium[p.Medium]++
+			}
+			var pages []string
+			for _, m := range []Medium{Device, Host} {
+				if perMedium[m] > 0 {
+					pages = append(pages, fmt.Sprintf("%s %d", m, perMedium[m]))
+				}
+			}
+			if got := strings.Join(pages, ", "); got != tc.pages {
+				t.Errorf("pages as announced: got %q, want %q", got, tc.pages)
+			}
+		})
 	}
 
 	plain := &recorder{}
-	tr = tiered(t, 1, HostTier{Capacity: 10, WriteThreshold: 1})
+	tr := tiered(t, 1, HostTier{Capacity: 10, WriteThreshold: 1})
 	if err := tr.Observe(plain); err != nil {
 		t.Fatal(err)
 	}

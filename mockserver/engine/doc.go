@@ -291,7 +291,11 @@
 // gathered events to be published where SGLang's scheduler publishes them:
 // after each prefill batch, at each decode-log interval and when it goes
 // idle, stamped with the wall time of that modelled moment. CachePages
-// lists the pages with their block hashes.
+// lists the pages with their block hashes. Under HiCache the events name
+// the tier (radixcache.TierObserver) from release 0.5.11 on (the
+// host-kv-events rule, SGLang PR #22894); before it the host tier is
+// silent and a node leaving the tree from the host is removed from the
+// device (radixcache.HostTier.UntieredEvents).
 //
 // # Ground truth
 //

@@ -146,7 +146,8 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 		hostPool:   h.HostPoolTokens(p.MaxTotalTokens, p.PageSize),
 		prefetches: make(map[*req]*prefetchOp),
 	}
-	if err := tree.EnableHost(radixcache.HostTier{Capacity: hc.hostPool, WriteThreshold: h.WriteThreshold()}); err != nil {
+	tier := radixcache.HostTier{Capacity: hc.hostPool, WriteThreshold: h.WriteThreshold(), UntieredEvents: !p.Rules().HostKVEvents}
+	if err := tree.EnableHost(tier); err != nil {
 		return nil, err
 	}
 	hc.stats = HiCacheStats{Enabled: true, HostTotalTokens: hc.hostPool, WritePolicy: h.WritePolicy,

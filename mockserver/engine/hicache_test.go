@@ -3,14 +3,17 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sglmock/sglmock/mockserver/hicache"
 	"github.com/sglmock/sglmock/mockserver/profile"
+	"github.com/sglmock/sglmock/radixcache"
 )
 
 // hiProfile is a small deployment with round figures: a prefill costs
@@ -502,4 +505,107 @@ func TestNoLoadBackForARequestTheBatchRefuses(t *testing.T) {
 			t.Errorf("%d load backs, want 1", n)
 		}
 	})
+}
+
+// tierLog is a CacheEvents that logs the radix cache's page events with
+// their media, as "stored GPU 1000": the tree's calls, before the
+// publisher's coalescing.
+type tierLog struct{ log []string }
+
+func (l *tierLog) Stored(parent int64, hasParent bool, pages []radixcache.Page) {
+	l.StoredOn(radixcache.Device, parent, hasParent, pages)
+}
+func (l *tierLog) Removed(pages []radixcache.Page) { l.RemovedFrom(radixcache.Device, pages) }
+func (l *tierLog) Cleared()                        { l.log = append(l.log, "cleared") }
+func (l *tierLog) Publish(time.Time)               {}
+func (l *tierLog) StoredOn(m radixcache.Medium, _ int64, _ bool, pages []radixcache.Page) {
+	l.log = append(l.log, fmt.Sprintf("stored %s %d", tierName[m], len(pages)))
+}
+func (l *tierLog) RemovedFrom(m radixcache.Medium, pages []radixcache.Page) {
+	l.log = append(l.log, fmt.Sprintf("removed %s %d", tierName[m], len(pages)))
+}
+
+// tierName is a medium as KV events name it.
+var tierName = map[radixcache.Medium]string{radixcache.Device: "GPU", radixcache.Host: "CPU_PINNED"}
+
+// HiCache's KV events by release (the host-kv-events rule, SGLang PR
+// #22894), as the tree reports them. Without storage: a (1000 tokens) and
+// each later prompt are written through and stored on the host once
+// written; b (2500) evicts a from the device; a's repeat loads back its
+// first 999 tokens (the match stops one short of the prompt, splitting a),
+// evicting b, and its insert puts the last token back on the device
+// unannounced (SGLang's insert of an evicted node); c (2500) evicts both
+// parts of a; d (2500) evicts c and, for its own write-through, b from the
+// host (used before a's repeat, so least recently). With storage: after
+// a flush a's repeat is prefetched from storage onto the host (1000 pages)
+// and its first 999 tokens are loaded back. From 0.5.11 every step names
+// its tier. 0.5.10 and 0.5.10.post1 tell only each prompt's insertion and
+// a node's leaving the tree, from the GPU though it leaves from the host;
+// the prefetch and the load back send nothing.
+func TestHostKVEventsByRelease(t *testing.T) {
+	tiered := []string{
+		"cleared", "stored GPU 1000", "stored CPU_PINNED 1000", // a
+		"removed GPU 1000", "stored GPU 2500", "stored CPU_PINNED 2500", // b
+		"removed GPU 2500", "stored GPU 999", // a's load back
+		"removed GPU 1", "removed GPU 999", "stored GPU 2500", "stored CPU_PINNED 2500", // c
+		"removed GPU 2500", "stored GPU 2500", // d
+		"removed CPU_PINNED 2500", "stored CPU_PINNED 2500",
+	}
+	untiered := []string{
+		"cleared", "stored GPU 1000", // a
+		"stored GPU 2500",                     // b
+		"stored GPU 2500",                     // c
+		"stored GPU 2500", "removed GPU 2500", // d
+	}
+	tieredStorage := []string{"cleared", "stored GPU 1000", "stored CPU_PINNED 1000", "cleared", "stored CPU_PINNED 1000", "stored GPU 999"}
+	untieredStorage := []string{"cleared", "stored GPU 1000", "cleared"}
+	for _, tc := range []struct {
+		release       string
+		want, storage []string
+	}{
+		{"0.5.10", untiered, untieredStorage}, {"0.5.10.post1", untiered, untieredStorage},
+		{"0.5.11", tiered, tieredStorage}, {"0.5.12", tiered, tieredStorage},
+		{"0.5.17", tiered, tieredStorage}, {"0.5.18", tiered, tieredStorage},
+	} {
+		t.Run(tc.release, func(t *testing.T) {
+			check := func(what string, got, want []string) {
+				t.Helper()
+				if g, w := strings.Join(got, "; "), strings.Join(want, "; "); g != w {
+					t.Errorf("%s: events:\n got %s\nwant %s", what, g, w)
+				}
+			}
+			synctest.Test(t, func(t *testing.T) {
+				p := hiProfile(t, "write_through", "")
+				p.SGLangVersion = tc.release
+				events := &tierLog{}
+				e := startEngine(t, Config{Profile: p, CacheEvents: events})
+				defer e.Close()
+				a := prompt(1, 1000)
+				for _, ids := range [][]int32{a, prompt(2, 2500), a, prompt(3, 2500), prompt(4, 2500)} {
+					run(t, e, Request{InputIDs: ids, MaxNewTokens: 1})
+				}
+				if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+					t.Fatal(err)
+				}
+				check("without storage", events.log[:len(events.log)-1], tc.want)
+			})
+			synctest.Test(t, func(t *testing.T) {
+				p := hiProfile(t, "write_through", "memory")
+				p.SGLangVersion, p.HiCache.PrefetchPolicy = tc.release, "wait_complete"
+				events := &tierLog{}
+				e := startEngine(t, Config{Profile: p, CacheEvents: events})
+				defer e.Close()
+				a := prompt(1, 1000)
+				run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+				if err := e.Flush(context.Background(), time.Minute, "test"); err != nil {
+					t.Fatal(err)
+				}
+				ev, _ := run(t, e, Request{InputIDs: a, MaxNewTokens: 1})
+				if tiers := tiersOf(ev); tiers.Storage != 999 {
+					t.Fatalf("a after the flush: tiers %+v, want 999 from storage", tiers)
+				}
+				check("with storage", events.log, tc.storage)
+			})
+		})
+	}
 }

@@ -33,11 +33,16 @@
 // after every successful flush.
 //
 // With HiCache (a radix tree with a host tier) the medium says which tier a
-// page reached or left, as HiRadixCache records it: "GPU" for the device,
-// "CPU_PINNED" for the host pool (a write-through's copy once written, a
-// prefetch's pages, a host eviction). The storage tier sends nothing:
-// HiRadixCache records no event for its backups to storage. Coalescing
-// joins events on one medium only.
+// page reached or left, as HiRadixCache records it since PR #22894 (0.5.11,
+// the host-kv-events rule): "GPU" for the device (an insertion, a device
+// eviction, a load back), "CPU_PINNED" for the host pool (a
+// write-through's copy once written, a prefetch's pages, a host eviction).
+// The storage tier sends nothing: HiRadixCache records no event for its
+// backups to storage. Coalescing joins events on one medium only. 0.5.10
+// and 0.5.10.post1 tell only the device's tree: a node's insertion and its
+// leaving the tree, both "GPU", even when it leaves from the host; the host
+// copies, device evictions to the host, load backs and prefetches send
+// nothing (radixcache.HostTier.UntieredEvents).
 //
 // # Salted requests: the form the llm-d router decodes
 //

@@ -16,10 +16,14 @@ import (
 // (CPU_PINNED), its eviction from the device (GPU), its eviction from the
 // host (CPU_PINNED); a run coalesces on one medium only. A release before
 // the coalescing rule sends each medium's events as it sends the device's:
-// 0.5.17 one BlockStored a page and one BlockRemoved a node, 0.5.12 one
-// event a page, each page's store hanging from the page before it.
+// 0.5.17 one BlockStored a page and one BlockRemoved a node, 0.5.12 and
+// 0.5.11 one event a page, each page's store hanging from the page before
+// it. A release before the host-kv-events rule (0.5.10.post1, 0.5.10)
+// names no host medium: the node is stored on the GPU, its write-through
+// and device eviction send nothing, and the host eviction removes it from
+// the GPU, one event a page.
 func TestHostMedium(t *testing.T) {
-	for _, release := range []string{compat.Default, "0.5.17", "0.5.12"} {
+	for _, release := range []string{compat.Default, "0.5.17", "0.5.12", "0.5.11", "0.5.10.post1", "0.5.10"} {
 		synctest.Test(t, func(t *testing.T) {
 			out := &captureTransport{}
 			rules, err := compat.For(release)
@@ -31,7 +35,7 @@ func TestHostMedium(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tr.EnableHost(radixcache.HostTier{Capacity: 100, WriteThreshold: 1}); err != nil {
+			if err := tr.EnableHost(radixcache.HostTier{Capacity: 100, WriteThreshold: 1, UntieredEvents: !rules.HostKVEvents}); err != nil {
 				t.Fatal(err)
 			}
 			if err := tr.Observe(p); err != nil {
@@ -51,8 +55,8 @@ func TestHostMedium(t *testing.T) {
 			if len(msgs) != 1 {
 				t.Fatalf("%s: %d messages, want one batch", release, len(msgs))
 			}
-			if !bytes.Contains(msgs[0].Payload, []byte(MediumCPU)) {
-				t.Fatalf("%s: the batch does not name %s", release, MediumCPU)
+			if got := bytes.Contains(msgs[0].Payload, []byte(MediumCPU)); got != rules.HostKVEvents {
+				t.Fatalf("%s: the batch names %s: %v, want %v", release, MediumCPU, got, rules.HostKVEvents)
 			}
 			b, err := Decode(msgs[0].Payload)
 			if err != nil {
@@ -86,7 +90,11 @@ func TestHostMedium(t *testing.T) {
 				return []Event{{Kind: BlockRemoved, Hashes: []int64{h1}, Medium: medium}, {Kind: BlockRemoved, Hashes: []int64{h2}, Medium: medium}}
 			}
 			want := []Event{{Kind: AllBlocksCleared}}
-			want = append(append(append(append(want, stored("")...), stored(MediumCPU)...), removed("")...), removed(MediumCPU)...)
+			if rules.HostKVEvents {
+				want = append(append(append(append(want, stored("")...), stored(MediumCPU)...), removed("")...), removed(MediumCPU)...)
+			} else {
+				want = append(append(want, stored("")...), removed("")...)
+			}
 			if !reflect.DeepEqual(b.Events, want) {
 				t.Errorf("%s: events:\n got %+v\nwant %+v", release, b.Events, want)
 			}
