@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -423,8 +424,12 @@ func TestAuditUpstreamRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A record is written when the proxy has read its answer, which may be
+	// after the client, done reading it, sent the next request: the two
+	// lines come in either order.
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], `"rid":"leg-a"`) || !strings.Contains(lines[1], `"rid":"leg-b"`) ||
+	slices.SortFunc(lines, func(x, y string) int { return strings.Compare(ridOf(x), ridOf(y)) })
+	if len(lines) != 2 || ridOf(lines[0]) != "leg-a" || ridOf(lines[1]) != "leg-b" ||
 		!strings.Contains(lines[1], `"route":"/generate"`) || !strings.Contains(lines[1], `"cached_tokens":760`) {
 		t.Fatalf("records:\n%s\nwant leg-a and leg-b, one a line", b)
 	}
@@ -452,4 +457,13 @@ func TestAuditServesTheToolsModel(t *testing.T) {
 	if code, _, stderr, _ := audit(t, "none", "--tokenizer-path", filepath.Join(dir, "nowhere")); code != 2 || !strings.Contains(stderr, "--tokenizer-path "+filepath.Join(dir, "nowhere")+": no such directory") {
 		t.Errorf("a missing tokenizer: exit %d, stderr %q; want 2 and the path named", code, stderr)
 	}
+}
+
+// ridOf is a records line's rid, "" when it has none.
+func ridOf(line string) string {
+	var r struct {
+		RID string `json:"rid"`
+	}
+	json.Unmarshal([]byte(line), &r)
+	return r.RID
 }

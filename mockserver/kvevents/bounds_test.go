@@ -487,8 +487,11 @@ func TestHandshakesAreBoundedApart(t *testing.T) {
 		var silent []net.Conn
 		for range maxHandshakes {
 			silent = append(silent, ln.dial()) // each says nothing
+			// Each connection is attached on a goroutine of its own: its
+			// handshake is recorded before the next is dialled, so that
+			// the oldest is the first.
+			synctest.Wait()
 		}
-		synctest.Wait()
 		silent = append(silent, ln.dial())
 		synctest.Wait()
 		if !closed(silent[0]) || closed(silent[1]) || tr.pub.cut.Load() != 1 {
