@@ -3,10 +3,9 @@ package api
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"unicode/utf8"
-
-	json "github.com/goccy/go-json"
 )
 
 // stringOrList is a JSON string or list of strings (SGLang's stop).

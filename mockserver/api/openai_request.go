@@ -2,11 +2,10 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
-
-	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
