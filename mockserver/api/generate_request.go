@@ -110,6 +110,10 @@ func (s *Server) parseGenerate(ctx context.Context, b *generateBody) (p plan, er
 		}
 		p.batch = true
 	case hasText:
+		if one, ok := plainString(b.Text); ok {
+			texts = []string{one}
+			break
+		}
 		var one string
 		if err := json.Unmarshal(b.Text, &one); err != nil {
 			return plan{}, malformed("text: must be a string or a list of strings")
