@@ -46,7 +46,7 @@ func decodeAroundText(body []byte, m textMember) bool {
 	if !ok {
 		return false
 	}
-	if _, plain := plainString(body[start:end]); !plain {
+	if !isPlainString(body[start:end]) {
 		return false
 	}
 	rest := make([]byte, 0, len(body)-(end-start)+len("null"))
