@@ -437,7 +437,7 @@ func (r *openAIRun) encodeLogprobs(j *jsonSink, o *output) {
 	j.rawString("}")
 }
 
-// appendJSONFloat appends f as marshal (goccy/go-json) writes a float64:
+// appendJSONFloat appends f as marshal writes a float64:
 // the shortest decimal that reads back as f, in exponent form below 1e-6
 // and from 1e21 on.
 func appendJSONFloat(b []byte, f float64) []byte {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -148,6 +149,25 @@ func TestAppendJSONFloatIsMarshal(t *testing.T) {
 	for _, f := range floats {
 		if got, want := appendJSONFloat(nil, f), marshal(f); !bytes.Equal(got, want) {
 			t.Fatalf("%s: got %s, want %s", strconv.FormatFloat(f, 'g', -1, 64), got, want)
+		}
+	}
+}
+
+// marshal writes a negative exponent with two digits, as Python's
+// json.dumps does, and leaves the text of strings as it is.
+func TestMarshalPadsExponents(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{1.07585e-8, `1.07585e-08`},
+		{[]float64{-1e-7, 9e-9, 1e-10, 1e21, 1e-6}, `[-1e-07,9e-09,1e-10,1e+21,0.000001]`},
+		{map[string]any{"1e-7": "x 1e-7 \" 2e-8", "y": 3e-7}, `{"1e-7":"x 1e-7 \" 2e-8","y":3e-07}`},
+		{"e-5", `"e-5"`},
+		{json.RawMessage(`[1e-7,"1e-7"]`), `[1e-07,"1e-7"]`},
+	} {
+		if got := string(marshal(tc.v)); got != tc.want {
+			t.Errorf("marshal(%#v): got %s, want %s", tc.v, got, tc.want)
 		}
 	}
 }

@@ -2,12 +2,11 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-
-	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/tokenizer"

@@ -168,10 +168,10 @@
 //     already running get SGLang's messages. A length that, with the
 //     prompt, passes the context length is refused with SGLang's total,
 //     exact even near 2^63. Integer fields decode exactly: a literal
-//     outside int64, which Python would hold and goccy/go-json would wrap
-//     to a negative number, is refused with "<field> must be at most
-//     9223372036854775807, got <literal>." The mock's own bounds, which
-//     SGLang does not have, keep one request from sizing unbounded work:
+//     outside int64, which Python would hold, is refused with "<field>
+//     must be at most 9223372036854775807, got <literal>." The mock's
+//     own bounds, which SGLang does not have, keep one request from
+//     sizing unbounded work:
 //     at most 2048 sequences (prompts x n, n at most 128) that together may
 //     generate at most 1,048,576 tokens (each sequence counted at its
 //     max_new_tokens, at most the context length) and return at most

@@ -3,10 +3,9 @@ package api
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"unicode/utf8"
-
-	json "github.com/goccy/go-json"
 )
 
 // stringOrList is a JSON string or list of strings (SGLang's stop).
@@ -46,12 +45,21 @@ func deref(s *string) string {
 // long prompt then costs one fast scan instead of a second decode. Any
 // other string (or value) reports false, for the decoder to read.
 func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	if !isPlainString(raw) {
 		return "", false
+	}
+	return string(raw[1 : len(raw)-1]), true
+}
+
+// isPlainString reports whether plainString takes raw, without copying
+// its text.
+func isPlainString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
 	}
 	body := raw[1 : len(raw)-1]
 	if bytes.IndexByte(body, '\\') >= 0 || bytes.IndexByte(body, '"') >= 0 {
-		return "", false
+		return false
 	}
 	// Eight bytes at a time while all are printable ASCII: a byte below
 	// 0x20 or from 0x80 marks its word (a false mark only ends the fast
@@ -66,11 +74,8 @@ func plainString(raw []byte) (string, bool) {
 	}
 	for _, c := range body[i:] {
 		if c < 0x20 {
-			return "", false
+			return false
 		}
 	}
-	if !utf8.Valid(body[i:]) {
-		return "", false
-	}
-	return string(body), true
+	return utf8.Valid(body[i:])
 }

@@ -1,11 +1,10 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
-
-	json "github.com/goccy/go-json"
 )
 
 // plainString takes a JSON string's bytes as they are only where the

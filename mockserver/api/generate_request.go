@@ -2,8 +2,7 @@ package api
 
 import (
 	"context"
-
-	json "github.com/goccy/go-json"
+	"encoding/json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
@@ -75,7 +74,7 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 	}
 	if isList(raw) {
 		var list []T
-		if err := decodeJSON(raw, &list); err == nil {
+		if err := json.Unmarshal(raw, &list); err == nil {
 			if len(list) != n {
 				return nil, malformed("%s: got %d values for a batch of %d", field, len(list), n)
 			}
@@ -83,7 +82,7 @@ func perItem[T any](raw json.RawMessage, n int, field string, def T) ([]T, error
 		}
 	}
 	var one T
-	if err := decodeJSON(raw, &one); err != nil {
+	if err := json.Unmarshal(raw, &one); err != nil {
 		return nil, malformed("%s: %s", field, describeJSONError(err))
 	}
 	for i := range out {
@@ -111,6 +110,10 @@ func (s *Server) parseGenerate(ctx context.Context, b *generateBody) (p plan, er
 		}
 		p.batch = true
 	case hasText:
+		if one, ok := plainString(b.Text); ok {
+			texts = []string{one}
+			break
+		}
 		var one string
 		if err := json.Unmarshal(b.Text, &one); err != nil {
 			return plan{}, malformed("text: must be a string or a list of strings")

@@ -1,7 +1,7 @@
 package api
 
 import (
-	stdjson "encoding/json"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,10 +10,9 @@ import (
 	"strings"
 )
 
-// integer is a JSON integer field decoded exactly. goccy/go-json would
-// decode a literal from 2^63 to 2^64-1 into an int by wrapping it to a
-// negative number, without an error; integer refuses every literal outside
-// int64 instead, and describeJSONError names the bound it broke. Python,
+// integer is a JSON integer field decoded exactly: it refuses every
+// literal outside int64, and describeJSONError names the bound it broke
+// (encoding/json's error for an int names no bound). Python,
 // whose ints are unbounded, would take such a number and refuse it later
 // for its size (the context length check); the mock refuses it while
 // decoding, with the field and the exact literal.
@@ -34,9 +33,9 @@ func (n *integer) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if !errors.Is(err, strconv.ErrRange) {
-		return &stdjson.UnmarshalTypeError{Value: jsonKind(lit), Type: reflect.TypeFor[int]()}
+		return &json.UnmarshalTypeError{Value: jsonKind(lit), Type: reflect.TypeFor[int]()}
 	}
-	return &stdjson.UnmarshalTypeError{Value: "number " + lit, Type: integerType}
+	return &json.UnmarshalTypeError{Value: "number " + lit, Type: integerType}
 }
 
 // jsonKind describes a JSON value as encoding/json's errors do.
@@ -70,7 +69,7 @@ func (n *integer) ptr() *int {
 // outOfRange reports whether a decoding error is an integer literal past
 // int64, and renders SGLang-style text for it: "<field> must be at most
 // 9223372036854775807, got <literal>." (or at least, for a negative one).
-func outOfRange(typ *stdjson.UnmarshalTypeError) (string, bool) {
+func outOfRange(typ *json.UnmarshalTypeError) (string, bool) {
 	if typ.Type != integerType {
 		return "", false
 	}

@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
-
-	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/tokenizer"
 )

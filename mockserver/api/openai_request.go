@@ -1,12 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
-
-	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/sim"
@@ -215,10 +215,15 @@ func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
 
 // emptyPrompt is serving_completions.py's _validate_request: a prompt that
 // is empty, or a list whose every item is ("", [] or []), is refused.
+// Only a list is decoded: a long prompt string is not read twice.
 func emptyPrompt(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] != '[' {
+		return string(t) == `""`
+	}
 	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return strings.TrimSpace(string(raw)) == `""`
+	if err := json.Unmarshal(t, &items); err != nil {
+		return false
 	}
 	for _, it := range items {
 		if t := strings.TrimSpace(string(it)); t != `""` && !isEmptyList(t) {

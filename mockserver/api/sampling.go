@@ -2,7 +2,7 @@ package api
 
 import (
 	"bytes"
-	stdjson "encoding/json"
+	"encoding/json"
 	"reflect"
 	"strconv"
 	"strings"
@@ -21,7 +21,7 @@ func (n *number) UnmarshalJSON(b []byte) error {
 	lit := strings.TrimSpace(string(b))
 	v, err := strconv.ParseFloat(lit, 64)
 	if err != nil || lit == "" || !strings.ContainsAny(lit[:1], "-0123456789") {
-		return &stdjson.UnmarshalTypeError{Value: jsonKind(lit), Type: reflect.TypeFor[float64]()}
+		return &json.UnmarshalTypeError{Value: jsonKind(lit), Type: reflect.TypeFor[float64]()}
 	}
 	n.Value, n.Text = v, lit
 	switch {
@@ -71,7 +71,7 @@ func pyFloat(v float64) string {
 type objectKeys []string
 
 func (k *objectKeys) UnmarshalJSON(b []byte) error {
-	dec := stdjson.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -79,8 +79,8 @@ func (k *objectKeys) UnmarshalJSON(b []byte) error {
 	if tok == nil {
 		return nil
 	}
-	if d, ok := tok.(stdjson.Delim); !ok || d != '{' {
-		return &stdjson.UnmarshalTypeError{Value: jsonKind(strings.TrimSpace(string(b))), Type: reflect.TypeFor[map[string]float64]()}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return &json.UnmarshalTypeError{Value: jsonKind(strings.TrimSpace(string(b))), Type: reflect.TypeFor[map[string]float64]()}
 	}
 	for dec.More() {
 		key, err := dec.Token()

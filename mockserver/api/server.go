@@ -3,7 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
-	stdjson "encoding/json"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	json "github.com/goccy/go-json"
 
 	"github.com/sglmock/sglmock/compat"
 	"github.com/sglmock/sglmock/mockserver/engine"
@@ -534,16 +532,16 @@ func (s *Server) readBody(c *exchange, v any) bool {
 		writeValidationError(c, "Field required: the request body is empty")
 		return false
 	}
-	// goccy/go-json stops at a NUL byte as at the end of its input, so
-	// `{...}\x00garbage` would pass; no JSON text holds a raw NUL.
+	// No JSON text holds a raw NUL; the message says so where the
+	// decoder's would only call it an invalid character.
 	if i := bytes.IndexByte(buf.Bytes(), 0); i >= 0 {
 		writeValidationError(c, fmt.Sprintf("JSON decode error at byte %d: invalid character '\\x00' (a NUL byte is never valid JSON)", i+1))
 		return false
 	}
-	// Both decoders copy what they keep, so the buffer is free after this.
+	// The decoder copies what it keeps, so the buffer is free after this.
 	// A large body's decoding is long work (cpu.go).
 	s.cpu.take()
-	err := decodeJSON(buf.Bytes(), v)
+	err := decodeBody(buf.Bytes(), v)
 	s.cpu.give()
 	if err != nil {
 		writeValidationError(c, describeJSONError(err))
@@ -620,19 +618,9 @@ func putBodyBuffer(b *bytes.Buffer) {
 	}
 }
 
-// decodeJSON decodes with goccy/go-json, which is fast, and on failure
-// decodes again with encoding/json, whose errors name the field and the
-// types clearly: the slow path runs only for bad input.
-func decodeJSON(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err == nil {
-		return nil
-	}
-	return stdjson.Unmarshal(b, v)
-}
-
 func describeJSONError(err error) string {
-	var syn *stdjson.SyntaxError
-	var typ *stdjson.UnmarshalTypeError
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typ):
 		// The path names the embedded struct of the OpenAI bodies, which
@@ -661,12 +649,69 @@ func writeJSON(c *exchange, status int, v any) {
 }
 
 func marshal(v any) []byte {
-	b, err := json.MarshalWithOption(v, json.DisableHTMLEscape())
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		panic(err) // every response type marshals
 	}
-	return b
+	// Encode ends the value with a newline.
+	return padExponents(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
+
+// padExponents writes the negative one-digit exponents of a JSON text's
+// numbers with two digits, 1e-07 where encoding/json writes 1e-7, as
+// Python's json.dumps (float repr) writes them; strings keep their text.
+// encoding/json writes an exponent only below 1e-6 and from 1e21 on, so
+// -7, -8 and -9 are the exponents it shortens.
+func padExponents(b []byte) []byte {
+	if !hasShortExponent(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+8)
+	inString, escaped := false, false
+	for i, c := range b {
+		out = append(out, c)
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '-' && i > 0 && b[i-1] == 'e' && shortExponentAt(b, i+1):
+			out = append(out, '0')
+		}
+	}
+	return out
+}
+
+// hasShortExponent reports whether b holds "e-" and one digit anywhere,
+// strings included: most texts have none and are returned as they are.
+func hasShortExponent(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte("e-"))
+		if j < 0 {
+			return false
+		}
+		i += j + 2
+		if shortExponentAt(b, i) {
+			return true
+		}
+	}
+}
+
+// shortExponentAt reports whether b[i] is an exponent's only digit.
+func shortExponentAt(b []byte, i int) bool {
+	return i < len(b) && isDigit(b[i]) && (i+1 == len(b) || !isDigit(b[i+1]))
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // errorResponse is SGLang's ErrorResponse envelope.
 type errorResponse struct {

@@ -2,7 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
-	stdjson "encoding/json"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ardanlabs/jinja"
-	json "github.com/goccy/go-json"
 )
 
 // Message is one chat turn as the template reads it: a dict of role,
@@ -220,7 +219,7 @@ func messageValue(m Message) (jinja.Value, error) {
 // jsonValue decodes JSON into a template value as Python's json.loads
 // does: objects keep their keys' order, integers stay integers.
 func jsonValue(raw json.RawMessage) (jinja.Value, error) {
-	dec := stdjson.NewDecoder(bytes.NewReader(raw))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	v, err := decodeValue(dec)
 	if err != nil {
@@ -232,13 +231,13 @@ func jsonValue(raw json.RawMessage) (jinja.Value, error) {
 	return v, nil
 }
 
-func decodeValue(dec *stdjson.Decoder) (jinja.Value, error) {
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return jinja.Undefined(), err
 	}
 	switch t := tok.(type) {
-	case stdjson.Delim:
+	case json.Delim:
 		switch t {
 		case '[':
 			var items []jinja.Value
@@ -272,7 +271,7 @@ func decodeValue(dec *stdjson.Decoder) (jinja.Value, error) {
 			return d, nil
 		}
 		return jinja.Undefined(), fmt.Errorf("unexpected %v", t)
-	case stdjson.Number:
+	case json.Number:
 		return jinja.FromGoValue(t), nil
 	default:
 		return jinja.FromGoValue(t), nil

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/dlclark/regexp2/v2"
-	json "github.com/goccy/go-json"
 	"golang.org/x/text/unicode/norm"
 )
 

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	json "github.com/goccy/go-json"
 )
 
 // writeDir writes files into a new directory and returns it.

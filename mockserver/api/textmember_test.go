@@ -1,0 +1,96 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestMemberValue(t *testing.T) {
+	tests := []struct {
+		body  string
+		value string // "" when the walk declines the body
+	}{
+		{`{"prompt": "hello", "max_tokens": 2}`, `"hello"`},
+		{` { "model" : "m" ,"prompt":"a b"}  `, `"a b"`},
+		{`{"a": {"prompt": "inner", "b": [1, {"c": "]}"}]}, "prompt": "outer"}`, `"outer"`},
+		{`{"a": "quote \" and \\", "prompt": "x"}`, `"x"`},
+		{`{"prompt": "esc\"aped"}`, `"esc\"aped"`},
+		{`{"prompt": ["a", "b"]}`, `["a", "b"]`},
+		{`{"prompt": 12, "n": true}`, `12`},
+		{`{"n": 1}`, ""},
+		{`{}`, ""},
+		{`{"prompt": "a", "Prompt": "b"}`, ""},
+		{`{"PROMPT": "a"}`, ""},
+		{`{"pro\u006dpt": "a"}`, ""},
+		{`{"prömpt": "a", "prompt": "b"}`, ""},
+		{`{"prompt": "a"} x`, ""},
+		{`{"prompt": "a",}`, ""},
+		{`{"prompt" "a"}`, ""},
+		{`{"prompt": "a"`, ""},
+		{`{"prompt": "unterminated}`, ""},
+		{`{"prompt": }`, ""},
+		{`["prompt", "a"]`, ""},
+		{``, ""},
+	}
+	for _, tt := range tests {
+		start, end, ok := memberValue([]byte(tt.body), "prompt")
+		got := ""
+		if ok {
+			got = tt.body[start:end]
+		}
+		if got != tt.value {
+			t.Errorf("memberValue(%q): got %q, want %q", tt.body, got, tt.value)
+		}
+	}
+}
+
+// decodeSeeds are bodies for which the walk and the decoder must agree.
+var decodeSeeds = []string{
+	`{"model": "m", "prompt": "the cache keeps every prefix", "max_tokens": 16, "stream": false}`,
+	`{"text": "hello", "sampling_params": {"max_new_tokens": 3}, "rid": "r"}`,
+	`{"prompt": "a", "max_tokens": "x"}`,
+	`{"prompt": "a", "max_tokens": 99999999999999999999}`,
+	`{"prompt": "a", "stop": ["x", 1]}`,
+	`{"prompt": "a", "n": 2, "extra": {"prompt": "b"}, "Stream": true}`,
+	`{"prompt": "a\u0000b", "text": "c\nd"}`,
+	`{"prompt": "` + "tab\there" + `"}`,
+	`{"prompt": "` + "bad \xff utf-8" + `"}`,
+	`{"prompt": "a"}{"prompt": "b"}`,
+	`{"prompt": "a", "model": nul}`,
+	`{"prompt": [1, 2], "text": ["x"]}`,
+	`{"PROMPT": "a", "prompt": "b"}`,
+}
+
+// FuzzDecodeBody checks that decodeBody gives exactly what json.Unmarshal
+// gives, value or error, for both bodies with a text member.
+func FuzzDecodeBody(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		checkDecodeBody(t, body, func() any { return new(completionBody) })
+		checkDecodeBody(t, body, func() any { return new(generateBody) })
+	})
+}
+
+func TestDecodeBodyIsUnmarshal(t *testing.T) {
+	long := strings.TrimSpace(strings.Repeat("the cache keeps every prefix so later requests skip prefill. ", 800))
+	for _, body := range append(decodeSeeds, `{"model": "m", "prompt": "`+long+`", "max_tokens": 16}`) {
+		checkDecodeBody(t, body, func() any { return new(completionBody) })
+		checkDecodeBody(t, body, func() any { return new(generateBody) })
+	}
+}
+
+func checkDecodeBody(t *testing.T, body string, fresh func() any) {
+	t.Helper()
+	got, want := fresh(), fresh()
+	gotErr, wantErr := decodeBody([]byte(body), got), json.Unmarshal([]byte(body), want)
+	if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+		t.Fatalf("%T from %q: got error %v, want %v", got, body, gotErr, wantErr)
+	}
+	if gotErr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%T from %q: got %+v, want %+v", got, body, got, want)
+	}
+}
