@@ -25,8 +25,13 @@ func runProfiles(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
 		fmt.Fprintln(stdout, "Built-in profiles (sglmock profiles NAME prints one; a YAML file path works wherever a profile is taken):")
-		for _, b := range profile.Builtins() {
-			fmt.Fprintf(stdout, "  %-22s %s\n", b.Name, b.Description)
+		builtins := profile.Builtins()
+		width := 0
+		for _, b := range builtins {
+			width = max(width, len(b.Name))
+		}
+		for _, b := range builtins {
+			fmt.Fprintf(stdout, "  %-*s  %s\n", width, b.Name, b.Description)
 		}
 		return 0
 	case len(args) > 1:

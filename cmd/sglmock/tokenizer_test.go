@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sglmock/sglmock/mockserver/mocktest"
+	"github.com/sglmock/sglmock/mockserver/profile"
 )
 
 // --tokenizer-path loads a model directory's tokenizer; without it,
@@ -91,5 +92,27 @@ func TestProfilesShowTokenizer(t *testing.T) {
 		if code := runProfiles([]string{tt.arg}, &out, io.Discard); code != 0 || !strings.Contains(out.String(), tt.want) {
 			t.Errorf("profiles %s: exit %d, output without %q:\n%s", tt.arg, code, tt.want, out.String())
 		}
+	}
+}
+
+// The list gives every built-in, one a line, its description starting in
+// one column past the longest name.
+func TestProfilesListAligns(t *testing.T) {
+	var out strings.Builder
+	if code := runProfiles(nil, &out, io.Discard); code != 0 {
+		t.Fatalf("profiles: exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")[1:]
+	builtins := profile.Builtins()
+	if len(lines) != len(builtins) {
+		t.Fatalf("got %d lines, want one for each of %d profiles:\n%s", len(lines), len(builtins), out.String())
+	}
+	column := -1
+	for i, b := range builtins {
+		at := strings.Index(lines[i], "  "+b.Description)
+		if !strings.HasPrefix(lines[i], "  "+b.Name+" ") || at < len(b.Name)+2 || column >= 0 && at != column {
+			t.Errorf("line %d: got %q, want %s and its description from column %d", i, lines[i], b.Name, column)
+		}
+		column = at
 	}
 }
