@@ -57,6 +57,7 @@ func (s *Server) generate(c *exchange) {
 // after that (refused, or a refusal at submit) gets one error event.
 func (s *Server) streamGenerate(c *exchange, p plan, refused error) {
 	w := s.newSSE(c)
+	defer w.release()
 	if w.open() != nil {
 		return
 	}

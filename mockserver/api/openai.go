@@ -250,6 +250,7 @@ func (r *openAIRun) stream(streams []*engine.Stream, hold *budgetHold) {
 	created := time.Now().Unix()
 	object := r.chunkObject()
 	w := r.s.newSSE(r.c)
+	defer w.release()
 	hold.attach(func() bool { return allEnded(streams) }, w.cutOff)
 	opts := r.common.StreamOptions
 	continuous := opts != nil && opts.ContinuousUsageStats

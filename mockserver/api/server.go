@@ -188,6 +188,8 @@ type Server struct {
 	bodies, answers *byteBudget
 	// cpu shares the cores among long work (cpu.go).
 	cpu *cpuSlots
+	// sseBuffers recycles the streams' event buffers (newSSE).
+	sseBuffers sync.Pool
 }
 
 // New creates a server in the starting state: /health answers 503 until

@@ -19,7 +19,8 @@ type sse struct {
 	c       *exchange
 	started bool
 	buf     []byte
-	cpu     *cpuSlots // for long events (addEncoded)
+	cpu     *cpuSlots  // for long events (addEncoded)
+	pool    *sync.Pool // where buf goes back (release); nil: nowhere
 	// stalls puts every write under the stall deadline (stall.go); err is
 	// the first write's error, after which nothing more is written; cut
 	// is set when the answer budget cut the client off (cutOff).
@@ -28,8 +29,36 @@ type sse struct {
 	cut    atomic.Bool
 }
 
-// newSSE starts an SSE writer for c's response.
-func (s *Server) newSSE(c *exchange) *sse { return &sse{c: c, stalls: s.stalls, cpu: s.cpu} }
+// newSSE starts an SSE writer for c's response, its buffer one of the
+// server's (a stream's events would otherwise grow a new one from empty);
+// its owner gives the buffer back with release.
+func (s *Server) newSSE(c *exchange) *sse {
+	w := &sse{c: c, stalls: s.stalls, cpu: s.cpu, pool: &s.sseBuffers}
+	if b, ok := s.sseBuffers.Get().(*[]byte); ok {
+		w.buf = (*b)[:0]
+	} else {
+		w.buf = make([]byte, 0, sseBufferSize)
+	}
+	return w
+}
+
+// sseBufferSize is a new SSE buffer's capacity: a stream of a few dozen
+// short events; one that grew past maxPooledSSEBuffer is dropped at
+// release, so a long event's memory goes back.
+const (
+	sseBufferSize      = 4 << 10
+	maxPooledSSEBuffer = 2 * maxCoalesced
+)
+
+// release gives w's buffer back to the server's pool; w writes nothing
+// after it.
+func (w *sse) release() {
+	if w.pool != nil && cap(w.buf) <= maxPooledSSEBuffer {
+		b := w.buf[:0]
+		w.pool.Put(&b)
+	}
+	w.buf, w.pool = nil, nil
+}
 
 // The SSE headers' values, shared by every response: net/http only reads
 // them.

@@ -127,16 +127,26 @@ func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
 func (builtinCodec) encode(dst []int32, text string, limit int, stop *interrupt) ([]int32, int) {
 	start, n := len(dst), 0
+	// The bytes since the interrupt's last look are gathered here and
+	// handed to it whole when it is due to look again (stop.due), the
+	// same looks at the same tokens as handing it each token's.
+	pending, due := 0, stop.due()
 	for i := 0; i < len(text); n++ {
 		var id int32
 		at := i
 		id, i = next(text, i)
-		if stop.after(i - at) {
-			break
+		if pending += i - at; pending >= due {
+			if stop.after(pending) {
+				break
+			}
+			pending, due = 0, stop.due()
 		}
 		if limit < 0 || n < limit {
 			dst = append(dst, id)
 		}
+	}
+	if pending > 0 {
+		stop.after(pending) // short of due: only counted
 	}
 	if limit >= 0 && n > limit {
 		dst = dst[:start]
@@ -148,30 +158,34 @@ func (builtinCodec) encode(dst []int32, text string, limit int, stop *interrupt)
 // just past it.
 func next(text string, i int) (int32, int) {
 	c := text[i]
-	if c == '<' {
-		if id, n := special(text[i:]); n > 0 {
-			return id, i + n
+	j := i
+	if c == ' ' {
+		if i+1 == len(text) || letterIndex[text[i+1]] < 0 {
+			return ' ', i + 1
 		}
-	}
-	space := 0
-	if c == ' ' && i+1 < len(text) && letterIndex[text[i+1]] >= 0 {
-		space = 1
+		j++ // a space before a letter starts a piece
 	} else if letterIndex[c] < 0 {
+		if c == '<' {
+			if id, n := special(text[i:]); n > 0 {
+				return id, i + n
+			}
+		}
 		return int32(c), i + 1
 	}
 	// A piece: optional space, a letter of either case, then up to five
 	// lower-case letters.
-	j := i + space
-	capital := isUpper(text[j])
-	code := int64(letterIndex[text[j]])
-	j++
-	n := 1
-	for j < len(text) && n < maxLetters && isLower(text[j]) {
-		code = code*alphabetLen + int64(text[j]-'a')
-		j++
-		n++
+	first := text[j]
+	code := int64(letterIndex[first])
+	word := j
+	end := min(len(text), j+maxLetters)
+	for j++; j < end; j++ {
+		d := text[j] - 'a'
+		if d >= alphabetLen {
+			break
+		}
+		code = code*alphabetLen + int64(d)
 	}
-	return pieceID(code, n, capital, space == 1), j
+	return pieceID(code, j-word, isUpper(first), word > i), j
 }
 
 func special(s string) (int32, int) {

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "context"
+import (
+	"context"
+	"math"
+)
 
 // interrupt stops a tokenization nobody waits for any more (its client
 // left): the encoders look at it between pieces, at most once every
@@ -55,6 +58,19 @@ func (s *interrupt) after(n int) bool {
 		s.stopped = s.ctx.Err()
 	}
 	return s.stopped != nil
+}
+
+// due is how many more bytes after may be told of before it looks at the
+// context: 0 once stopped (the next after reports it), never for a nil
+// interrupt.
+func (s *interrupt) due() int {
+	switch {
+	case s == nil:
+		return math.MaxInt
+	case s.stopped != nil:
+		return 0
+	}
+	return interruptEvery - s.pending
 }
 
 // err is the context's error once the tokenization stopped, else nil.
