@@ -1,6 +1,8 @@
 package harness_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -89,4 +91,44 @@ func TestAuditSaltOnGenerate(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Through the proxy, a server that cannot be asked its version (the
+// connection to /server_info fails) leaves the salted repeat POISONED and
+// the run unchecked, saying why, instead of ending the audit without a
+// report.
+func TestAuditUpstreamSaltVersionUnasked(t *testing.T) {
+	prompt := prompts(1, 5, 300, 300)[0]
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.SGLangVersion = "0.5.12"
+		m, rec, ps := proxied(t, api.Config{Profile: p})
+		for _, rid := range []string{"req-a", "req-b"} {
+			ps.Do(t, "POST", "/generate", fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
+		}
+		c := client(m)
+		c.HTTP = &http.Client{Transport: failPath{"/server_info", m.Client.Transport}}
+		rep, err := harness.AuditUpstream(context.Background(), rec, c, harness.AuditOptions{NewID: counter()})
+		if err != nil {
+			t.Fatalf("audit ended without a report: %v", err)
+		}
+		const want = "audit could not ask the server its SGLang version ("
+		if b := request(t, rep, "req-b"); b.Verdict.Level() != harness.Poisoned || rep.Checked || !strings.Contains(rep.Verdict.String(), want) {
+			t.Errorf("req-b %s, run checked %v, verdict %q; want req-b POISONED and the run unchecked with %q...", b.Verdict.Level(), rep.Checked, rep.Verdict, want)
+		}
+	})
+}
+
+// failPath fails every request to path as a refused connection would,
+// and sends the rest on.
+type failPath struct {
+	path string
+	next http.RoundTripper
+}
+
+func (f failPath) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == f.path {
+		return nil, errors.New("connection refused")
+	}
+	return f.next.RoundTrip(r)
 }

@@ -125,11 +125,16 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	// The server's version, asked when a salted request was poisoned, is a
 	// probe too.
 	if err := saltNotes(probes, c, rep); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, err
+		case probes.Err() != nil:
+			// The probes' time ran out: the floors' note already says the
+			// server stopped answering.
+		default:
+			rep.uncheck(fmt.Sprintf("audit could not ask the server its SGLang version (%v): whether its /generate ignored the cache_salt "+
+				"of the poisoned requests that sent one is unknown", err))
 		}
-		rep.uncheck(fmt.Sprintf("audit could not ask the server its SGLang version (%v): whether its /generate ignored the cache_salt "+
-			"of the poisoned requests that sent one is unknown", err))
 	}
 	rep.ImpactFrom, rep.ImpactDetail = m.describe()
 	if m.perToken > 0 {

@@ -578,11 +578,11 @@ func growthCheck(v *Verdict, flag string, prompt, a, b int, first, last, expecte
 	// The row's column has the measured bias, scatter included; the note
 	// quotes it beside the part the model puts there, so that the two
 	// numbers a reader sees are told apart.
-	bias := pctSigned(expected) + " by construction"
+	bias := pctSigned(expected) + " by construction (sglmock's model)"
 	if measured != nil {
-		bias = fmt.Sprintf("%+.2f %%, %s of it by construction", 100**measured, pctSigned(expected))
+		bias = fmt.Sprintf("%+.2f %% (%s by construction, sglmock's model)", 100**measured, pctSigned(expected))
 	}
-	v.addTo(decodeOnly, Suspect, fmt.Sprintf("decode_bias is %s (sglmock's model): %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
+	v.addTo(decodeOnly, Suspect, fmt.Sprintf("decode_bias is %s: %s decodes from %d to %d tokens of context, over which this deployment's decode goes from %s to %s tok/s, so the figure is that span's mean rate, not the rate at %d (%s)",
 		bias, who, prompt+a, prompt+b, trimFloat1(first), trimFloat1(last), prompt, fix))
 }
 

@@ -574,7 +574,7 @@ func TestContextGrowth(t *testing.T) {
 		tokens, b int
 		want      string
 	}{
-		{1407, 1025, "-34.6 % of it by construction (sglmock's model): leg b decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller b narrows the span and widens the scatter, which --repeat narrows)"},
+		{1407, 1025, "(-34.6 % by construction, sglmock's model): leg b decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller b narrows the span and widens the scatter, which --repeat narrows)"},
 		{1407, 17, ""},
 		{45507, 1025, ""},
 	} {
@@ -593,7 +593,7 @@ func TestContextGrowth(t *testing.T) {
 			}
 			// The note quotes the row's own decode_bias first.
 			if row.Truth.DecodeBias != nil && got != "" {
-				prefix := fmt.Sprintf("decode_bias is %+.2f %%, ", 100**row.Truth.DecodeBias)
+				prefix := fmt.Sprintf("decode_bias is %+.2f %% ", 100**row.Truth.DecodeBias)
 				if !strings.HasPrefix(got, prefix) {
 					t.Errorf("%d tokens, b=%d: the cause %q does not start with the row's %q", tt.tokens, tt.b, got, prefix)
 				}
@@ -617,9 +617,9 @@ func TestContextGrowthOfAStream(t *testing.T) {
 		p.FlushBusyAfterFinishS = 0
 		m := mocktest.Start(t, api.Config{Profile: p})
 		row := run(t, &harness.Stream{Client: client(m), Points: []harness.Point{{CtxReq: 1407, Tokens: 1407}}, MaxNewTokens: 1025, Options: harness.Options{NewID: counter()}}).Stream[0]
-		want := "-34.6 % of it by construction (sglmock's model): the request decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller --max-new-tokens narrows the span and widens the scatter)"
+		want := "(-34.6 % by construction, sglmock's model): the request decodes from 1408 to 2432 tokens of context, over which this deployment's decode goes from 134.3 to 65.4 tok/s, so the figure is that span's mean rate, not the rate at 1407 (a smaller --max-new-tokens narrows the span and widens the scatter)"
 		if !slices.ContainsFunc(row.Verdict.Causes, func(c harness.Cause) bool {
-			return c.Level == harness.Suspect && c.Text == fmt.Sprintf("decode_bias is %+.2f %%, ", 100**row.Truth.DecodeBias)+want
+			return c.Level == harness.Suspect && c.Text == fmt.Sprintf("decode_bias is %+.2f %% ", 100**row.Truth.DecodeBias)+want
 		}) {
 			t.Errorf("verdict %q, want the cause %q", row.Verdict, want)
 		}

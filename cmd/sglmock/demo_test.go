@@ -119,7 +119,7 @@ func demoAttempt(t *testing.T, set demoSettings, tol float64) []string {
 		for _, c := range row.Verdict.Causes {
 			switch {
 			case c.Level == harness.Suspect && scatterCause.MatchString(c.Text):
-			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is ") && strings.Contains(c.Text, ", -9.1 % of it by construction (sglmock's model): leg b decodes from 1408 to 1600 tokens of context"):
+			case c.Level == harness.Suspect && strings.HasPrefix(c.Text, "decode_bias is ") && strings.Contains(c.Text, " (-9.1 % by construction, sglmock's model): leg b decodes from 1408 to 1600 tokens of context"):
 				growth = !growth
 			default:
 				rest.Causes = append(rest.Causes, c)
