@@ -301,6 +301,17 @@ func TestDocumentedCommands(t *testing.T) {
 	}
 }
 
+// The README is a first page: at most 300 lines, the rest in docs/.
+func TestReadmeLength(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 300 {
+		t.Errorf("README.md has %d lines, want at most 300: move detail to docs/", n)
+	}
+}
+
 // The parser reads what a user would run: operators end the command, a
 // descriptor before a redirection is not an argument, quotes hold them.
 func TestShellWords(t *testing.T) {
