@@ -311,6 +311,13 @@ func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, erro
 	return rep, nil
 }
 
+// reuseLetThrough tells whether the poisoned requests moved no figure the
+// run reports by --min-run-impact, without --strict: their reuse does not
+// fail the run.
+func (a *AuditReport) reuseLetThrough() bool {
+	return a.RunImpact != nil && a.RunImpact.Max < a.MinRunImpact && !a.Strict
+}
+
 // uncheck records why the audit cannot vouch for the run.
 func (a *AuditReport) uncheck(why string) {
 	a.Checked = false
@@ -497,7 +504,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		fix := "fix: " + strings.Join(reuseFixes(counts, firstRepeat, opt.Tool), "; ")
 		rep.RunImpact = runImpact(rs, rep.Speedup)
 		switch ri := rep.RunImpact; {
-		case ri != nil && ri.Max < opt.MinRunImpact && !opt.Strict:
+		case rep.reuseLetThrough():
 			rep.Verdict.add(OK, fmt.Sprintf("%s, which moved none of the figures the run reports by %s %% (--min-run-impact; at most %.1f %%: %s); %s",
 				text, trimFloat(opt.MinRunImpact), ri.Max, ri.Largest, fix))
 		default:
