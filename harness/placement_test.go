@@ -62,6 +62,12 @@ func TestNaiveColdByPlacementIsNotClean(t *testing.T) {
 		if got := naive.Verdict.String(); got != want || *naive.Truth.DecodeErr != 0 {
 			t.Fatalf("naive: %q (decode_err %v), want %q", got, *naive.Truth.DecodeErr, want)
 		}
+		// Leg b's placement moves the decode rate only: leg a gives TTFT
+		// and the prefill rate whichever rank leg b ran on.
+		fv := naive.FigureVerdicts
+		if fv.TTFT.Level != harness.OK || fv.Prefill.Level != harness.OK || fv.Decode.Level != harness.Suspect {
+			t.Errorf("naive figures: ttft %s, prefill %s, decode %s; want ok, ok, SUSPECT", fv.TTFT.Level, fv.Prefill.Level, fv.Decode.Level)
+		}
 		if got := fixed.Verdict.String(); got != "ok" {
 			t.Fatalf("flush+nonce: %q, want ok", got)
 		}
