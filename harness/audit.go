@@ -225,8 +225,11 @@ const (
 type AuditReport struct {
 	// Profile and Speedup are the mock's; Upstream is the real server the
 	// proxy stood in front of (Speedup 1).
-	Profile           string                `json:"profile,omitempty"`
-	Upstream          string                `json:"upstream,omitempty"`
+	Profile  string `json:"profile,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	// DPRanks is the server's DP ranks, each with a prefix cache of its
+	// own, when it runs several (0: one, or not known).
+	DPRanks           int                   `json:"dp_ranks,omitempty"`
 	Speedup           float64               `json:"speedup"`
 	MinImpact         float64               `json:"min_impact_pct"`
 	AllowSharedPrefix SharedPrefixAllowance `json:"allow_shared_prefix"`
@@ -287,10 +290,11 @@ func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, erro
 	for i, r := range reqs {
 		rs[i] = AuditRequest{RequestSummary: r, CachedReported: true}
 	}
-	floors, err := measureFloors(ctx, c, routesOf(rs), true, opt.NewID)
+	floors, ranks, err := measureFloors(ctx, c, routesOf(rs), true, opt.NewID)
 	if err != nil {
 		return nil, err
 	}
+	rep.setRanks(ranks)
 	m := &modelImpact{c: c, cost: map[[2]int]float64{}}
 	if err := judge(ctx, rep, rs, floors, m, pageSize(p), opt); err != nil {
 		return nil, err
@@ -309,6 +313,20 @@ func Audit(ctx context.Context, c *Client, opt AuditOptions) (*AuditReport, erro
 	}
 	rep.CacheEffect = cacheEffect(rep.Requests, p.Speedup, ImpactModel)
 	return rep, nil
+}
+
+// reuseLetThrough tells whether the poisoned requests moved no figure the
+// run reports by --min-run-impact, without --strict: their reuse does not
+// fail the run.
+func (a *AuditReport) reuseLetThrough() bool {
+	return a.RunImpact != nil && a.RunImpact.Max < a.MinRunImpact && !a.Strict
+}
+
+// setRanks records the server's DP ranks when it runs several.
+func (a *AuditReport) setRanks(ranks int) {
+	if ranks > 1 {
+		a.DPRanks = ranks
+	}
 }
 
 // uncheck records why the audit cannot vouch for the run.
@@ -497,7 +515,7 @@ func judge(ctx context.Context, rep *AuditReport, rs []AuditRequest, floors []Ro
 		fix := "fix: " + strings.Join(reuseFixes(counts, firstRepeat, opt.Tool), "; ")
 		rep.RunImpact = runImpact(rs, rep.Speedup)
 		switch ri := rep.RunImpact; {
-		case ri != nil && ri.Max < opt.MinRunImpact && !opt.Strict:
+		case rep.reuseLetThrough():
 			rep.Verdict.add(OK, fmt.Sprintf("%s, which moved none of the figures the run reports by %s %% (--min-run-impact; at most %.1f %%: %s); %s",
 				text, trimFloat(opt.MinRunImpact), ri.Max, ri.Largest, fix))
 		default:

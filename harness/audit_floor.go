@@ -20,11 +20,12 @@ const maxProbeAnswer = 1 << 20
 // server the answer does, and a third probe repeats the first to learn
 // whether the route reports cached tokens at all (SGLang's OpenAI routes
 // report them only with --enable-cache-report, and give null for 0): a
-// route that reports none has floor -1.
-func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock bool, newID func() string) ([]RouteFloor, error) {
-	ranks, err := c.DPRanks(ctx)
+// route that reports none has floor -1. ranks is the server's DP ranks
+// (/server_info's dp_size), which the probes are pinned among.
+func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock bool, newID func() string) (floors []RouteFloor, ranks int, err error) {
+	ranks, err = c.DPRanks(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	pin := probeRank(ranks) // the probes on one rank, as placement.go says
 	modelKnown := false
@@ -32,17 +33,17 @@ func measureFloors(ctx context.Context, c *Client, routes []RouteFloor, mock boo
 		route := routes[i].Route
 		if route != sim.RouteGenerate && route != sim.RouteGenerateIDs && !modelKnown {
 			if err := c.discoverModel(ctx); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			modelKnown = true
 		}
 		f, err := measureFloor(ctx, c, route, mock, pin, newID)
 		if err != nil {
-			return nil, fmt.Errorf("measuring the shared prefix floor on %s: %w", route, err)
+			return nil, 0, fmt.Errorf("measuring the shared prefix floor on %s: %w", route, err)
 		}
 		routes[i].Floor = f
 	}
-	return routes, nil
+	return routes, ranks, nil
 }
 
 func measureFloor(ctx context.Context, c *Client, route string, mock bool, pin *int, newID func() string) (int, error) {

@@ -35,7 +35,9 @@ func generateSaltDoubt(version string) (p compat.Presence, why string, ok bool) 
 // /generate and was poisoned by reuse, why its salt kept it in no cache
 // namespace of its own when the server's release may ignore the field, as
 // bench's salt method does (session.saltCause); the run's verdict counts
-// them. The server's version is asked only when such a request exists.
+// them, failing only where their reuse fails the run (not below
+// --min-run-impact). The server's version is asked only when such a
+// request exists.
 func saltNotes(ctx context.Context, c *Client, rep *AuditReport) error {
 	var salted []*AuditRequest
 	for i := range rep.Requests {
@@ -61,6 +63,9 @@ func saltNotes(ctx context.Context, c *Client, rep *AuditReport) error {
 	}
 	for _, r := range salted {
 		r.Verdict.add(level, "it sent cache_salt to keep its prompt cold, but "+why)
+	}
+	if rep.reuseLetThrough() {
+		level = OK // it explains a reuse that moved no figure of the run
 	}
 	rep.Verdict.add(level, fmt.Sprintf("%s sent cache_salt to /generate and reused an earlier prompt: %s "+
 		"(keep prompts apart with a nonce at their start, or flush)", plural(len(salted), "request"), why))

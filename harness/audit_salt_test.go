@@ -132,3 +132,41 @@ func (f failPath) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return f.next.RoundTrip(r)
 }
+
+// A salted repeat whose reuse moved no figure of the run past
+// --min-run-impact keeps the salt's cause on the request, and the run's
+// verdict names it without failing the run: the reuse it explains was let
+// through, and --strict fails it again.
+func TestAuditSaltBelowMinRunImpact(t *testing.T) {
+	prompt := prompts(1, 5, 300, 300)[0]
+	for _, tc := range []struct {
+		name   string
+		opt    harness.AuditOptions
+		failed bool
+	}{
+		{"below --min-run-impact", harness.AuditOptions{MinRunImpact: 1e6}, false},
+		{"below it, --strict", harness.AuditOptions{MinRunImpact: 1e6, Strict: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mocktest.Profile(t, "default")
+				p.SGLangVersion = "0.5.12"
+				m := mocktest.StartBehind(t, api.Config{Profile: p}, nil)
+				for _, rid := range []string{"req-a", "req-b"} {
+					m.Do(t, "POST", "/generate", fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
+				}
+				rep := audit(t, m, tc.opt)
+				if rep.RunImpact == nil {
+					t.Fatalf("no run impact\n%s", text(t, rep))
+				}
+				if b := request(t, rep, "req-b"); b.Verdict.Level() != harness.Poisoned || !strings.Contains(b.Verdict.String(), "its /generate ignores cache_salt") {
+					t.Errorf("req-b %s %q, want POISONED with the salt's cause", b.Verdict.Level(), b.Verdict)
+				}
+				const named = "1 request sent cache_salt to /generate and reused an earlier prompt"
+				if got := rep.Verdict.Level() == harness.Poisoned; got != tc.failed || !strings.Contains(rep.Verdict.String(), named) {
+					t.Errorf("run POISONED %v, want %v, naming %q\n%s", got, tc.failed, named, rep.Verdict)
+				}
+			})
+		})
+	}
+}

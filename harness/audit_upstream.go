@@ -85,7 +85,8 @@ func AuditUpstream(ctx context.Context, rec *Recorder, c *Client, opt AuditOptio
 	// unmeasured rather than the audit hanging on or giving no report.
 	probes, cancel := context.WithTimeout(ctx, probeWait)
 	defer cancel()
-	floors, err := measureFloors(probes, c, routesOf(rs), false, opt.NewID)
+	floors, ranks, err := measureFloors(probes, c, routesOf(rs), false, opt.NewID)
+	rep.setRanks(ranks)
 	unmeasured := "the floors were not measured (each taken as 0), and a reuse of what every prompt shares (a BOS token, a chat template's head) counts as reuse"
 	switch {
 	case err != nil && ctx.Err() != nil:

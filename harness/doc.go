@@ -141,7 +141,8 @@
 // by method, and one more request from anyone puts both on one rank. So a
 // naive row whose leg b was cold is SUSPECT unless both legs ran on one
 // rank (meta_info.dp_rank, or the mock's /sim/); an audited repeat cold
-// only by placement is SUSPECT too. SGLang answers /flush_cache with the
+// only by placement is SUSPECT too, and so is one whose rank, or its
+// source's, the server does not say. SGLang answers /flush_cache with the
 // first rank's answer, so against sglmock a flush answered 200 counts only
 // when /sim/flushes says every rank took it, and is retried otherwise. The
 // floor probes are pinned to rank 0 (routed_dp_rank), which leaves the

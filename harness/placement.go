@@ -127,38 +127,56 @@ func flushTaken(f sim.Flush) bool {
 // repeats earlier requests' prompt (the same prompt tokens) and reused
 // nothing beyond its floor only because every one of them ran on another
 // rank, with no flush that every rank took in between: cold by placement,
-// not by method. The run is then not clean.
+// not by method. A repeat on a server of several ranks that does not say
+// where it or the request it repeats ran may be cold by placement too: it
+// is not clean either. The run is then not clean.
 func placementNotes(rep *AuditReport, rs []AuditRequest) {
-	cold := 0
+	cold, unplaced := 0, 0
 	for i := range rs {
 		r := &rs[i]
-		if r.DPRank == nil || r.SampleOf != "" || !r.CachedReported || r.CachedTokens > r.Floor {
+		if (r.DPRank == nil && rep.DPRanks <= 1) || r.SampleOf != "" || !r.CachedReported || r.CachedTokens > r.Floor {
 			continue
 		}
-		var src *AuditRequest
+		var src, unknown *AuditRequest
 		for j := i - 1; j >= 0; j-- {
 			e := &rs[j]
-			if e.PromptHash != r.PromptHash || e.DPRank == nil || flushedBetween(rep.Flushes, e.Finished, r.Arrival) {
+			if e.PromptHash != r.PromptHash || flushedBetween(rep.Flushes, e.Finished, r.Arrival) {
 				continue
 			}
-			if *e.DPRank == *r.DPRank {
-				src = nil // it could have reused this one
-				break
-			}
-			if src == nil {
+			switch {
+			case e.DPRank == nil || r.DPRank == nil:
+				if unknown == nil && rep.DPRanks > 1 {
+					unknown = e
+				}
+				continue
+			case *e.DPRank == *r.DPRank:
+				src, unknown = nil, nil // it could have reused this one
+			case src == nil:
 				src = e
+				continue
+			default:
+				continue
 			}
+			break
 		}
-		if src == nil {
-			continue
+		switch {
+		case src != nil:
+			cold++
+			r.Verdict.add(Suspect, fmt.Sprintf("repeats rid %s's prompt but ran on DP rank %d, rid %s on rank %d: cold by placement, not by method",
+				src.RID, *r.DPRank, src.RID, *src.DPRank))
+		case unknown != nil:
+			unplaced++
+			r.Verdict.add(Suspect, fmt.Sprintf("repeats rid %s's prompt, and the server runs %d DP ranks without saying which ran each: "+
+				"it may be cold by placement, not by method", unknown.RID, rep.DPRanks))
 		}
-		cold++
-		r.Verdict.add(Suspect, fmt.Sprintf("repeats rid %s's prompt but ran on DP rank %d, rid %s on rank %d: cold by placement, not by method",
-			src.RID, *r.DPRank, src.RID, *src.DPRank))
 	}
 	if cold > 0 {
 		rep.Verdict.add(Suspect, fmt.Sprintf("%d requests repeated an earlier prompt and were cold only because the DP controller put them on "+
 			"another rank: one more request in between, from any client, puts a repeat on the same rank and poisons it (use a nonce, or a flush)", cold))
+	}
+	if unplaced > 0 {
+		rep.Verdict.add(Suspect, fmt.Sprintf("%d requests repeated an earlier prompt and were cold, on a server of %d DP ranks that does not say "+
+			"which ran each (meta_info.dp_rank): cold by placement or not is unknown (use a nonce, or a flush)", unplaced, rep.DPRanks))
 	}
 }
 

@@ -3,6 +3,10 @@ package harness_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -61,6 +65,12 @@ func TestNaiveColdByPlacementIsNotClean(t *testing.T) {
 			"from any client, puts both on one rank and poisons the row; use a nonce, or a flush)"
 		if got := naive.Verdict.String(); got != want || *naive.Truth.DecodeErr != 0 {
 			t.Fatalf("naive: %q (decode_err %v), want %q", got, *naive.Truth.DecodeErr, want)
+		}
+		// Leg b's placement moves the decode rate only: leg a gives TTFT
+		// and the prefill rate whichever rank leg b ran on.
+		fv := naive.FigureVerdicts
+		if fv.TTFT.Level != harness.OK || fv.Prefill.Level != harness.OK || fv.Decode.Level != harness.Suspect {
+			t.Errorf("naive figures: ttft %s, prefill %s, decode %s; want ok, ok, SUSPECT", fv.TTFT.Level, fv.Prefill.Level, fv.Decode.Level)
 		}
 		if got := fixed.Verdict.String(); got != "ok" {
 			t.Fatalf("flush+nonce: %q, want ok", got)
@@ -203,5 +213,55 @@ func TestAuditUpstreamReadsTheRank(t *testing.T) {
 		if got := again.Verdict.String(); !strings.Contains(got, "cold by placement, not by method") || *again.DPRank != 1 {
 			t.Fatalf("again: %q (rank %v), want cold by placement on rank 1", got, again.DPRank)
 		}
+	})
+}
+
+// Through the proxy, a server of two ranks that does not say which ran
+// each request (no meta_info.dp_rank) leaves a cold repeat unplaced: it may
+// be cold by placement, and neither it nor the run is ok.
+func TestAuditUpstreamRankUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mocktest.Profile(t, "default")
+		p.DPSize, p.TPSize, p.EnableDPAttention = 2, 2, true
+		m := mocktest.StartBehind(t, api.Config{Profile: p}, hideRank)
+		rec, err := harness.NewRecorder(m.URL, m.HTTP.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := mocktest.NewServer(rec)
+		t.Cleanup(ps.Close)
+		for _, rid := range []string{"first", "again"} {
+			if code, body, _ := ps.Do(t, "POST", "/generate", fmt.Sprintf(`{"text": %q, "rid": %q, "sampling_params": {"max_new_tokens": 4}}`,
+				strings.Repeat("the same words again ", 100), rid)); code != 200 {
+				t.Fatalf("%s: %d %s", rid, code, body)
+			}
+		}
+		rep := auditUpstream(t, rec, m, harness.AuditOptions{})
+		again := request(t, rep, "again")
+		want := "SUSPECT: repeats rid first's prompt, and the server runs 2 DP ranks without saying which ran each: it may be cold by placement, not by method"
+		if got := again.Verdict.String(); got != want || again.DPRank != nil || again.CachedTokens != again.Floor {
+			t.Fatalf("again: %q (rank %v, cached %d, floor %d), want %q", got, again.DPRank, again.CachedTokens, again.Floor, want)
+		}
+		const run = "1 requests repeated an earlier prompt and were cold, on a server of 2 DP ranks that does not say which ran each"
+		if rep.DPRanks != 2 || rep.Verdict.Level() != harness.Suspect || !strings.Contains(rep.Verdict.String(), run) {
+			t.Fatalf("run: %d ranks, %q; want 2 and SUSPECT with %q", rep.DPRanks, rep.Verdict, run)
+		}
+	})
+}
+
+// hideRank drops meta_info.dp_rank from /generate's answers, as a server
+// that does not report it.
+func hideRank(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/generate" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		w.Write(regexp.MustCompile(`"dp_rank":\s*\d+,?`).ReplaceAll(rec.Body.Bytes(), nil))
 	})
 }

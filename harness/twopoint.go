@@ -524,7 +524,7 @@ func (tp *TwoPoint) summarize(ctx context.Context, s *session, row *Row) error {
 		}
 		c := r.check(s.server.SharedFloor, s.opt.AllowSharedPrefix)
 		if cause := placementCause(row.Method, r, s.server.DPRanks, s.server.SharedFloor, s.opt.AllowSharedPrefix); cause != "" {
-			c.add(Suspect, cause)
+			c.addTo(decodeOnly, Suspect, cause) // leg b's coldness: leg a's figures stand
 		}
 		checks = append(checks, c)
 		row.Verdict.merge(c)
