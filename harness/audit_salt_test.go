@@ -55,13 +55,13 @@ func TestAuditSaltOnGenerate(t *testing.T) {
 				var rep *harness.AuditReport
 				if tc.proxy {
 					m, rec, ps := proxied(t, api.Config{Profile: p})
-					ps.Do(t, "POST", "/generate", body("req-a", tc.salts[0]))
-					ps.Do(t, "POST", "/generate", body("req-b", tc.salts[1]))
+					generateOK(t, ps, body("req-a", tc.salts[0]))
+					generateOK(t, ps, body("req-b", tc.salts[1]))
 					rep = auditUpstream(t, rec, m, harness.AuditOptions{})
 				} else {
 					m := mocktest.StartBehind(t, api.Config{Profile: p}, tc.wrap)
-					m.Do(t, "POST", "/generate", body("req-a", tc.salts[0]))
-					m.Do(t, "POST", "/generate", body("req-b", tc.salts[1]))
+					generateOK(t, m, body("req-a", tc.salts[0]))
+					generateOK(t, m, body("req-b", tc.salts[1]))
 					rep = audit(t, m, harness.AuditOptions{})
 				}
 				b := request(t, rep, "req-b")
@@ -104,7 +104,7 @@ func TestAuditUpstreamSaltVersionUnasked(t *testing.T) {
 		p.SGLangVersion = "0.5.12"
 		m, rec, ps := proxied(t, api.Config{Profile: p})
 		for _, rid := range []string{"req-a", "req-b"} {
-			ps.Do(t, "POST", "/generate", fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
+			generateOK(t, ps, fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
 		}
 		c := client(m)
 		c.HTTP = &http.Client{Transport: failPath{"/server_info", m.Client.Transport}}
@@ -153,7 +153,7 @@ func TestAuditSaltBelowMinRunImpact(t *testing.T) {
 				p.SGLangVersion = "0.5.12"
 				m := mocktest.StartBehind(t, api.Config{Profile: p}, nil)
 				for _, rid := range []string{"req-a", "req-b"} {
-					m.Do(t, "POST", "/generate", fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
+					generateOK(t, m, fmt.Sprintf(`{"rid": %q, "text": %q, "sampling_params": {"max_new_tokens": 8}, "cache_salt": %q}`, rid, prompt, rid))
 				}
 				rep := audit(t, m, tc.opt)
 				if rep.RunImpact == nil {
@@ -168,5 +168,14 @@ func TestAuditSaltBelowMinRunImpact(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// generateOK sends body to /generate and fails the test unless it is
+// answered 200.
+func generateOK(t *testing.T, s server, body string) {
+	t.Helper()
+	if code, resp, _ := s.Do(t, "POST", "/generate", body); code != http.StatusOK {
+		t.Fatalf("/generate: %d %s", code, resp)
 	}
 }
