@@ -107,7 +107,8 @@ func parseAuditFlags(args []string, stderr io.Writer) (*auditOptions, error) {
 		"which does not poison (repeats and near-repeats still do); N tolerates reuse of up to N tokens beyond the floor")
 	floatFlag(fs, &o.minImpact, "min-impact", harness.DefaultMinImpact, "a reuse poisons a request when it cuts its TTFT by at least `PERCENT`")
 	floatFlag(fs, &o.minRunImpact, "min-run-impact", harness.DefaultMinRunImpact, "poisoned requests fail the run (exit 1) when they move a figure it reports\n"+
-		"(mean, median or p99 of TTFT or E2E over the measured requests) by at least `PERCENT`; below, they are a finding and the run exits 0")
+		"(mean, median or p99 of TTFT or E2E over the measured requests) by at least `PERCENT`; below, they are a finding and the run exits 0;\n"+
+		"a run where what a poisoned request saved is not known (no timing fit behind a proxy) fails on any")
 	fs.BoolVar(&o.strict, "strict", false, "fail the run (exit 1) on any poisoned request, whatever it moved")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to this file (for CI)")
 	fs.StringVar(&o.toolPath, "tool-result", "", "the load tool's result `FILE` (bench_serving --output-file, vLLM --save-result): its figures against the truth")
