@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -162,7 +163,7 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 		if cfg.HiCacheStorageDir == "" {
 			return nil, errStorageDir
 		}
-		model := cmpOr(cfg.ServedModelName, p.ServedModelName)
+		model := cmp.Or(cfg.ServedModelName, p.ServedModelName)
 		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, p.AttnTPSize(), h.KV.MLA()); err != nil {
 			return nil, err
 		}
@@ -180,13 +181,6 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 	hc.capLimit = max(0, int(0.8*float64(hc.hostPool-p.MaxTotalTokens)))
 	hc.threshold = max(extra.PrefetchThreshold, p.PageSize)
 	return hc, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // takeHostWrites schedules the backups the tree started: a write-through

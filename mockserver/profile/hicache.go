@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,10 +114,10 @@ func (h HiCache) withDefaults(r compat.Rules) HiCache {
 	if h.Ratio == 0 {
 		h.Ratio = defaultHiCacheRatio
 	}
-	h.WritePolicy = cmpOr(h.WritePolicy, defaultWritePolicy)
-	h.IOBackend = cmpOr(h.IOBackend, defaultIOBackend)
-	h.MemLayout = cmpOr(h.MemLayout, defaultMemLayout)
-	h.PrefetchPolicy = cmpOr(h.PrefetchPolicy, DefaultPrefetchPolicy(r))
+	h.WritePolicy = cmp.Or(h.WritePolicy, defaultWritePolicy)
+	h.IOBackend = cmp.Or(h.IOBackend, defaultIOBackend)
+	h.MemLayout = cmp.Or(h.MemLayout, defaultMemLayout)
+	h.PrefetchPolicy = cmp.Or(h.PrefetchPolicy, DefaultPrefetchPolicy(r))
 	if h.MemLayout == "page_first_direct" && h.IOBackend == "kernel" {
 		h.IOBackend = "direct"
 	}
@@ -132,13 +133,6 @@ func (h HiCache) withDefaults(r compat.Rules) HiCache {
 		}
 	}
 	return h
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // HiCacheConfig is the HiCache a profile runs, defaults filled and the
