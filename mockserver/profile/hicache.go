@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -373,15 +372,11 @@ func (v *validator) hicache(p *Profile) {
 	if h == nil {
 		return
 	}
-	choice := func(field, value string, choices []string) {
-		v.check(value == "" || slices.Contains(choices, value), "hicache."+field, value,
-			"must be one of "+strings.Join(choices, ", "))
-	}
-	choice("write_policy", h.WritePolicy, WritePolicies)
-	choice("io_backend", h.IOBackend, IOBackends)
-	choice("mem_layout", h.MemLayout, MemLayouts)
-	choice("storage_prefetch_policy", h.PrefetchPolicy, PrefetchPolicies)
-	choice("storage_backend", h.StorageBackend, StorageBackends)
+	v.choice("hicache.write_policy", h.WritePolicy, WritePolicies)
+	v.choice("hicache.io_backend", h.IOBackend, IOBackends)
+	v.choice("hicache.mem_layout", h.MemLayout, MemLayouts)
+	v.choice("hicache.storage_prefetch_policy", h.PrefetchPolicy, PrefetchPolicies)
+	v.choice("hicache.storage_backend", h.StorageBackend, StorageBackends)
 	v.check(h.Ratio >= 0 && !math.IsInf(h.Ratio, 0) && !math.IsNaN(h.Ratio), "hicache.ratio", h.Ratio, "must be a finite number >= 0 (0: 2.0)")
 	v.check(h.SizeGB >= 0, "hicache.size_gb", h.SizeGB, "must be >= 0 (0: the ratio sizes the host pool)")
 	rules, err := compat.For(p.SGLangVersion)
