@@ -766,10 +766,14 @@ func (s *scheduler) hiCacheStats(at time.Duration) HiCacheStats {
 	st := hc.stats
 	st.Storage = st.Storage.clone()
 	ts := s.tree.Stats()
-	st.HostUsedTokens = ts.HostTokens + ts.HostReserved
+	st.HostUsedTokens = hostUsedTokens(ts)
 	st.HostBackedTokens, st.HostOnlyTokens = ts.HostTokens, ts.HostOnly
 	return st
 }
+
+// hostUsedTokens is the host pool's tokens taken: the nodes backed up
+// there and the slots reserved for prefetches.
+func hostUsedTokens(ts radixcache.Stats) int { return ts.HostTokens + ts.HostReserved }
 
 // shareStore tells each rank with a storage tier which ranks write to it:
 // all of them, as they share one store.
