@@ -27,10 +27,16 @@ func TestVersionsCompareAsPythonPackages(t *testing.T) {
 			t.Errorf("compare(%s, %s) = %d, want 1", order[i], order[i-1], got)
 		}
 	}
-	a, _ := ParseVersion("0.5.18")
-	b, _ := ParseVersion("0.5.18.0")
-	if a.Compare(b) != 0 {
-		t.Errorf("0.5.18 and 0.5.18.0 differ")
+	a, err := ParseVersion("0.5.18")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseVersion("0.5.18.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Compare(b); got != 0 {
+		t.Errorf("compare(0.5.18, 0.5.18.0) = %d, want 0", got)
 	}
 	for _, bad := range []string{"", "x", "0.5.x", "..", "0.5.18.bogus", "0.5.-1", "0.5..1", "post1"} {
 		if _, err := ParseVersion(bad); !errors.Is(err, ErrVersion) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -162,7 +163,7 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 		if cfg.HiCacheStorageDir == "" {
 			return nil, errStorageDir
 		}
-		model := cmpOr(cfg.ServedModelName, p.ServedModelName)
+		model := cmp.Or(cfg.ServedModelName, p.ServedModelName)
 		if hc.store, err = hicache.NewFile(cfg.HiCacheStorageDir, model, p.AttnTPSize(), h.KV.MLA()); err != nil {
 			return nil, err
 		}
@@ -180,13 +181,6 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 	hc.capLimit = max(0, int(0.8*float64(hc.hostPool-p.MaxTotalTokens)))
 	hc.threshold = max(extra.PrefetchThreshold, p.PageSize)
 	return hc, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // takeHostWrites schedules the backups the tree started: a write-through
@@ -772,10 +766,14 @@ func (s *scheduler) hiCacheStats(at time.Duration) HiCacheStats {
 	st := hc.stats
 	st.Storage = st.Storage.clone()
 	ts := s.tree.Stats()
-	st.HostUsedTokens = ts.HostTokens + ts.HostReserved
+	st.HostUsedTokens = hostUsedTokens(ts)
 	st.HostBackedTokens, st.HostOnlyTokens = ts.HostTokens, ts.HostOnly
 	return st
 }
+
+// hostUsedTokens is the host pool's tokens taken: the nodes backed up
+// there and the slots reserved for prefetches.
+func hostUsedTokens(ts radixcache.Stats) int { return ts.HostTokens + ts.HostReserved }
 
 // shareStore tells each rank with a storage tier which ranks write to it:
 // all of them, as they share one store.

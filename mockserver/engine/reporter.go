@@ -40,13 +40,15 @@ type reporter struct {
 func (s *scheduler) logPool() {
 	l := &s.report.logged
 	l.Logged = true
-	l.UsedTokens, l.AvailableTokens, l.EvictableTokens = s.used(), s.free(), s.treeStats().Evictable
+	ts := s.treeStats()
+	l.UsedTokens, l.AvailableTokens, l.EvictableTokens = s.used(), s.free(), ts.Evictable
 	l.FullTokenUsage = s.tokenUsage()
 	l.TokenUsage, _ = strconv.ParseFloat(strconv.FormatFloat(l.FullTokenUsage, 'f', 2, 64), 64)
 	l.RetractedReqs, s.report.retracted = s.report.retracted, 0
 	if s.hi != nil {
-		st := s.hiCacheStats(s.now)
-		l.HiCache, l.HostUsedTokens, l.HostTotalTokens = true, st.HostUsedTokens, st.HostTotalTokens
+		// Only the host pool's figures: the storage histograms are not
+		// logged here, and copying them every batch is waste.
+		l.HiCache, l.HostUsedTokens, l.HostTotalTokens = true, hostUsedTokens(ts), s.hi.hostPool
 	}
 }
 

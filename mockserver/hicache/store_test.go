@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/sglmock/sglmock/radixcache"
@@ -53,39 +52,54 @@ func TestFileSurvivesReopen(t *testing.T) {
 	if ok, err := b.Exists(key); !ok || err != nil {
 		t.Fatalf("reopened: Exists = %v, %v; want true", ok, err)
 	}
-	other, _ := NewFile(filepath.Join(dir, "pages"), "m/y", 1, false)
-	if ok, _ := other.Exists(key); ok {
-		t.Fatal("another model's server found the page")
+	other, err := NewFile(filepath.Join(dir, "pages"), "m/y", 1, false)
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "pages", "stray.txt"), []byte("x"), 0o644)
+	if ok, err := other.Exists(key); ok || err != nil {
+		t.Fatalf("another model's server: Exists = %v, %v; want false, nil", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pages", "stray.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "pages", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Clear(); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(filepath.Join(dir, "pages"))
-	if len(entries) != 0 {
-		t.Fatalf("after Clear: %d files left", len(entries))
+	entries, err := os.ReadDir(filepath.Join(dir, "pages"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ok, _ := a.Exists(key); ok {
-		t.Fatal("after Clear the page still exists")
+	if len(entries) != 1 || entries[0].Name() != "sub" {
+		t.Fatalf("after Clear: %v left, want the subdirectory only", entries)
+	}
+	if ok, err := a.Exists(key); ok || err != nil {
+		t.Fatalf("after Clear: Exists = %v, %v; want false, nil", ok, err)
 	}
 }
 
 func TestMemory(t *testing.T) {
 	m := NewMemory("MooncakeStore")
-	m.Put("a")
-	m.Put("a")
-	m.Put("b")
+	for _, k := range []string{"a", "a", "b"} {
+		if err := m.Put(k); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if m.Len() != 2 {
 		t.Fatalf("Len: got %d, want 2", m.Len())
 	}
-	if ok, _ := m.Exists("a"); !ok {
-		t.Fatal("a missing")
+	if ok, err := m.Exists("a"); !ok || err != nil {
+		t.Fatalf("Exists(a) = %v, %v; want true, nil", ok, err)
 	}
-	m.Clear()
-	if ok, _ := m.Exists("a"); ok || m.Len() != 0 {
-		t.Fatal("Clear left pages")
+	if err := m.Clear(); err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Contains([]string{"MooncakeStore"}, m.Class()) {
-		t.Fatal(m.Class())
+	if ok, err := m.Exists("a"); ok || err != nil || m.Len() != 0 {
+		t.Fatalf("after Clear: Exists(a) = %v, %v, Len %d; want false, nil, 0", ok, err, m.Len())
+	}
+	if got := m.Class(); got != "MooncakeStore" {
+		t.Fatalf("Class: got %s, want MooncakeStore", got)
 	}
 }

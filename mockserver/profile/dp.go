@@ -2,8 +2,6 @@ package profile
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 )
 
 // Data parallelism, as SGLang's launch flags set it (server_args.py):
@@ -121,8 +119,7 @@ func (v *validator) validateDP(p *Profile) {
 	v.check(p.TPSize >= 0 && p.TPSize <= 1024, "tp_size", p.TPSize, "must be in 1..1024 (0 or absent: 1)")
 	v.check(p.DPSize >= 0 && p.DPSize <= MaxDPSize, "dp_size", p.DPSize, fmt.Sprintf("must be in 1..%d (0 or absent: 1)", MaxDPSize))
 	method := p.LoadBalanceMethod
-	v.check(method == "" || slices.Contains(LoadBalanceMethods, method), "load_balance_method", method,
-		"must be one of "+strings.Join(LoadBalanceMethods, ", "))
+	v.choice("load_balance_method", method, LoadBalanceMethods)
 	v.check(method != "follow_bootstrap_room", "load_balance_method", method,
 		"follow_bootstrap_room routes by each request's PD-disaggregation bootstrap_room, which sglmock does not model")
 	if !p.DPAttention() || v.err != nil {

@@ -2,13 +2,13 @@ package profile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -113,10 +113,10 @@ func (h HiCache) withDefaults(r compat.Rules) HiCache {
 	if h.Ratio == 0 {
 		h.Ratio = defaultHiCacheRatio
 	}
-	h.WritePolicy = cmpOr(h.WritePolicy, defaultWritePolicy)
-	h.IOBackend = cmpOr(h.IOBackend, defaultIOBackend)
-	h.MemLayout = cmpOr(h.MemLayout, defaultMemLayout)
-	h.PrefetchPolicy = cmpOr(h.PrefetchPolicy, DefaultPrefetchPolicy(r))
+	h.WritePolicy = cmp.Or(h.WritePolicy, defaultWritePolicy)
+	h.IOBackend = cmp.Or(h.IOBackend, defaultIOBackend)
+	h.MemLayout = cmp.Or(h.MemLayout, defaultMemLayout)
+	h.PrefetchPolicy = cmp.Or(h.PrefetchPolicy, DefaultPrefetchPolicy(r))
 	if h.MemLayout == "page_first_direct" && h.IOBackend == "kernel" {
 		h.IOBackend = "direct"
 	}
@@ -132,13 +132,6 @@ func (h HiCache) withDefaults(r compat.Rules) HiCache {
 		}
 	}
 	return h
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // HiCacheConfig is the HiCache a profile runs, defaults filled and the
@@ -379,15 +372,11 @@ func (v *validator) hicache(p *Profile) {
 	if h == nil {
 		return
 	}
-	choice := func(field, value string, choices []string) {
-		v.check(value == "" || slices.Contains(choices, value), "hicache."+field, value,
-			"must be one of "+strings.Join(choices, ", "))
-	}
-	choice("write_policy", h.WritePolicy, WritePolicies)
-	choice("io_backend", h.IOBackend, IOBackends)
-	choice("mem_layout", h.MemLayout, MemLayouts)
-	choice("storage_prefetch_policy", h.PrefetchPolicy, PrefetchPolicies)
-	choice("storage_backend", h.StorageBackend, StorageBackends)
+	v.choice("hicache.write_policy", h.WritePolicy, WritePolicies)
+	v.choice("hicache.io_backend", h.IOBackend, IOBackends)
+	v.choice("hicache.mem_layout", h.MemLayout, MemLayouts)
+	v.choice("hicache.storage_prefetch_policy", h.PrefetchPolicy, PrefetchPolicies)
+	v.choice("hicache.storage_backend", h.StorageBackend, StorageBackends)
 	v.check(h.Ratio >= 0 && !math.IsInf(h.Ratio, 0) && !math.IsNaN(h.Ratio), "hicache.ratio", h.Ratio, "must be a finite number >= 0 (0: 2.0)")
 	v.check(h.SizeGB >= 0, "hicache.size_gb", h.SizeGB, "must be >= 0 (0: the ratio sizes the host pool)")
 	rules, err := compat.For(p.SGLangVersion)

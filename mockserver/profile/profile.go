@@ -575,6 +575,11 @@ func (v *validator) check(ok bool, field string, value any, why string) {
 	}
 }
 
+// choice checks an optional choice: absent, or one of choices.
+func (v *validator) choice(field, value string, choices []string) {
+	v.check(value == "" || slices.Contains(choices, value), field, value, "must be one of "+strings.Join(choices, ", "))
+}
+
 func (v *validator) cost(field string, x float64) {
 	v.check(x >= 0 && !math.IsInf(x, 0) && !math.IsNaN(x), field, x, "must be a finite number >= 0")
 }
