@@ -168,7 +168,7 @@ func newHiCache(p *profile.Profile, tree *radixcache.Tree[string], cfg Config) (
 			return nil, err
 		}
 	default:
-		hc.store = hicache.NewMemory(hicache.Classes[h.StorageBackend])
+		hc.store = hicache.NewMemory(hicache.Classes[h.StorageBackend], hicache.MemoryPages)
 	}
 	hc.stats.StorageClass = hc.store.Class()
 	hc.zeroCopy = hicache.ZeroCopy(h.StorageBackend)

@@ -320,7 +320,7 @@ func TestFileBackendSurvivesRestart(t *testing.T) {
 
 // A shared store (DP ranks, a fleet) serves every engine given it.
 func TestSharedStore(t *testing.T) {
-	store := hicache.NewMemory("MooncakeStore")
+	store := hicache.NewMemory("MooncakeStore", hicache.MemoryPages)
 	a := prompt(1, 1000)
 	synctest.Test(t, func(t *testing.T) {
 		e1 := startEngine(t, Config{Profile: hiProfile(t, "write_through", "mooncake"), HiCacheStore: store})

@@ -142,7 +142,7 @@ func TestStorageHistogramsCountOnlyThePagesToPut(t *testing.T) {
 	} {
 		t.Run(tc.backend, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := hicache.NewMemory(hicache.Classes[tc.backend])
+				store := hicache.NewMemory(hicache.Classes[tc.backend], hicache.MemoryPages)
 				a := prompt(1, 1000)
 				other := startEngine(t, Config{Profile: bigPageProfile(t, "memory", "layer_first"), HiCacheStore: store})
 				run(t, other, Request{InputIDs: a[:200], MaxNewTokens: 1})

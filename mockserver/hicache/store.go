@@ -1,6 +1,7 @@
 package hicache
 
 import (
+	"container/list"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,29 +58,53 @@ func ZeroCopy(backend string) bool {
 	return false
 }
 
-// Memory is the in-process store.
+// MemoryPages is how many pages the in-process store keeps: a distributed
+// store (Mooncake, 3FS) has a capacity, and a server that runs for days
+// must not hold every page it ever wrote. Past it, the least recently
+// used page goes, and a prefetch no longer finds it. Some 150 MB of keys.
+const MemoryPages = 1 << 20
+
+// Memory is the in-process store: at most its capacity of pages, the least
+// recently used evicted first.
 type Memory struct {
-	class string
-	mu    sync.Mutex
-	pages map[string]struct{}
+	class    string
+	capacity int
+	mu       sync.Mutex
+	pages    map[string]*list.Element // of the key
+	order    list.List                // most recently used first
 }
 
-// NewMemory returns an empty in-process store that reports class.
-func NewMemory(class string) *Memory {
-	return &Memory{class: class, pages: make(map[string]struct{})}
+// NewMemory returns an empty in-process store of capacity pages (at least
+// one) that reports class.
+func NewMemory(class string, capacity int) *Memory {
+	return &Memory{class: class, capacity: max(1, capacity), pages: make(map[string]*list.Element)}
 }
 
+// Exists reports whether key is stored; a lookup uses it.
 func (m *Memory) Exists(key string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, ok := m.pages[key]
+	el, ok := m.pages[key]
+	if ok {
+		m.order.MoveToFront(el)
+	}
 	return ok, nil
 }
 
+// Put stores key, evicting the least recently used page when full.
 func (m *Memory) Put(key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pages[key] = struct{}{}
+	if el, ok := m.pages[key]; ok {
+		m.order.MoveToFront(el)
+		return nil
+	}
+	if len(m.pages) >= m.capacity {
+		last := m.order.Back()
+		m.order.Remove(last)
+		delete(m.pages, last.Value.(string))
+	}
+	m.pages[key] = m.order.PushFront(key)
 	return nil
 }
 
@@ -87,6 +112,7 @@ func (m *Memory) Clear() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.pages)
+	m.order.Init()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package hicache
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -81,7 +82,7 @@ func TestFileSurvivesReopen(t *testing.T) {
 }
 
 func TestMemory(t *testing.T) {
-	m := NewMemory("MooncakeStore")
+	m := NewMemory("MooncakeStore", MemoryPages)
 	for _, k := range []string{"a", "a", "b"} {
 		if err := m.Put(k); err != nil {
 			t.Fatal(err)
@@ -101,5 +102,32 @@ func TestMemory(t *testing.T) {
 	}
 	if got := m.Class(); got != "MooncakeStore" {
 		t.Fatalf("Class: got %s, want MooncakeStore", got)
+	}
+}
+
+// The in-process store keeps at most its capacity: past it, the least
+// recently used page goes (a lookup uses a page), and the store never
+// holds more than its capacity however many pages are written.
+func TestMemoryEvictsTheLeastRecentlyUsed(t *testing.T) {
+	m := NewMemory("MooncakeStore", 3)
+	for _, k := range []string{"a", "b", "c"} {
+		m.Put(k)
+	}
+	m.Exists("a") // a is used: b is now the least recent
+	m.Put("d")
+	var got []string
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if ok, _ := m.Exists(k); ok {
+			got = append(got, k)
+		}
+	}
+	if fmt.Sprint(got) != "[a c d]" || m.Len() != 3 {
+		t.Fatalf("after a, b, c, a used, d: stored %v (%d pages), want [a c d] (3)", got, m.Len())
+	}
+	for i := range 1000 {
+		m.Put(fmt.Sprint("k", i))
+	}
+	if m.Len() != 3 {
+		t.Fatalf("after 1000 more pages: %d stored, want the capacity, 3", m.Len())
 	}
 }
