@@ -295,6 +295,9 @@ func TestAuditUsage(t *testing.T) {
 		{"audit"},
 		{"audit", "--speedup", "0", "--", "true"},
 		{"audit", "--min-impact", "0", "--", "true"},
+		{"audit", "--min-run-impact", "0", "--", "true"},
+		{"audit", "--min-run-impact", "101", "--", "true"},
+		{"audit", "--upstream", "http://127.0.0.1:1", "--tokenizer-path", "x", "--", "true"}, // the real server has its own
 		{"audit", "--allow-shared-prefix", "some", "--", "true"},
 		{"audit", "--port", "70000", "--", "true"},
 		{"audit", "--upstream", "http://127.0.0.1:1", "--profile", "kimi-k2.6-rtx6000", "--", "true"},

@@ -64,7 +64,9 @@ func TestCalibrateCommand(t *testing.T) {
 		"8192,11382,0.07,1.57,1,17,true,true,11381,11381,POISONED,leg a reused 11381 of 11382 prompt tokens (cached_tokens)\n"+
 		"32768,45507,23.72,4.26,1,17,true,false,0,45506,POISONED,leg b reused 45506 of 45507 prompt tokens (cached_tokens)\n"), 0o644)
 	var errs bytes.Buffer
-	run([]string{"calibrate", "--csv", poisoned, "-o", "-", "--base", "kimi-k2.6-rtx6000", "--table"}, &bytes.Buffer{}, &errs)
+	if code := run([]string{"calibrate", "--csv", poisoned, "-o", "-", "--base", "kimi-k2.6-rtx6000", "--table"}, &bytes.Buffer{}, &errs); code != 0 {
+		t.Errorf("calibrate of poisoned rows: got exit %d, want 0: %s", code, errs.String())
+	}
 	if want := "  line 3 (ctx 8192, 11382 tokens): a: 1 token after 11381 cached; b: 1 token after 11381 cached, 16 decoded\n"; !strings.Contains(errs.String(), want) {
 		t.Errorf("calibrate of poisoned rows said %q, want it to contain %q", errs.String(), want)
 	}

@@ -49,8 +49,13 @@ func writeOutput(path string, write func(io.Writer) error, stdout io.Writer) err
 }
 
 // writeRenamed writes a regular file through a temporary one beside it,
-// renamed over it once complete.
+// renamed over it once complete. A file it replaces keeps its permissions
+// (a private profile stays private); a new one is 0644.
 func writeRenamed(path string, write func(io.Writer) error) error {
+	perm := fs.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		perm = fi.Mode().Perm()
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
@@ -60,7 +65,7 @@ func writeRenamed(path string, write func(io.Writer) error) error {
 		tmp.Close()
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -46,6 +46,12 @@ func TestOutputsWrittenInPlace(t *testing.T) {
 	if os.SameFile(before, after) || readFile(t, regular) != "rows\n" || readFile(t, filepath.Join(dir, "new.csv")) != "rows\n" {
 		t.Error("a regular file and a new one: want each renamed into place with the rows")
 	}
+	if got := after.Mode().Perm(); got != 0o600 {
+		t.Errorf("the replaced regular file's permissions are %v, want its own 0600 kept", got)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "new.csv")); fi.Mode().Perm() != 0o644 {
+		t.Errorf("the new file's permissions are %v, want 0644", fi.Mode().Perm())
+	}
 	if fi, _ := os.Lstat(link); fi.Mode()&os.ModeSymlink == 0 || readFile(t, target) != "rows\n" {
 		t.Errorf("a link: mode %v, its target says %q; want the link kept and its target written", fi.Mode(), readFile(t, target))
 	}
