@@ -129,7 +129,8 @@ func TestOpenAIRankHeader(t *testing.T) {
 }
 
 // TestLoadsPerRank: /v1/loads and /get_load give one entry a rank, in
-// rank order; ?dp_rank= keeps one (none for a rank the server lacks), and
+// rank order; ?dp_rank= keeps one (none for a rank the server lacks; the
+// last when given twice; an empty one is refused, as FastAPI refuses it), and
 // the Prometheus form has a line a rank under each gauge. Each rank runs
 // max_running_requests / dp_size requests. The default release's loads are
 // the schedulers' snapshots (PR #26348): no dp_rank_count and no
@@ -169,7 +170,7 @@ func TestLoadsPerRank(t *testing.T) {
 			for _, tc := range []struct {
 				query string
 				want  []int
-			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}} {
+			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}, {"?dp_rank=0&dp_rank=1", []int{1}}} {
 				_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
 				var kept answer
 				json.Unmarshal([]byte(body), &kept)
@@ -180,6 +181,10 @@ func TestLoadsPerRank(t *testing.T) {
 				if fmt.Sprint(got) != fmt.Sprint(tc.want) || kept.Count != nil && *kept.Count != len(tc.want) {
 					t.Fatalf("%s /v1/loads%s: got ranks %v (count %v), want %v", release, tc.query, got, kept.Count, tc.want)
 				}
+			}
+			code, body, _ := ts.Do(t, "GET", "/v1/loads?dp_rank=", "")
+			if want := `{"object":"error","message":"dp_rank: Input should be a valid integer, got \"\"","type":"Bad Request","param":null,"code":400}`; code != 400 || body != want {
+				t.Fatalf("%s /v1/loads?dp_rank=: got %d %s, want 400 %s", release, code, body, want)
 			}
 			_, body, _ = ts.Do(t, "GET", "/v1/loads?format=prometheus&include=core", "")
 			mocktest.Golden(t, "loads/dp-"+release+".prom", []byte(body))

@@ -179,9 +179,9 @@ func (s *Server) loads(c *exchange) {
 	}
 	// ?dp_rank= keeps the load whose dp_rank it is, as the tokenizer
 	// manager's filter does: none for a rank the server does not have, or
-	// for a load without one.
+	// for a load without one. Given empty, it is no integer to FastAPI.
 	var only *int
-	if raw := c.Query("dp_rank"); raw != "" {
+	if raw, given := c.GetQuery("dp_rank"); given {
 		rank, err := strconv.Atoi(raw)
 		if err != nil {
 			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", clip(raw)))
