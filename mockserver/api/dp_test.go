@@ -171,9 +171,11 @@ func TestLoadsPerRank(t *testing.T) {
 				query string
 				want  []int
 			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}, {"?dp_rank=0&dp_rank=1", []int{1}}} {
-				_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
+				code, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
 				var kept answer
-				json.Unmarshal([]byte(body), &kept)
+				if err := json.Unmarshal([]byte(body), &kept); code != 200 || err != nil {
+					t.Fatalf("%s /v1/loads%s: got %d %s (%v), want 200 and loads", release, tc.query, code, body, err)
+				}
 				var got []int
 				for _, l := range kept.Loads {
 					got = append(got, l.Rank)
