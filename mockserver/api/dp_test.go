@@ -98,8 +98,9 @@ func TestOneRankDPRankIsNull(t *testing.T) {
 }
 
 // TestOpenAIRankHeader: on the OpenAI routes X-Data-Parallel-Rank wins over
-// the body's routed_dp_rank, and a header that is no integer is refused
-// with SGLang's detail.
+// the body's routed_dp_rank, read as Python's int() reads it (white space,
+// a sign, underscores between digits), and a header that is no integer is
+// refused with SGLang's detail.
 func TestOpenAIRankHeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
@@ -112,6 +113,7 @@ func TestOpenAIRankHeader(t *testing.T) {
 			{"/v1/completions", `{"prompt": "two", "max_tokens": 1, "routed_dp_rank": 1}`, []string{"X-Data-Parallel-Rank", "0"}, 0},
 			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "three"}], "max_tokens": 1, "data_parallel_rank": 1}`, nil, 1},
 			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "four"}], "max_tokens": 1}`, []string{"x-data-parallel-rank", " 1 "}, 1},
+			{"/v1/completions", `{"prompt": "five", "max_tokens": 1}`, []string{"X-Data-Parallel-Rank", "0_1"}, 1}, // int("0_1") is 1
 		} {
 			if code, body, _ := ts.Do(t, "POST", tc.path, tc.body, tc.header...); code != 200 {
 				t.Fatalf("request %d: got %d %s", i+1, code, body)
@@ -121,9 +123,11 @@ func TestOpenAIRankHeader(t *testing.T) {
 				t.Fatalf("request %d: ran on rank %d, want %d", i+1, got, tc.want)
 			}
 		}
-		code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "X-Data-Parallel-Rank", "one")
-		if want := `{"detail":"Invalid X-Data-Parallel-Rank header: must be an integer, got 'one'"}`; code != 400 || body != want {
-			t.Fatalf("bad header: got %d %s, want 400 %s", code, body, want)
+		for _, bad := range []string{"one", "", "_1", "1_", "1__0", "+_1", "1.0"} {
+			code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "X-Data-Parallel-Rank", bad)
+			if want := `{"detail":"Invalid X-Data-Parallel-Rank header: must be an integer, got '` + bad + `'"}`; code != 400 || body != want {
+				t.Fatalf("header %q: got %d %s, want 400 %s", bad, code, body, want)
+			}
 		}
 	})
 }
