@@ -134,7 +134,8 @@ func TestOpenAIRankHeader(t *testing.T) {
 
 // TestLoadsPerRank: /v1/loads and /get_load give one entry a rank, in
 // rank order; ?dp_rank= keeps one (none for a rank the server lacks; the
-// last when given twice; an empty one is refused, as FastAPI refuses it), and
+// last when given twice; read as pydantic reads an int: "+1", " 1\t" and
+// "0_1" are 1, and an empty one is refused), and
 // the Prometheus form has a line a rank under each gauge. Each rank runs
 // max_running_requests / dp_size requests. The default release's loads are
 // the schedulers' snapshots (PR #26348): no dp_rank_count and no
@@ -174,7 +175,8 @@ func TestLoadsPerRank(t *testing.T) {
 			for _, tc := range []struct {
 				query string
 				want  []int
-			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}, {"?dp_rank=0&dp_rank=1", []int{1}}} {
+			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}, {"?dp_rank=0&dp_rank=1", []int{1}},
+				{"?dp_rank=+1", []int{1}}, {"?dp_rank=%201%09", []int{1}}, {"?dp_rank=0_1", []int{1}}, {"?dp_rank=99999999999999999999", nil}} {
 				code, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
 				var kept answer
 				if err := json.Unmarshal([]byte(body), &kept); code != 200 || err != nil {
