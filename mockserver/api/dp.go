@@ -43,8 +43,7 @@ func headerRank(c *exchange, b *openAICommon) bool {
 	if !ok || len(raw) == 0 {
 		return true
 	}
-	// Python's int() takes surrounding white space and a sign.
-	r, err := strconv.Atoi(strings.TrimSpace(raw[0]))
+	r, err := pyInt(raw[0])
 	if err != nil {
 		writeJSON(c, http.StatusBadRequest, jsonObject{"detail": fmt.Sprintf(
 			"Invalid X-Data-Parallel-Rank header: must be an integer, got '%s'", clip(raw[0]))})
@@ -52,6 +51,18 @@ func headerRank(c *exchange, b *openAICommon) bool {
 	}
 	b.headerDPRank = &r
 	return true
+}
+
+// pyInt parses s as Python's int() does within int64: surrounding white
+// space, a sign, and single underscores between digits (PEP 515).
+func pyInt(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	for i := range len(s) {
+		if s[i] == '_' && (i == 0 || i+1 == len(s) || !isDigit(s[i-1]) || !isDigit(s[i+1])) {
+			return 0, strconv.ErrSyntax
+		}
+	}
+	return strconv.Atoi(strings.ReplaceAll(s, "_", ""))
 }
 
 // rankCollector reports one DP rank's scheduler metrics, as that rank's

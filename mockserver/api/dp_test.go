@@ -98,8 +98,9 @@ func TestOneRankDPRankIsNull(t *testing.T) {
 }
 
 // TestOpenAIRankHeader: on the OpenAI routes X-Data-Parallel-Rank wins over
-// the body's routed_dp_rank, and a header that is no integer is refused
-// with SGLang's detail.
+// the body's routed_dp_rank, read as Python's int() reads it (white space,
+// a sign, underscores between digits), and a header that is no integer is
+// refused with SGLang's detail.
 func TestOpenAIRankHeader(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t)})
@@ -112,6 +113,7 @@ func TestOpenAIRankHeader(t *testing.T) {
 			{"/v1/completions", `{"prompt": "two", "max_tokens": 1, "routed_dp_rank": 1}`, []string{"X-Data-Parallel-Rank", "0"}, 0},
 			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "three"}], "max_tokens": 1, "data_parallel_rank": 1}`, nil, 1},
 			{"/v1/chat/completions", `{"messages": [{"role": "user", "content": "four"}], "max_tokens": 1}`, []string{"x-data-parallel-rank", " 1 "}, 1},
+			{"/v1/completions", `{"prompt": "five", "max_tokens": 1}`, []string{"X-Data-Parallel-Rank", "0_1"}, 1}, // int("0_1") is 1
 		} {
 			if code, body, _ := ts.Do(t, "POST", tc.path, tc.body, tc.header...); code != 200 {
 				t.Fatalf("request %d: got %d %s", i+1, code, body)
@@ -121,15 +123,19 @@ func TestOpenAIRankHeader(t *testing.T) {
 				t.Fatalf("request %d: ran on rank %d, want %d", i+1, got, tc.want)
 			}
 		}
-		code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "X-Data-Parallel-Rank", "one")
-		if want := `{"detail":"Invalid X-Data-Parallel-Rank header: must be an integer, got 'one'"}`; code != 400 || body != want {
-			t.Fatalf("bad header: got %d %s, want 400 %s", code, body, want)
+		for _, bad := range []string{"one", "", "_1", "1_", "1__0", "+_1", "1.0"} {
+			code, body, _ := ts.Do(t, "POST", "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "X-Data-Parallel-Rank", bad)
+			if want := `{"detail":"Invalid X-Data-Parallel-Rank header: must be an integer, got '` + bad + `'"}`; code != 400 || body != want {
+				t.Fatalf("header %q: got %d %s, want 400 %s", bad, code, body, want)
+			}
 		}
 	})
 }
 
 // TestLoadsPerRank: /v1/loads and /get_load give one entry a rank, in
-// rank order; ?dp_rank= keeps one (none for a rank the server lacks), and
+// rank order; ?dp_rank= keeps one (none for a rank the server lacks; the
+// last when given twice; read as pydantic reads an int: "+1", " 1\t" and
+// "0_1" are 1, and an empty one is refused), and
 // the Prometheus form has a line a rank under each gauge. Each rank runs
 // max_running_requests / dp_size requests. The default release's loads are
 // the schedulers' snapshots (PR #26348): no dp_rank_count and no
@@ -169,10 +175,13 @@ func TestLoadsPerRank(t *testing.T) {
 			for _, tc := range []struct {
 				query string
 				want  []int
-			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}} {
-				_, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
+			}{{"?dp_rank=1", []int{1}}, {"?dp_rank=0", []int{0}}, {"?dp_rank=2", nil}, {"?dp_rank=-1", nil}, {"?dp_rank=0&dp_rank=1", []int{1}},
+				{"?dp_rank=+1", []int{1}}, {"?dp_rank=%201%09", []int{1}}, {"?dp_rank=0_1", []int{1}}, {"?dp_rank=99999999999999999999", nil}} {
+				code, body, _ := ts.Do(t, "GET", "/v1/loads"+tc.query, "")
 				var kept answer
-				json.Unmarshal([]byte(body), &kept)
+				if err := json.Unmarshal([]byte(body), &kept); code != 200 || err != nil {
+					t.Fatalf("%s /v1/loads%s: got %d %s (%v), want 200 and loads", release, tc.query, code, body, err)
+				}
 				var got []int
 				for _, l := range kept.Loads {
 					got = append(got, l.Rank)
@@ -180,6 +189,10 @@ func TestLoadsPerRank(t *testing.T) {
 				if fmt.Sprint(got) != fmt.Sprint(tc.want) || kept.Count != nil && *kept.Count != len(tc.want) {
 					t.Fatalf("%s /v1/loads%s: got ranks %v (count %v), want %v", release, tc.query, got, kept.Count, tc.want)
 				}
+			}
+			code, body, _ := ts.Do(t, "GET", "/v1/loads?dp_rank=", "")
+			if want := `{"object":"error","message":"dp_rank: Input should be a valid integer, got \"\"","type":"Bad Request","param":null,"code":400}`; code != 400 || body != want {
+				t.Fatalf("%s /v1/loads?dp_rank=: got %d %s, want 400 %s", release, code, body, want)
 			}
 			_, body, _ = ts.Do(t, "GET", "/v1/loads?format=prometheus&include=core", "")
 			mocktest.Golden(t, "loads/dp-"+release+".prom", []byte(body))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -179,10 +180,15 @@ func (s *Server) loads(c *exchange) {
 	}
 	// ?dp_rank= keeps the load whose dp_rank it is, as the tokenizer
 	// manager's filter does: none for a rank the server does not have, or
-	// for a load without one.
+	// for a load without one. It is read as pydantic reads an int (white
+	// space, a sign, underscores between digits); given empty, it is none.
+	// Past int64 it is a rank no server has, as Python's int is unbounded.
 	var only *int
-	if raw := c.Query("dp_rank"); raw != "" {
-		rank, err := strconv.Atoi(raw)
+	if raw, given := c.GetQuery("dp_rank"); given {
+		rank, err := pyInt(raw)
+		if errors.Is(err, strconv.ErrRange) {
+			rank, err = -1, nil
+		}
 		if err != nil {
 			writeValidationError(c, fmt.Sprintf("dp_rank: Input should be a valid integer, got %q", clip(raw)))
 			return

@@ -47,7 +47,9 @@ func (c *exchange) Param(name string) string {
 	return c.param
 }
 
-// GetQuery is the query parameter's first value and whether it was given.
+// GetQuery is the query parameter's last value and whether it was given:
+// a key given twice counts with its last value, as Starlette's
+// QueryParams, which FastAPI reads a scalar parameter from, keeps it.
 func (c *exchange) GetQuery(name string) (string, bool) {
 	if c.query == nil {
 		c.query = c.Request.URL.Query()
@@ -56,10 +58,10 @@ func (c *exchange) GetQuery(name string) (string, bool) {
 	if !ok || len(v) == 0 {
 		return "", false
 	}
-	return v[0], true
+	return v[len(v)-1], true
 }
 
-// Query is the query parameter's first value, "" when not given.
+// Query is the query parameter's last value, "" when not given.
 func (c *exchange) Query(name string) string {
 	v, _ := c.GetQuery(name)
 	return v

@@ -13,6 +13,7 @@ import (
 // status until the handlers end, redirects a path that exists only with
 // its trailing slash toggled (307, as FastAPI's redirect_slashes), lists the methods of a
 // path asked with another (405 with Allow), and answers a panic with 500.
+// A query key given twice counts with its last value, as in Starlette.
 func TestRouter(t *testing.T) {
 	r := newRouter()
 	var trail []string
@@ -49,6 +50,7 @@ func TestRouter(t *testing.T) {
 	}{
 		{"GET", "/a?q=1", "", 200, "a 1", "", ""},
 		{"POST", "/a", "", 200, "a ", "", ""},
+		{"GET", "/a?q=1&q=2", "", 200, "a 2", "", ""},
 		{"GET", "/a", "X-Refuse", 401, "refused", "", ""},
 		{"GET", "/nope", "X-Refuse", 401, "refused", "", ""},
 		{"GET", "/nope", "", 404, "none", "", ""},

@@ -125,21 +125,28 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string that opens at b[i].
+// The next quote is looked for once and kept until an escape passes it:
+// looking for it again after each escape reads the rest of the string once
+// an escape, quadratic in a prompt of escaped newlines.
 func skipString(b []byte, i int) (int, bool) {
 	i++
+	quote := -1 // the first quote at or past i, once found
 	for {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return 0, false
-		}
-		if e := bytes.IndexByte(b[i:i+q], '\\'); e >= 0 {
-			i += e + 2 // the escaped byte, a quote perhaps
-			if i > len(b) {
+		if quote < i {
+			q := bytes.IndexByte(b[i:], '"')
+			if q < 0 {
 				return 0, false
 			}
-			continue
+			quote = i + q
 		}
-		return i + q + 1, true
+		e := bytes.IndexByte(b[i:quote], '\\')
+		if e < 0 {
+			return quote + 1, true
+		}
+		i += e + 2 // the escaped byte, a quote perhaps
+		if i > len(b) {
+			return 0, false
+		}
 	}
 }
 
