@@ -345,7 +345,7 @@ func TestFlushCacheOverHTTP(t *testing.T) {
 				t.Fatalf("flush%s: got Content-Type %q, want none", tt.query, ct)
 			}
 		}
-		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+		body := getOK(t, ts, "/sim/flushes")
 		var hist []map[string]any
 		json.Unmarshal([]byte(body), &hist)
 		if len(hist) != 6 || hist[0]["ok"] != false || hist[3]["ok"] != false || hist[5]["ok"] != true {
@@ -857,7 +857,7 @@ func TestMetricsUnderConcurrentLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		label := `{engine_type="unified",model_name="sglmock/small-1b"}`
 		for _, want := range []string{
 			"sglang:num_requests_total" + label + " 64",
@@ -978,7 +978,7 @@ func TestAbortInQueueTimes(t *testing.T) {
 		}
 		ts.Do(t, "POST", "/abort_request", `{"rid": "b"}`)
 		<-done
-		_, body, _ := ts.Do(t, "GET", "/sim/requests/b", "")
+		body := getOK(t, ts, "/sim/requests/b")
 		var b sim.Truth
 		if err := json.Unmarshal([]byte(body), &b); err != nil {
 			t.Fatal(err)
@@ -1028,7 +1028,7 @@ func TestPendingFlushIsVisible(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		flushes := func() []sim.Flush {
 			var out []sim.Flush
-			_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+			body := getOK(t, ts, "/sim/flushes")
 			if err := mocktest.DecodeStrict([]byte(body), &out); err != nil {
 				t.Fatal(err)
 			}
@@ -1099,7 +1099,7 @@ func TestServerInfoKVEvents(t *testing.T) {
 			p := mocktest.Profile(t, "default")
 			p.PageSize = 16
 			ts := mocktest.Start(t, api.Config{Profile: p, KVEvents: tt.kv, Args: api.ServerArgs{KVEventsConfig: &raw}})
-			_, body, _ := ts.Do(t, "GET", "/server_info", "")
+			body := getOK(t, ts, "/server_info")
 			var info map[string]json.RawMessage
 			if err := json.Unmarshal([]byte(body), &info); err != nil {
 				t.Fatal(err)
@@ -1201,4 +1201,16 @@ func TestMetaInfoTimingAndSpec(t *testing.T) {
 			t.Errorf("histogram %v (alias %v) over %d rounds: want it summing to the rounds and ending at the largest count seen", h, last.SpecAcceptHistogram, last.SpecVerifyCt)
 		}
 	})
+}
+
+// getOK GETs path from s and fails the test unless it is answered 200.
+func getOK(t *testing.T, s interface {
+	Do(t testing.TB, method, path, body string, header ...string) (int, string, *http.Response)
+}, path string) string {
+	t.Helper()
+	code, body, _ := s.Do(t, "GET", path, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	return body
 }

@@ -135,7 +135,7 @@ func TestSimSaysWhichRequestsSentASalt(t *testing.T) {
 					t.Fatalf("%s %s: %d %s", release, b.body, code, body)
 				}
 			}
-			_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+			body := getOK(t, ts, "/sim/requests")
 			var got []sim.RequestSummary
 			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Fatal(err)

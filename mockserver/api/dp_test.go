@@ -149,7 +149,7 @@ func TestLoadsPerRank(t *testing.T) {
 			ts := mocktest.Start(t, api.Config{Profile: p})
 			go ts.Send("POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 10000}}`, jsonOf(ids(1, 100))))
 			time.Sleep(100 * time.Millisecond) // virtual: it decodes on rank 1
-			_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
+			body := getOK(t, ts, "/v1/loads?include=core")
 			mocktest.Golden(t, "loads/dp-"+release+".json", []byte(body+"\n"))
 			type answer struct {
 				Count *int `json:"dp_rank_count"`
@@ -219,7 +219,7 @@ func TestServerInfoPerRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t),
 			KVEvents: &api.KVEventsInfo{Publisher: "zmq", Endpoint: "tcp://*:5557"}})
-		_, body, _ := ts.Do(t, "GET", "/server_info", "")
+		body := getOK(t, ts, "/server_info")
 		var info struct {
 			TP         int    `json:"tp_size"`
 			DP         int    `json:"dp_size"`
@@ -254,8 +254,10 @@ func TestServerInfoPerRank(t *testing.T) {
 func TestMetricsPerRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: dpProfile(t), EnableMetrics: true})
-		ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 3}}`, jsonOf(ids(1, 40))))
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		if code, out, _ := ts.Do(t, "POST", "/generate", fmt.Sprintf(`{"input_ids": %s, "routed_dp_rank": 1, "sampling_params": {"max_new_tokens": 3}}`, jsonOf(ids(1, 40)))); code != 200 {
+			t.Fatalf("/generate: %d %s", code, out)
+		}
+		body := getOK(t, ts, "/metrics")
 		for _, want := range []string{
 			`sglang:max_total_num_tokens{dp_rank="0",engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 262144`,
 			`sglang:realtime_tokens_total{dp_rank="1",engine_type="unified",mode="prefill_compute",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="1"} 40`,
@@ -277,13 +279,15 @@ func TestSimShowsRanks(t *testing.T) {
 		p := dpProfile(t)
 		p.FlushBusyAfterFinishS = 0 // an idle rank flushes while the other runs
 		ts := mocktest.Start(t, api.Config{Profile: p})
-		ts.Do(t, "POST", "/generate", `{"text": "a", "rid": "r0", "sampling_params": {"max_new_tokens": 1}}`)
+		if code, out, _ := ts.Do(t, "POST", "/generate", `{"text": "a", "rid": "r0", "sampling_params": {"max_new_tokens": 1}}`); code != 200 {
+			t.Fatalf("/generate: %d %s", code, out)
+		}
 		go ts.Send("POST", "/generate", `{"text": "b", "rid": "r1", "sampling_params": {"max_new_tokens": 200}}`)
 		time.Sleep(50 * time.Millisecond)
 		if code, body, _ := ts.Do(t, "POST", "/flush_cache", ""); code != 200 {
 			t.Fatalf("flush: got %d %s, want rank 0's 200", code, body)
 		}
-		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+		body := getOK(t, ts, "/sim/flushes")
 		var flushes []sim.Flush
 		json.Unmarshal([]byte(body), &flushes)
 		if len(flushes) != 1 || !flushes[0].OK || len(flushes[0].Ranks) != 2 || !flushes[0].Ranks[0].OK || flushes[0].Ranks[1].OK ||
@@ -311,7 +315,7 @@ func TestSimShowsRanks(t *testing.T) {
 func TestBuiltinDPProfile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "deepseek-v3-h200x8-dp8")})
-		_, body, _ := ts.Do(t, "GET", "/v1/loads?include=core", "")
+		body := getOK(t, ts, "/v1/loads?include=core")
 		var loads struct {
 			Count int `json:"dp_rank_count"`
 			Loads []struct {

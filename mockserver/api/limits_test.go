@@ -80,7 +80,7 @@ func TestLimitMessages(t *testing.T) {
 		p.ContextLength = 1000
 		launched := 1000
 		ts := mocktest.Start(t, api.Config{Profile: p, Args: api.ServerArgs{ContextLength: &launched}})
-		if _, body, _ := ts.Do(t, "GET", "/server_info", ""); !strings.Contains(body, `"max_req_input_len":994`) {
+		if body := getOK(t, ts, "/server_info"); !strings.Contains(body, `"max_req_input_len":994`) {
 			t.Fatalf("/server_info: want max_req_input_len = ctx - 6: %s", body)
 		}
 		maxInput := "Input length (994 tokens) exceeds the maximum allowed length (994 tokens). Use a shorter input or enable --allow-auto-truncate."

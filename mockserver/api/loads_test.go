@@ -46,7 +46,7 @@ func TestLoads(t *testing.T) {
 			if st.Running != 2 || st.Prefilling != 1 || st.Queued != 1 || st.ChunkedPending == 0 || st.QueuedTokens != 30 {
 				t.Fatalf("scenario not reached: %+v", st)
 			}
-			_, body, _ := ts.Do(t, "GET", "/get_load", "")
+			body := getOK(t, ts, "/get_load")
 			want := fmt.Sprintf(`[{"dp_rank":%s,"num_reqs":2,"num_waiting_reqs":1,"num_tokens":%d,"num_pending_tokens":%d,"ts_tic":%s}]`,
 				tc.rank, st.KVUsed+30, 30+st.ChunkedPending, jsonOf(st.Now.Seconds()))
 			if body != want {

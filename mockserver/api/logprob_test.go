@@ -122,7 +122,7 @@ func TestEchoWithLogprobsReusesNothing(t *testing.T) {
 			if code, body, _ := ts.Do(t, "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %s, "max_tokens": 1, "rid": %q%s}`, prompt, rid, tt.fields)); code != 200 {
 				t.Fatalf("%s: %d %s", tt.name, code, body)
 			}
-			_, body, _ := ts.Do(t, "GET", "/sim/requests/"+rid, "")
+			body := getOK(t, ts, "/sim/requests/"+rid)
 			var truth struct {
 				CachedTokens int `json:"cached_tokens"`
 			}

@@ -83,7 +83,7 @@ func TestMetricsOfDPRanksWithHiCache(t *testing.T) {
 				t.Fatalf("generate: %d %s", code, out)
 			}
 		}
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		if strings.Contains(body, "sglang:hicache_host_total_tokens{") || strings.Contains(body, "sglang:prefetched_tokens_total{") ||
 			strings.Contains(body, "sglang:load_back_tokens_total{") || strings.Contains(body, "sglang:backup_pgs_count{") {
 			t.Fatalf("a fresh server has HiCache series before their first log point or increment:\n%s", sglangSeries(body))
@@ -153,7 +153,7 @@ func TestStorageMetricsOfReplicasAddUp(t *testing.T) {
 		if code, out, _ := ts.Do(t, "POST", "/flush_cache?timeout=60", ""); code != 200 { // after both backups
 			t.Fatalf("flush: %d %s", code, out)
 		}
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		parseScrape(t, body)
 		// Each rank backs up its 102 bigrams (103 tokens).
 		mustContain(t, "/metrics", body, `sglang:backuped_tokens_total{attn_cp_rank="0",attn_cp_size="1",dp_rank="0",pp_rank="0",pp_size="1",storage_backend="memory",tp_rank="0"} 204`+"\n")

@@ -50,7 +50,7 @@ func TestMetricsOfRetractionsAndEvictions(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		series := sglangSeries(body)
 		sched := `{engine_type="unified",model_name="sglmock/small-1b",moe_ep_rank="0",pp_rank="0",tp_rank="0"}`
 		st := ts.Engine().Stats()
@@ -83,7 +83,7 @@ func TestMetricsOfRetractionsAndEvictions(t *testing.T) {
 func TestMetricsSeriesAbsentUntilTheirFirstIncrement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{EnableMetrics: true})
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		for _, absent := range []string{"sglang:num_retracted_requests_total{", "sglang:evicted_tokens_total{",
 			"sglang:spec_verify_calls_total{", "sglang:kv_used_tokens{", "sglang:num_running_reqs{"} {
 			if strings.Contains(body, absent) {
@@ -112,7 +112,7 @@ func TestMetricsSpecVerifyCalls(t *testing.T) {
 			}
 			total += *r.MetaInfo.SpecVerifyCt
 		}
-		_, body, _ := ts.Do(t, "GET", "/metrics", "")
+		body := getOK(t, ts, "/metrics")
 		want := fmt.Sprintf(`sglang:spec_verify_calls_total{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct"} %d`+"\n", total)
 		if total == 0 || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

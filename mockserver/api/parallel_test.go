@@ -20,7 +20,7 @@ var uuidHex = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // named ones.
 func simRequests(t *testing.T, ts *mocktest.Mock, except ...string) []sim.RequestSummary {
 	t.Helper()
-	_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+	body := getOK(t, ts, "/sim/requests")
 	var all, out []sim.RequestSummary
 	if err := json.Unmarshal([]byte(body), &all); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func TestServerInfoSchedulePolicy(t *testing.T) {
 			p := mocktest.Profile(t, "default")
 			tc.set(p)
 			ts := mocktest.Start(t, api.Config{Profile: p})
-			_, body, _ := ts.Do(t, "GET", "/server_info", "")
+			body := getOK(t, ts, "/server_info")
 			var info map[string]json.RawMessage
 			if err := json.Unmarshal([]byte(body), &info); err != nil {
 				t.Fatal(err)
@@ -118,7 +118,7 @@ func TestRoutingKeyOverHTTP(t *testing.T) {
 		}
 		admitted := map[string]float64{}
 		for _, rid := range []string{"q0", "q1", "q2"} {
-			_, body, _ := ts.Do(t, "GET", "/sim/requests/"+rid, "")
+			body := getOK(t, ts, "/sim/requests/"+rid)
 			var tr sim.Truth
 			if err := json.Unmarshal([]byte(body), &tr); err != nil {
 				t.Fatal(err)

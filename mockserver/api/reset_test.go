@@ -68,7 +68,7 @@ func TestResetPrefixCacheOverHTTP(t *testing.T) {
 				t.Errorf("%s reset%s while a request runs: got %d %s, want %d %s", tt.method, tt.query, code, body, tt.code, tt.body)
 			}
 		}
-		_, body, _ := ts.Do(t, "GET", "/sim/flushes", "")
+		body := getOK(t, ts, "/sim/flushes")
 		var hist []map[string]any
 		json.Unmarshal([]byte(body), &hist)
 		var oks []bool

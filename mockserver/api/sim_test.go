@@ -58,7 +58,7 @@ func TestSimGolden(t *testing.T) {
 func TestSimProfileKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := mocktest.Start(t, api.Config{Profile: mocktest.Profile(t, "llama-8b-eagle3-h100")})
-		_, body, _ := ts.Do(t, "GET", "/sim/profile", "")
+		body := getOK(t, ts, "/sim/profile")
 		var p sim.Profile
 		if err := json.Unmarshal([]byte(body), &p); err != nil {
 			t.Fatal(err)
@@ -97,9 +97,9 @@ func TestSimExpectBounds(t *testing.T) {
 				t.Errorf("%s: got %d %s, want %d", tt.query, code, body, tt.code)
 			}
 		}
-		_, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=2000000000", "")
-		if want := `need prompt_tokens < the context length (32768) and prompt_tokens + completion_tokens <= it, got 100 and 2000000000`; !strings.Contains(body, want) {
-			t.Errorf("message: %s, want %q", body, want)
+		code, body, _ := ts.Do(t, "GET", "/sim/expect?prompt_tokens=100&completion_tokens=2000000000", "")
+		if want := `need prompt_tokens < the context length (32768) and prompt_tokens + completion_tokens <= it, got 100 and 2000000000`; code != 400 || !strings.Contains(body, want) {
+			t.Errorf("message: %d %s, want 400 and %q", code, body, want)
 		}
 	})
 }
@@ -118,7 +118,7 @@ func TestSimTruthBytes(t *testing.T) {
 			}
 		}
 		var reqs []sim.RequestSummary
-		_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+		body := getOK(t, ts, "/sim/requests")
 		if err := json.Unmarshal([]byte(body), &reqs); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestSimRequestsRoutesAndCosts(t *testing.T) {
 			}
 		}
 		var reqs []sim.RequestSummary
-		_, body, _ := ts.Do(t, "GET", "/sim/requests", "")
+		body := getOK(t, ts, "/sim/requests")
 		if err := json.Unmarshal([]byte(body), &reqs); err != nil || len(reqs) != len(bodies) {
 			t.Fatalf("got %d requests (%v), want %d", len(reqs), err, len(bodies))
 		}
