@@ -54,6 +54,14 @@ func (d *dispatcher) dispatch(routed *int, inputLen int) int {
 	return target
 }
 
+// readsLoads reports whether dispatch reads the ranks' loads: only a
+// load-based method choosing among several ranks does, so with one rank or
+// round_robin the engine skips the reports (a rank's stats walk its queue
+// and cache after every batch).
+func (d *dispatcher) readsLoads() bool {
+	return d.ranks > 1 && (d.method == profile.TotalRequests || d.method == profile.TotalTokens)
+}
+
 // report is a rank's load update (WatchLoadUpdateReq), which replaces its
 // budget: requests running and waiting, and num_total_tokens.
 func (d *dispatcher) report(rank, requests, tokens int) {

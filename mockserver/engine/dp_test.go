@@ -513,3 +513,25 @@ func TestDPAttentionFlushFollowsTheReleasesOverlapRule(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatcherReadsLoads: only a load-based method choosing among several
+// ranks reads the ranks' load reports; the engine skips them otherwise.
+func TestDispatcherReadsLoads(t *testing.T) {
+	for _, tc := range []struct {
+		method string
+		ranks  int
+		want   bool
+	}{
+		{profile.TotalRequests, 2, true},
+		{profile.TotalTokens, 3, true},
+		{profile.RoundRobin, 4, false},
+		{profile.TotalRequests, 1, false},
+		{profile.TotalTokens, 1, false},
+	} {
+		p := dpProfile(t, tc.ranks, false)
+		p.LoadBalanceMethod = tc.method
+		if got := newDispatcher(p).readsLoads(); got != tc.want {
+			t.Errorf("%s on %d ranks: got readsLoads %v, want %v", tc.method, tc.ranks, got, tc.want)
+		}
+	}
+}

@@ -380,9 +380,6 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	if err := e.validate(r, tokens); err != nil {
 		return nil, err
 	}
-	if r.InputIDs != nil {
-		tokens = slices.Clone(tokens) // the caller keeps its slice
-	}
 	q := &req{
 		noMetrics: r.NoMetrics,
 		seq:       seq,
@@ -429,7 +426,7 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	q.outputs = make([]int32, 0, min(q.maxNew, 256))
 	q.truth.Rounds = make([]RoundRecord, 0, min(max(q.maxNew-1, 0), 64))
 	q.stream = newStream(e, q)
-	q.stream.onlyLast = r.OnlyLast
+	q.stream.onlyLast.Store(r.OnlyLast)
 	e.ridsMu.Lock()
 	_, dup := e.rids[q.rid]
 	if !dup {
@@ -445,8 +442,9 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	// is the mock's own CPU, which the model does not charge.
 	// The controller picks its rank when the loop takes it, in arrival
 	// order, with the loads the ranks reported until then.
+	routed := r.RoutedDPRank // the closure keeps this, not all of r
 	if err := e.sendAt(arrival, func(time.Duration) {
-		q.rank = e.dispatch.dispatch(r.RoutedDPRank, len(tokens))
+		q.rank = e.dispatch.dispatch(routed, len(tokens))
 		q.truth.DPRank = q.rank
 		e.ranks[q.rank].enqueue(q)
 	}); err != nil {
@@ -818,6 +816,9 @@ func (e *Engine) nextEvent() (next *group, at time.Duration, wake bool) {
 // which forwards it (WatchLoadUpdateReq): its running and waiting
 // requests, and its used and waiting tokens (num_total_tokens).
 func (e *Engine) reportLoads(g *group) {
+	if !e.dispatch.readsLoads() {
+		return
+	}
 	for _, s := range g.ranks {
 		if !s.ranBatch {
 			continue

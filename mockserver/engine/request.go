@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +18,9 @@ type Request struct {
 	// Namespace partitions the prefix cache (SGLang's extra_key, cache_salt
 	// or LoRA adapter): requests in different namespaces never share a prefix.
 	Namespace string
-	// InputIDs is the prompt; when nil, Text is tokenized.
+	// InputIDs is the prompt; when nil, Text is tokenized. Submit keeps
+	// the slice without copying it (a long prompt is most of a request's
+	// bytes), so the caller must not change it afterwards.
 	InputIDs []int32
 	Text     string
 	// Templated marks a Text rendered from a chat template: it is
@@ -257,12 +260,14 @@ type Stream struct {
 	engine       *Engine
 	req          *req
 
-	mu       sync.Mutex
-	events   []Event // queued from head on
-	head     int
-	ended    bool  // the last event has been queued
-	final    Event // the last event, once ended
-	onlyLast bool  // Collect waits: only the last event is kept and wakes the reader
+	mu     sync.Mutex
+	events []Event // queued from head on
+	head   int
+	ended  bool  // the last event has been queued
+	final  Event // the last event, once ended
+	// onlyLast: Collect waits, so only the last event is kept and wakes
+	// the reader; atomic, so the engine skips building the others.
+	onlyLast atomic.Bool
 	notify   chan struct{}
 	// mergedTokens marks the last queued event's Tokens as the stream's
 	// own array, built by merging, which later merges may append to.
@@ -357,9 +362,7 @@ func (s *Stream) Disconnect(streaming bool) {
 // the events before the last are not kept. It returns ctx's error if ctx
 // ends first. The output is the engine's: do not modify it.
 func (s *Stream) Collect(ctx context.Context) (last Event, output []int32, err error) {
-	s.mu.Lock()
-	s.onlyLast = true
-	s.mu.Unlock()
+	s.onlyLast.Store(true)
 	for {
 		s.mu.Lock()
 		if s.ended {
@@ -381,11 +384,10 @@ func (s *Stream) Collect(ctx context.Context) (last Event, output []int32, err e
 }
 
 func (s *Stream) push(ev Event) {
-	s.mu.Lock()
-	if s.onlyLast && ev.Finish == nil {
-		s.mu.Unlock()
+	if ev.Finish == nil && s.onlyLast.Load() {
 		return
 	}
+	s.mu.Lock()
 	if len(s.events)-s.head >= maxQueuedEvents {
 		s.mergeLast(ev)
 	} else {

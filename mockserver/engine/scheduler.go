@@ -815,6 +815,9 @@ func (s *scheduler) emit(r *req, n int) {
 		s.finish(r, *fin, r.outputs[start:], s.now)
 		return
 	}
+	if r.stream.onlyLast.Load() {
+		return // push would drop it
+	}
 	r.stream.push(Event{
 		Tokens:           r.outputs[start:len(r.outputs):len(r.outputs)],
 		CompletionTokens: len(r.outputs),
