@@ -45,7 +45,14 @@ func deref(s *string) string {
 // long prompt then costs one fast scan instead of a second decode. Any
 // other string (or value) reports false, for the decoder to read.
 func plainString(raw []byte) (string, bool) {
-	if !isPlainString(raw) {
+	return plainText(raw, false)
+}
+
+// plainText is plainString for a value already known to be a plain string
+// when known is set (decodeAroundText checked it), which it does not check
+// again: the check reads every byte of a long prompt.
+func plainText(raw []byte, known bool) (string, bool) {
+	if !known && !isPlainString(raw) {
 		return "", false
 	}
 	return string(raw[1 : len(raw)-1]), true

@@ -41,7 +41,7 @@ func TestPlainString(t *testing.T) {
 		if ok && (json.Unmarshal([]byte(tt.raw), &want) != nil || got != want) {
 			t.Errorf("plainString(%q) = %q, the decoder gives %q", tt.raw, got, want)
 		}
-		reqs, err := parsePrompt(json.RawMessage(tt.raw))
+		reqs, err := parsePrompt(json.RawMessage(tt.raw), false)
 		if tt.raw == `""` {
 			// SGLang refuses an empty prompt before it reads one.
 			if !errors.Is(err, errEmptyPrompt) {

@@ -35,7 +35,9 @@ type samplingParams struct {
 
 // generateBody is GenerateReqInput; unknown keys are ignored.
 type generateBody struct {
-	Text            json.RawMessage `json:"text"`
+	Text json.RawMessage `json:"text"`
+	// textPlain says Text is a plain string (decodeAroundText).
+	textPlain       bool
 	InputIDs        json.RawMessage `json:"input_ids"`
 	InputEmbeds     json.RawMessage `json:"input_embeds"`
 	SamplingParams  json.RawMessage `json:"sampling_params"`
@@ -110,7 +112,7 @@ func (s *Server) parseGenerate(ctx context.Context, b *generateBody) (p plan, er
 		}
 		p.batch = true
 	case hasText:
-		if one, ok := plainString(b.Text); ok {
+		if one, ok := plainText(b.Text, b.textPlain); ok {
 			texts = []string{one}
 			break
 		}

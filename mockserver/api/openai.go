@@ -22,7 +22,7 @@ func (s *Server) completions(c *exchange) {
 		writeValidationError(c, "prompt: Field required")
 		return
 	}
-	prompts, err := parsePrompt(body.Prompt)
+	prompts, err := parsePrompt(body.Prompt, body.promptPlain)
 	if err != nil {
 		writeRefusal(c, openAIEnvelope, err)
 		return

@@ -64,7 +64,9 @@ type openAICommon struct {
 type completionBody struct {
 	openAICommon
 	Prompt json.RawMessage `json:"prompt"`
-	Echo   bool            `json:"echo"`
+	// promptPlain says Prompt is a plain string (decodeAroundText).
+	promptPlain bool
+	Echo        bool `json:"echo"`
 	// Logprobs asks for logprobs with this many alternatives per position.
 	Logprobs *integer `json:"logprobs"`
 }
@@ -178,12 +180,13 @@ func (s *Server) prepareOpenAI(ctx context.Context, b *openAICommon, prompts []e
 }
 
 // parsePrompt reads a completions prompt: a string, a list of strings, a
-// list of token ids or a list of such lists.
-func parsePrompt(raw json.RawMessage) ([]engine.Request, error) {
+// list of token ids or a list of such lists. plain says raw is known to be
+// a plain string (decodeAroundText).
+func parsePrompt(raw json.RawMessage, plain bool) ([]engine.Request, error) {
 	if emptyPrompt(raw) {
 		return nil, errEmptyPrompt
 	}
-	if one, ok := plainString(raw); ok {
+	if one, ok := plainText(raw, plain); ok {
 		return []engine.Request{{Text: one, Route: sim.RouteCompletions}}, nil
 	}
 	var one string

@@ -21,13 +21,19 @@ import (
 
 // textMember is a request body with a member that holds its prompt text.
 type textMember interface {
-	// textMember returns the member's key and where its raw value goes.
-	textMember() (key string, raw *json.RawMessage)
+	// textMember returns the member's key, where its raw value goes, and
+	// where decodeAroundText records that the value is a plain string, so
+	// that reading its text (plainText) does not look at it again.
+	textMember() (key string, raw *json.RawMessage, plain *bool)
 }
 
-func (b *completionBody) textMember() (string, *json.RawMessage) { return "prompt", &b.Prompt }
+func (b *completionBody) textMember() (string, *json.RawMessage, *bool) {
+	return "prompt", &b.Prompt, &b.promptPlain
+}
 
-func (b *generateBody) textMember() (string, *json.RawMessage) { return "text", &b.Text }
+func (b *generateBody) textMember() (string, *json.RawMessage, *bool) {
+	return "text", &b.Text, &b.textPlain
+}
 
 // decodeBody decodes body into v, as json.Unmarshal does.
 func decodeBody(body []byte, v any) error {
@@ -41,7 +47,7 @@ func decodeBody(body []byte, v any) error {
 // is. It reports false, leaving m zero, where the whole body must go to
 // the decoder.
 func decodeAroundText(body []byte, m textMember) bool {
-	key, raw := m.textMember()
+	key, raw, plain := m.textMember()
 	start, end, ok := memberValue(body, key)
 	if !ok {
 		return false
@@ -55,7 +61,7 @@ func decodeAroundText(body []byte, m textMember) bool {
 		reflect.ValueOf(m).Elem().SetZero()
 		return false
 	}
-	*raw = bytes.Clone(body[start:end])
+	*raw, *plain = bytes.Clone(body[start:end]), true
 	return true
 }
 

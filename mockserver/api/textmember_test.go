@@ -95,6 +95,16 @@ func checkDecodeBody(t *testing.T, body string, fresh func() any) {
 	if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 		t.Fatalf("%T from %q: got error %v, want %v", got, body, gotErr, wantErr)
 	}
+	// The plain mark is decodeBody's own: it may be set only on a plain
+	// string, and is left out of the comparison.
+	if m, ok := got.(textMember); ok && gotErr == nil {
+		if _, raw, plain := m.textMember(); *plain {
+			if !isPlainString(*raw) {
+				t.Fatalf("%T from %q: marked plain, but %q is not a plain string", got, body, *raw)
+			}
+			*plain = false
+		}
+	}
 	if gotErr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%T from %q: got %+v, want %+v", got, body, got, want)
 	}
@@ -125,4 +135,33 @@ func BenchmarkDecodeEscapedPrompt(b *testing.B) {
 		ratio = float64(l) / float64(s)
 	}
 	b.ReportMetric(ratio, "long/short")
+}
+
+// TestDecodeBodyMarksPlainText checks that a plain prompt is marked, so
+// that reading its text does not check it again, and that nothing else is.
+func TestDecodeBodyMarksPlainText(t *testing.T) {
+	for _, tt := range []struct {
+		body  string
+		plain bool
+	}{
+		{`{"prompt": "the cache", "max_tokens": 16}`, true},
+		{`{"prompt": "the\ncache"}`, false},
+		{`{"prompt": ["a", "b"]}`, false},
+		{`{"prompt": [1, 2]}`, false},
+	} {
+		var b completionBody
+		if err := decodeBody([]byte(tt.body), &b); err != nil {
+			t.Fatalf("%s: %v", tt.body, err)
+		}
+		if b.promptPlain != tt.plain {
+			t.Errorf("%s: got promptPlain %v, want %v", tt.body, b.promptPlain, tt.plain)
+		}
+		reqs, err := parsePrompt(b.Prompt, b.promptPlain)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.body, err)
+		}
+		if tt.plain && reqs[0].Text != "the cache" {
+			t.Errorf("%s: got text %q, want %q", tt.body, reqs[0].Text, "the cache")
+		}
+	}
 }

@@ -190,7 +190,7 @@ func (s *Server) renderCompletions(c *exchange) {
 		writeValidationError(c, "prompt: Field required")
 		return
 	}
-	prompts, err := parsePrompt(body.Prompt)
+	prompts, err := parsePrompt(body.Prompt, false)
 	if err != nil {
 		writeValidationError(c, err.Error())
 		return
