@@ -278,6 +278,7 @@ func interrupts() (stop, kill context.Context) {
 // at once.
 func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
+	defer serveGC(o.bodyBudget+o.answerBudget+o.simTruthBytes, os.Getenv).apply()()
 	ln := o.listener
 	if ln == nil {
 		var err error
