@@ -1,10 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -46,8 +46,30 @@ func (j *jsonSink) rawString(s string) {
 	j.spill()
 }
 
-// value appends v marshalled.
-func (j *jsonSink) value(v any) { j.raw(marshal(v)) }
+// string appends s as a JSON string, escaped as marshal escapes it.
+func (j *jsonSink) string(s string) {
+	if plainJSON(s) {
+		j.buf = append(append(append(j.buf, '"'), s...), '"')
+		j.spill()
+		return
+	}
+	j.raw(marshal(s))
+}
+
+// value appends v marshalled; the scalars a finish holds (null, a reason,
+// a matched token or string) are written without marshal's reflection.
+func (j *jsonSink) value(v any) {
+	switch v := v.(type) {
+	case nil:
+		j.rawString("null")
+	case string:
+		j.string(v)
+	case int32:
+		j.int(int64(v))
+	default:
+		j.raw(marshal(v))
+	}
+}
 
 // int appends a decimal integer.
 func (j *jsonSink) int(v int64) {
@@ -157,6 +179,55 @@ func (s *Server) writeStreamed(c *exchange, aw *answerWriter, encode func(*jsonS
 	j.emit()
 	return j.err
 }
+
+// writeShort writes a short answer encode gives, encoded whole and sent
+// with its Content-Length as writeAnswer sends a marshalled one: the
+// encoders write a completions answer in a fraction of marshal's time,
+// which walks it by reflection.
+func (s *Server) writeShort(c *exchange, aw *answerWriter, encode func(*jsonSink)) {
+	b, w := encodeWhole(encode)
+	s.writeBytes(c, aw, b)
+	w.done()
+}
+
+// encodeWhole returns the bytes encode gives, in the buffer of a sink of
+// wholeAnswers that w.done gives back (b is not used after it).
+func encodeWhole(encode func(*jsonSink)) (b []byte, w *wholeAnswer) {
+	w = wholeAnswers.Get().(*wholeAnswer)
+	w.j.buf, w.j.n, w.j.err, w.spilled = w.j.buf[:0], 0, nil, nil
+	encode(&w.j)
+	b = w.j.buf
+	if w.spilled != nil {
+		b = append(w.spilled, b...)
+	}
+	return b, w
+}
+
+// wholeAnswer is a sink that gathers a short answer whole: what it spills
+// (an answer that passed answerChunk after all: short only estimates) goes
+// to spilled.
+type wholeAnswer struct {
+	j       jsonSink
+	spilled []byte
+}
+
+func newWholeAnswer() any {
+	w := &wholeAnswer{}
+	w.j.buf = make([]byte, 0, 2<<10)
+	w.j.out = func(b []byte) error { w.spilled = append(w.spilled, b...); return nil }
+	return w
+}
+
+// done gives w back to wholeAnswers unless its buffer grew long.
+func (w *wholeAnswer) done() {
+	w.spilled = nil
+	if cap(w.j.buf) <= answerChunk+maxStringPiece {
+		wholeAnswers.Put(w)
+	}
+}
+
+// wholeAnswers are the sinks of short answers, each with its buffer.
+var wholeAnswers = sync.Pool{New: newWholeAnswer}
 
 // answerBytesEstimate is about what an output's answer takes encoded: its
 // text, its ids, its logprob entries and a meta_info. An answer whose
@@ -298,19 +369,7 @@ func encodeTops(j *jsonSink, n int, made bool, at func(int) (tokenLogprob, []tok
 // writeGenerateAnswer writes a /generate answer: one result object, or a
 // list of them for a batch.
 func (s *Server) writeGenerateAnswer(c *exchange, aw *answerWriter, outs []*output, batch bool) {
-	if short(outs) {
-		if !batch {
-			s.writeAnswer(c, aw, outs[0].response(false))
-			return
-		}
-		resps := make([]generateResponse, len(outs))
-		for i, o := range outs {
-			resps[i] = o.response(false)
-		}
-		s.writeAnswer(c, aw, resps)
-		return
-	}
-	s.writeStreamed(c, aw, func(j *jsonSink) {
+	encode := func(j *jsonSink) {
 		if !batch {
 			encodeGenerate(j, outs[0], false)
 			return
@@ -326,16 +385,26 @@ func (s *Server) writeGenerateAnswer(c *exchange, aw *answerWriter, outs []*outp
 			encodeGenerate(j, o, false)
 		}
 		j.rawString("]")
-	})
+	}
+	if short(outs) {
+		s.writeShort(c, aw, encode)
+		return
+	}
+	s.writeStreamed(c, aw, encode)
 }
 
 // encodeAnswer writes a completions or chat answer: exactly marshal(resp)
 // with the choices run builds for outs, each choice's text and logprobs
 // encoded as they are written.
 func (r *openAIRun) encodeAnswer(j *jsonSink, resp openAIResponse, outs []*output) {
-	resp.Choices = []any{}
-	head, tail, _ := bytes.Cut(marshal(resp), []byte(`,"choices":[]`))
-	j.raw(head)
+	j.rawString(`{"id":`)
+	j.string(resp.ID)
+	j.rawString(`,"object":`)
+	j.string(resp.Object)
+	j.rawString(`,"created":`)
+	j.int(resp.Created)
+	j.rawString(`,"model":`)
+	j.string(resp.Model)
 	j.rawString(`,"choices":[`)
 	for i, o := range outs {
 		if !j.ok() {
@@ -368,7 +437,35 @@ func (r *openAIRun) encodeAnswer(j *jsonSink, resp openAIResponse, outs []*outpu
 		j.rawString("}")
 	}
 	j.rawString("]")
-	j.raw(tail)
+	if u := resp.Usage; u != nil {
+		j.rawString(`,"usage":{"prompt_tokens":`)
+		j.int(int64(u.PromptTokens))
+		j.rawString(`,"total_tokens":`)
+		j.int(int64(u.TotalTokens))
+		j.rawString(`,"completion_tokens":`)
+		j.int(int64(u.CompletionTokens))
+		j.rawString(`,"prompt_tokens_details":`)
+		if d := u.PromptTokensDetails; d != nil {
+			j.rawString(`{"cached_tokens":`)
+			j.int(int64(d.CachedTokens))
+			j.rawString("}")
+		} else {
+			j.rawString("null")
+		}
+		j.rawString(`,"reasoning_tokens":`)
+		j.int(int64(u.ReasoningTokens))
+		j.rawString("}")
+	}
+	if m := resp.Metadata; m != nil {
+		j.rawString(`,"metadata":{"weight_version":`)
+		j.string(m.WeightVersion)
+		j.rawString("}")
+	}
+	if resp.Sglext != nil {
+		j.rawString(`,"sglext":`)
+		j.value(resp.Sglext)
+	}
+	j.rawString("}")
 }
 
 // encodeLogprobs writes a choice's logprobs object, computed position by

@@ -73,6 +73,22 @@ func fakeOutput(t *testing.T, r *rand.Rand, tok *tokenizer.Tokenizer, n int, lp 
 // marshalled whole, whatever their outputs hold: /generate's result
 // objects, the completions and chat answers (echo and logprobs included)
 // and the render endpoints' prompts.
+// envelopes are completions answers' fields around the choices: usage with
+// and without details, metadata and sglext there or not, strings to escape.
+var envelopes = func() []openAIResponse {
+	storage, backend := 5, "file"
+	return []openAIResponse{
+		{ID: "id\"1", Created: 17, Model: "m<1>", Usage: &usage{PromptTokens: 3, TotalTokens: 5, CompletionTokens: 2},
+			Metadata: &metadata{WeightVersion: weightVersion}},
+		{ID: "0123abcd", Created: 1796415696, Model: "sglmock/small-1b",
+			Usage:    &usage{PromptTokens: 116, TotalTokens: 132, CompletionTokens: 16, PromptTokensDetails: &promptTokensDetails{CachedTokens: 100}, ReasoningTokens: 4},
+			Metadata: &metadata{WeightVersion: "v\u2028\t2"},
+			Sglext:   &sglext{CachedTokensDetails: &cachedTokensDetails{Device: 1, Host: 2, Storage: &storage, StorageBackend: &backend}}},
+		{ID: "é\x01\xff", Created: -1, Model: ""},
+		{ID: "x", Created: 0, Model: "m", Sglext: &sglext{}},
+	}
+}()
+
 func TestStreamedAnswersAreMarshal(t *testing.T) {
 	tok, err := tokenizer.Builtin(tokenizer.BuiltinOptions{})
 	if err != nil {
@@ -111,9 +127,8 @@ func TestStreamedAnswersAreMarshal(t *testing.T) {
 			if !chat && trial%2 == 0 {
 				run.echo = func(i int) string { return fmt.Sprintf("echoed \"prompt\" <%d> é", i) }
 			}
-			u := usage{PromptTokens: 3, TotalTokens: 5, CompletionTokens: 2}
-			resp := openAIResponse{ID: "id\"1", Object: run.object, Created: 17, Model: "m<1>", Usage: &u,
-				Metadata: &metadata{WeightVersion: weightVersion}}
+			resp := envelopes[trial%len(envelopes)]
+			resp.Object = run.object
 			got := streamedBytes(t, func(j *jsonSink) { run.encodeAnswer(j, resp, outs) })
 			resp.Choices = run.choices(outs)
 			if want := marshal(resp); !bytes.Equal(got, want) {
@@ -169,5 +184,43 @@ func TestMarshalPadsExponents(t *testing.T) {
 		if got := string(marshal(tc.v)); got != tc.want {
 			t.Errorf("marshal(%#v): got %s, want %s", tc.v, got, tc.want)
 		}
+	}
+}
+
+// choices are the answer's choices, one per output, as structs: marshalled
+// with the response, they are the bytes encodeAnswer must give.
+func (r *openAIRun) choices(outs []*output) []any {
+	choices := make([]any, len(outs))
+	for i, o := range outs {
+		reason, matched := openAIFinish(o.last.Finish)
+		text := string(o.visibleText())
+		if r.echo != nil {
+			text = r.echo(i) + text
+		}
+		if r.chat {
+			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, Logprobs: r.logprobs(o, 0, false),
+				FinishReason: reason, MatchedStop: matched}
+		} else {
+			choices[i] = completionChoice{Index: i, Text: text, Logprobs: r.logprobs(o, 0, r.echo != nil), FinishReason: reason, MatchedStop: matched}
+		}
+	}
+	return choices
+}
+
+// TestEncodeWhole: a short answer is encoded whole into one buffer, and one
+// that passes answerChunk after all (short only estimates) comes whole too.
+func TestEncodeWhole(t *testing.T) {
+	for _, n := range []int{0, 10, answerChunk - 1, answerChunk, 3*answerChunk + 7} {
+		text := bytes.Repeat([]byte("ab"), n/2+1)[:n]
+		encode := func(j *jsonSink) {
+			j.rawString(`{"text":`)
+			j.str(text)
+			j.rawString("}")
+		}
+		got, w := encodeWhole(encode)
+		if want := streamedBytes(t, encode); !bytes.Equal(got, want) {
+			t.Errorf("%d bytes of text: got %d bytes %.40q, want %d bytes %.40q", n, len(got), got, len(want), want)
+		}
+		w.done()
 	}
 }

@@ -211,31 +211,12 @@ func (r *openAIRun) run() {
 		Metadata: &metadata{WeightVersion: weightVersion},
 		Sglext:   sglextOf(r.common, outs),
 	}
+	encode := func(j *jsonSink) { r.encodeAnswer(j, resp, outs) }
 	if !short(outs) {
-		r.s.writeStreamed(r.c, aw, func(j *jsonSink) { r.encodeAnswer(j, resp, outs) })
+		r.s.writeStreamed(r.c, aw, encode)
 		return
 	}
-	resp.Choices = r.choices(outs)
-	r.s.writeAnswer(r.c, aw, resp)
-}
-
-// choices are the answer's choices, one per output.
-func (r *openAIRun) choices(outs []*output) []any {
-	choices := make([]any, len(outs))
-	for i, o := range outs {
-		reason, matched := openAIFinish(o.last.Finish)
-		text := string(o.visibleText())
-		if r.echo != nil {
-			text = r.echo(i) + text
-		}
-		if r.chat {
-			choices[i] = chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: text}, Logprobs: r.logprobs(o, 0, false),
-				FinishReason: reason, MatchedStop: matched}
-		} else {
-			choices[i] = completionChoice{Index: i, Text: text, Logprobs: r.logprobs(o, 0, r.echo != nil), FinishReason: reason, MatchedStop: matched}
-		}
-	}
-	return choices
+	r.s.writeShort(r.c, aw, encode)
 }
 
 // stream serves a streaming request as SGLang's generators do. Nothing,

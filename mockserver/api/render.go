@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -96,7 +97,17 @@ func (o *output) holdsStopPrefix() bool {
 }
 
 func (o *output) add(ev engine.Event) {
-	o.ids = append(o.ids, ev.Tokens...)
+	if o.ids == nil {
+		// The engine's tokens, which it never changes; clipped, so that
+		// a later append copies them.
+		o.ids = slices.Clip(ev.Tokens)
+	} else {
+		o.ids = append(o.ids, ev.Tokens...)
+	}
+	if o.text == nil {
+		// A word a token, most of them: one buffer for a short answer.
+		o.text = make([]byte, 0, 8*len(ev.Tokens)+16)
+	}
 	for _, id := range ev.Tokens {
 		o.lastTokenAt = len(o.text)
 		o.text = o.tok.AppendDecode(o.text, id)

@@ -124,10 +124,14 @@ const answerChunk = 64 << 10
 // JSONResponse does: the flushes would otherwise send it chunked. A long
 // answer is encoded as it is written (answer.go).
 func (s *Server) writeAnswer(c *exchange, aw *answerWriter, v any) {
+	s.writeBytes(c, aw, marshal(v))
+}
+
+// writeBytes is writeAnswer for an answer already encoded.
+func (s *Server) writeBytes(c *exchange, aw *answerWriter, b []byte) {
 	if aw == nil {
 		aw = &answerWriter{s: s, w: c.Writer}
 	}
-	b := marshal(v)
 	h := c.Writer.Header()
 	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(b)))

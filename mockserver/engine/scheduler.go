@@ -848,7 +848,8 @@ func (s *scheduler) checkFinished(r *req) *Finish {
 	}
 	last := r.outputs[len(r.outputs)-1]
 	if slices.Contains(r.stopIDs, last) {
-		return &Finish{Reason: FinishStop, MatchedToken: &last}
+		matched := last // a copy, so that last stays off the heap
+		return &Finish{Reason: FinishStop, MatchedToken: &matched}
 	}
 	if len(r.stop) > 0 {
 		before := len(r.text)
