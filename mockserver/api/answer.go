@@ -10,16 +10,18 @@ import (
 	"unicode/utf8"
 )
 
-// Answers encoded as they are written. An answer short enough is marshalled
-// whole (writeAnswer); a long one (a batch of thousands of sequences, a
-// logprob answer of tens of MB) is encoded from the request's own state,
-// its outputs' ids and text, 64 KiB at a time, and each piece written
-// before the next is encoded (writeStreamed): a client reading slowly pins
-// one write buffer, not the answer. Its logprobs are computed as they are
-// written. The encoding runs twice, once to count the bytes for
-// Content-Length (SGLang's JSONResponse sends one) and once to write them;
-// it gives exactly the bytes marshal gives for the same answer (see
-// TestStreamedAnswersAreMarshal).
+// Answers encoded as they are written. A completions, chat or /generate
+// answer is encoded from the request's own state, its outputs' ids and
+// text, by hand rather than by marshal's reflection, and gives exactly the
+// bytes marshal gives for the same answer (TestStreamedAnswersAreMarshal).
+// A short one is encoded whole into a pooled buffer and written at once
+// (writeShort); a long one (a batch of thousands of sequences, a logprob
+// answer of tens of MB) 64 KiB at a time, each piece written before the
+// next is encoded (writeStreamed): a client reading slowly pins one write
+// buffer, not the answer. Its logprobs are computed as they are written,
+// and the encoding runs twice, once to count the bytes for Content-Length
+// (SGLang's JSONResponse sends one) and once to write them. Other answers
+// are marshalled whole (writeAnswer).
 
 // jsonSink receives an answer's bytes as they are encoded: with out nil it
 // only counts them, otherwise it hands them to out whenever answerChunk
