@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // A request body is mostly its prompt: 8,000 words are some 48 kB of one
@@ -55,72 +56,250 @@ func decodeAroundText(body []byte, m textMember) bool {
 	if !isPlainString(body[start:end]) {
 		return false
 	}
-	rest := make([]byte, 0, len(body)-(end-start)+len("null"))
-	rest = append(append(append(rest, body[:start]...), "null"...), body[end:]...)
-	if err := json.Unmarshal(rest, m); err != nil {
-		reflect.ValueOf(m).Elem().SetZero()
-		return false
+	v := reflect.ValueOf(m).Elem()
+	if !decodeMembers(body, v, key) {
+		v.SetZero()
+		rest := make([]byte, 0, len(body)-(end-start)+len("null"))
+		rest = append(append(append(rest, body[:start]...), "null"...), body[end:]...)
+		if err := json.Unmarshal(rest, m); err != nil {
+			v.SetZero()
+			return false
+		}
 	}
 	*raw, *plain = bytes.Clone(body[start:end]), true
 	return true
 }
 
+// The other members, one at a time. encoding/json spends a microsecond and
+// more on a body's few short members (a scanner call per byte, a field
+// looked up by name, the value by reflection), as much as the rest of a
+// short request's decoding together. decodeMembers sets the members it
+// reads exactly (a plain string, true or false, a literal handed to the
+// field type's UnmarshalJSON) itself, and gives any other value to the
+// decoder alone; where a key could name a field in a way it does not
+// follow (another case, twice), or anything fails, the whole body goes to
+// the decoder, so the result and every error are still the decoder's
+// (TestDecodeBodyIsUnmarshal, FuzzDecodeBody).
+
+// decodeMembers decodes the top-level members of the object body into the
+// struct v, but for the member skip. It reports false, with v partly set,
+// where the body must go to the decoder whole.
+func decodeMembers(body []byte, v reflect.Value, skip string) bool {
+	fields := bodyFields(v.Type())
+	var seen uint64 // the fields set, by their place in fields.byIndex
+	return walkMembers(body, func(key []byte, start, end int) bool {
+		value := body[start:end]
+		if string(key) == skip {
+			return true
+		}
+		f, ok := fields.byName[string(key)]
+		if !ok {
+			// encoding/json ignores a key that names no field in any case,
+			// but still checks its value.
+			return !fields.folded(key) && json.Valid(value)
+		}
+		if seen&(1<<f.n) != 0 {
+			return false // the same key twice: the decoder keeps the last
+		}
+		seen |= 1 << f.n
+		return decodeMember(v.FieldByIndex(f.index), value)
+	})
+}
+
+// decodeMember sets field from its raw value as encoding/json would, or
+// reports false.
+func decodeMember(field reflect.Value, value []byte) bool {
+	t := field.Type()
+	switch {
+	case t.Kind() == reflect.String && isPlainString(value):
+		field.SetString(string(value[1 : len(value)-1]))
+		return true
+	case t.Kind() == reflect.Bool && (string(value) == "true" || string(value) == "false"):
+		field.SetBool(string(value) == "true")
+		return true
+	case t.Kind() == reflect.Pointer && t.Implements(unmarshalerType) && isScalarLiteral(value):
+		// The decoder hands a literal other than null to a new value's
+		// UnmarshalJSON as it is.
+		p := reflect.New(t.Elem())
+		if p.Interface().(json.Unmarshaler).UnmarshalJSON(value) != nil {
+			return false
+		}
+		field.Set(p)
+		return true
+	}
+	return json.Unmarshal(value, field.Addr().Interface()) == nil
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// isScalarLiteral reports whether b is a JSON number, a plain string, true
+// or false, exactly.
+func isScalarLiteral(b []byte) bool {
+	switch string(b) {
+	case "true", "false":
+		return true
+	}
+	return isPlainString(b) || isNumber(b)
+}
+
+// isNumber reports whether b is a JSON number: -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
+func isNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i == len(b) || !isDigit(b[i]) {
+			return false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i == len(b) || !isDigit(b[i]) {
+			return false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	return i == len(b)
+}
+
+// fieldSet is the fields encoding/json decodes a body type's keys into.
+type fieldSet struct {
+	byName map[string]bodyField
+	lower  map[string]bool // every name, lower-cased
+}
+
+type bodyField struct {
+	index []int
+	n     int // its place among the fields, below 64
+}
+
+// folded reports whether key names a field in another case.
+func (fs *fieldSet) folded(key []byte) bool { return fs.lower[strings.ToLower(string(key))] }
+
+var bodyFieldSets sync.Map // reflect.Type -> *fieldSet
+
+// bodyFields returns the fields of the struct type t by the key that names
+// each: its json tag's name, found in t and the structs t embeds, as
+// encoding/json finds them for the body types (which have one field a
+// name, at most 64, all tagged; a name found twice is left out, so its
+// key sends the body to the decoder).
+func bodyFields(t reflect.Type) *fieldSet {
+	if fs, ok := bodyFieldSets.Load(t); ok {
+		return fs.(*fieldSet)
+	}
+	fs := &fieldSet{byName: map[string]bodyField{}, lower: map[string]bool{}}
+	twice := map[string]bool{}
+	for _, f := range reflect.VisibleFields(t) {
+		tag, ok := f.Tag.Lookup("json")
+		if !ok || !f.IsExported() || f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" || name == "" {
+			continue
+		}
+		if _, dup := fs.byName[name]; dup {
+			twice[name] = true
+		}
+		fs.byName[name] = bodyField{index: f.Index, n: len(fs.byName)}
+		fs.lower[strings.ToLower(name)] = true
+	}
+	for name := range twice {
+		delete(fs.byName, name)
+	}
+	if len(fs.byName) > 64 {
+		panic("api: a body type with more than 64 fields")
+	}
+	bodyFieldSets.Store(t, fs)
+	return fs
+}
+
 // memberValue finds the value of the top-level member key of the JSON
 // object body: body[start:end]. It reports false where body is not an
-// object the walk reads, where a key is escaped or not ASCII (it could
-// name key in a way the walk does not see), or where key is there twice
-// in any case (encoding/json matches keys without case; the last wins).
+// object the walk reads (walkMembers), or where key is there twice in any
+// case (encoding/json matches keys without case; the last wins).
 func memberValue(body []byte, key string) (start, end int, ok bool) {
+	found := false
+	ok = walkMembers(body, func(k []byte, valueStart, valueEnd int) bool {
+		if !bytes.EqualFold(k, []byte(key)) {
+			return true
+		}
+		if found || string(k) != key {
+			return false
+		}
+		found, start, end = true, valueStart, valueEnd
+		return true
+	})
+	return start, end, ok && found
+}
+
+// walkMembers calls member with each top-level member of the JSON object
+// body, its key's text and where its raw value lies in body, in order,
+// while member reports true. It reports false where member did, or where body is not an object
+// the walk reads: empty, a key escaped, not ASCII (it could name a field
+// in a way the walk does not see) or holding a control character, bytes
+// after it, anything out of place. A value's content is left to member to check.
+func walkMembers(body []byte, member func(key []byte, valueStart, valueEnd int) bool) bool {
 	i := skipSpace(body, 0)
 	if i == len(body) || body[i] != '{' {
-		return 0, 0, false
+		return false
 	}
 	i = skipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
-		return 0, 0, false
+		return false
 	}
-	found := false
 	for i < len(body) && body[i] == '"' {
 		keyEnd, ok := skipString(body, i)
 		if !ok {
-			return 0, 0, false
+			return false
 		}
 		k := body[i+1 : keyEnd-1]
-		if bytes.IndexByte(k, '\\') >= 0 || !isASCII(k) {
-			return 0, 0, false
+		if !isPlainString(body[i:keyEnd]) || !isASCII(k) {
+			return false
 		}
 		i = skipSpace(body, keyEnd)
 		if i == len(body) || body[i] != ':' {
-			return 0, 0, false
+			return false
 		}
 		valueStart := skipSpace(body, i+1)
 		valueEnd, ok := skipValue(body, valueStart)
-		if !ok {
-			return 0, 0, false
-		}
-		if bytes.EqualFold(k, []byte(key)) {
-			if found || string(k) != key {
-				return 0, 0, false
-			}
-			found, start, end = true, valueStart, valueEnd
+		if !ok || !member(k, valueStart, valueEnd) {
+			return false
 		}
 		i = skipSpace(body, valueEnd)
 		if i == len(body) {
-			return 0, 0, false
+			return false
 		}
 		switch body[i] {
 		case ',':
 			i = skipSpace(body, i+1)
 		case '}':
-			if skipSpace(body, i+1) != len(body) {
-				return 0, 0, false
-			}
-			return start, end, found
+			return skipSpace(body, i+1) == len(body)
 		default:
-			return 0, 0, false
+			return false
 		}
 	}
-	return 0, 0, false
+	return false
 }
 
 func skipSpace(b []byte, i int) int {

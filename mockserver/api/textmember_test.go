@@ -66,6 +66,18 @@ var decodeSeeds = []string{
 	`{"prompt": "a", "model": nul}`,
 	`{"prompt": [1, 2], "text": ["x"]}`,
 	`{"PROMPT": "a", "prompt": "b"}`,
+	`{"model": "m", "prompt": "p", "max_tokens": 16, "stream": true, "ignore_eos": true, "temperature": 0.5, "top_p": 1e-3, "top_k": -1, "n": 1}`,
+	`{"prompt": "p", "stream_options": {"include_usage": true}, "stop": ["a", "b"], "stop_token_ids": [1, 2], "logit_bias": {"1": 2}, "regex": null, "ebnf": "x"}`,
+	`{"prompt": "p", "model": "m\u00e9", "rid": "r", "extra_key": null, "cache_salt": "s", "lora_path": "l", "min_p": 0, "echo": false, "logprobs": 2}`,
+	`{"prompt": "p", "max_tokens": "16", "top_k": 1.5, "n": true, "stream": null, "echo": 1, "min_tokens": 016}`,
+	`{"prompt": "p", "max_tokens": 16, "max_tokens": 17}`,
+	`{"prompt": "p", "Max_Tokens": 16}`,
+	`{"prompt": "p", "unknown": [1, {"a": "b"}], "other": tru}`,
+	`{"prompt": "p", "unknown": {"max_tokens": 3}, "priority": 3, "routed_dp_rank": 1, "data_parallel_rank": null}`,
+	`{"prompt": "p", "sampling_params": {"max_new_tokens": 3, "temperature": 0}, "return_logprob": true, "logprob_start_len": -1, "top_logprobs_num": 2, "return_text_in_logprobs": true}`,
+	`{"text": "p", "input_ids": [1, 2], "rid": ["a", "b"], "stream": false}`,
+	`{"prompt": "p", "temperature": 1.0e+2, "top_p": -0.0, "frequency_penalty": 2E-1, "presence_penalty": 1.}`,
+	`{"prompt": "p", "model": "\ud800", "temperature": "0.5"}`,
 }
 
 // FuzzDecodeBody checks that decodeBody gives exactly what json.Unmarshal
@@ -163,5 +175,25 @@ func TestDecodeBodyMarksPlainText(t *testing.T) {
 		if tt.plain && reqs[0].Text != "the cache" {
 			t.Errorf("%s: got text %q, want %q", tt.body, reqs[0].Text, "the cache")
 		}
+	}
+}
+
+// TestDecodeMembersTakesCommonBodies: the bodies benchmark clients send are
+// decoded member by member, without the whole body going to the decoder.
+func TestDecodeMembersTakesCommonBodies(t *testing.T) {
+	for _, body := range []string{
+		`{"model": "m", "prompt": "p", "max_tokens": 16, "stream": false}`,
+		`{"model": "m", "prompt": "p", "max_tokens": 16, "stream": true, "ignore_eos": true, "temperature": 0.0, "stream_options": {"include_usage": true}}`,
+		`{"model": "m", "prompt": "p", "max_tokens": 16, "best_of": 1, "logprobs": null, "top_p": 1}`,
+	} {
+		var b completionBody
+		if !decodeMembers([]byte(body), reflect.ValueOf(&b).Elem(), "prompt") {
+			t.Errorf("%s: the whole body went to the decoder", body)
+		}
+	}
+	var g generateBody
+	body := `{"text": "p", "sampling_params": {"max_new_tokens": 16, "temperature": 0}, "stream": false, "rid": "r1"}`
+	if !decodeMembers([]byte(body), reflect.ValueOf(&g).Elem(), "text") {
+		t.Errorf("%s: the whole body went to the decoder", body)
 	}
 }
