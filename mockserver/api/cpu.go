@@ -46,9 +46,19 @@ func (s *cpuSlots) pace() {
 	}
 }
 
+// shortWork is the most bytes of text or body taken as short work, which
+// needs no slot: less than one piece of paced work (the tokenizer looks at
+// its pace and its context once every 64 KiB of text), done in microseconds.
+const shortWork = 64 << 10
+
 // tokenizePrompt is the engine's Tokenize in a CPU slot, paced every 64 KiB of
-// text and stopped when the client leaves.
+// text and stopped when the client leaves; a short text is tokenized as it
+// is, as the tokenizer would not look at its pace or context before its
+// end.
 func (s *Server) tokenizePrompt(ctx context.Context, r engine.Request) ([]int32, error) {
+	if r.InputIDs == nil && len(r.Text) < shortWork {
+		return s.eng.Tokenize(context.Background(), r)
+	}
 	s.cpu.take()
 	defer s.cpu.give()
 	return s.eng.Tokenize(tokenizer.WithPace(ctx, s.cpu.pace), r)

@@ -542,9 +542,14 @@ func (s *Server) readBody(c *exchange, v any) bool {
 	}
 	// The decoder copies what it keeps, so the buffer is free after this.
 	// A large body's decoding is long work (cpu.go).
-	s.cpu.take()
+	long := buf.Len() >= shortWork
+	if long {
+		s.cpu.take()
+	}
 	err := decodeBody(buf.Bytes(), v)
-	s.cpu.give()
+	if long {
+		s.cpu.give()
+	}
 	if err != nil {
 		writeValidationError(c, describeJSONError(err))
 		return false
