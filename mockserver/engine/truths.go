@@ -23,13 +23,17 @@ type truthStore struct {
 
 	mu    sync.Mutex
 	byRID map[string]*Truth
-	order []*Truth // oldest first; order[head:] are stored
+	order []*Truth // oldest first; order[head:] are stored, but replaced ones
 	head  int
 	bytes int64
+	// replaced are truths in order that a newer one with their rid
+	// replaced: nearly always none, so that the oldest is evicted
+	// without a look-up by rid to tell whether it is still stored.
+	replaced map[*Truth]bool
 }
 
 func newTruthStore(maxCount int, maxBytes int64) *truthStore {
-	return &truthStore{maxCount: maxCount, maxBytes: maxBytes, byRID: make(map[string]*Truth)}
+	return &truthStore{maxCount: maxCount, maxBytes: maxBytes, byRID: make(map[string]*Truth), replaced: make(map[*Truth]bool)}
 }
 
 // add stores t, which the store owns from now on, evicting the oldest
@@ -41,6 +45,7 @@ func (s *truthStore) add(t *Truth) {
 	if old, ok := s.byRID[t.RID]; ok {
 		// A rid used again after its request finished: the newer wins.
 		s.remove(old)
+		s.replaced[old] = true
 	}
 	if size > s.maxBytes {
 		return
@@ -58,10 +63,12 @@ func (s *truthStore) evictOldest() {
 		t := s.order[s.head]
 		s.order[s.head] = nil
 		s.head++
-		if s.byRID[t.RID] == t {
-			s.remove(t)
-			break
+		if s.replaced[t] {
+			delete(s.replaced, t)
+			continue
 		}
+		s.remove(t)
+		break
 	}
 	// Reclaim the evicted prefix once it is half the queue.
 	if s.head > len(s.order)/2 {
@@ -88,7 +95,7 @@ func (s *truthStore) all(keep func(*Truth) bool) []*Truth {
 	s.mu.Lock()
 	out := make([]*Truth, 0, len(s.byRID))
 	for _, t := range s.order[s.head:] {
-		if t != nil && s.byRID[t.RID] == t && keep(t) {
+		if t != nil && !s.replaced[t] && keep(t) {
 			out = append(out, t)
 		}
 	}

@@ -142,3 +142,39 @@ func TestTruthStoreBytes(t *testing.T) {
 		}
 	})
 }
+
+// TestTruthStoreRIDUsedAgain: a rid used again replaces its stored truth,
+// and eviction passes over the replaced one to the oldest still stored.
+func TestTruthStoreRIDUsedAgain(t *testing.T) {
+	s := newTruthStore(3, 1<<30)
+	truth := func(rid string, arrival time.Duration) *Truth { return &Truth{RID: rid, Arrival: arrival} }
+	oldB, newB := truth("b", 2), truth("b", 4)
+	for _, tr := range []*Truth{truth("a", 1), oldB, truth("c", 3), newB, truth("d", 5)} {
+		s.add(tr)
+	}
+	// Storing d evicted a, the oldest: the store holds c, b (the newer) and d.
+	rids := func() []string {
+		var out []string
+		for _, tr := range s.all(func(*Truth) bool { return true }) {
+			out = append(out, tr.RID)
+		}
+		return out
+	}
+	if got, want := rids(), []string{"c", "b", "d"}; !slices.Equal(got, want) {
+		t.Fatalf("after d: got %v, want %v", got, want)
+	}
+	if got, _ := s.get("b"); got != newB {
+		t.Fatalf("got b arriving at %v, want the newer (4ns)", got.Arrival)
+	}
+	// Storing e evicts c: the replaced b before it is passed over.
+	s.add(truth("e", 6))
+	if got, want := rids(), []string{"b", "d", "e"}; !slices.Equal(got, want) {
+		t.Fatalf("after e: got %v, want %v", got, want)
+	}
+	if n, bytes := s.usage(); n != 3 || bytes != newB.Bytes()+2*truth("d", 0).Bytes() {
+		t.Fatalf("got %d truths and %d bytes, want 3 and %d", n, bytes, newB.Bytes()+2*truth("d", 0).Bytes())
+	}
+	if len(s.replaced) != 0 {
+		t.Fatalf("got %d replaced truths still kept, want 0", len(s.replaced))
+	}
+}
