@@ -123,7 +123,9 @@ func (b *openAICommon) sampling() engine.Sampling {
 }
 
 // prepareOpenAI validates the shared fields and plans copies of each
-// prompt, prompt-major, each to generate maxNew(prompt) tokens.
+// prompt, prompt-major, each to generate maxNew(prompt) tokens. maxNew gets
+// the prompt in prompts itself, which it may change (chatBudget tokenizes
+// it to count it).
 func (s *Server) prepareOpenAI(ctx context.Context, b *openAICommon, prompts []engine.Request, maxNew func(*engine.Request) (int, error), lp logprobParams) (plan, error) {
 	copies, err := copiesOf(b.N)
 	if err != nil {
@@ -133,12 +135,13 @@ func (s *Server) prepareOpenAI(ctx context.Context, b *openAICommon, prompts []e
 		return plan{}, err
 	}
 	ns := s.openAINamespace(b.ExtraKey, b.LoraPath, b.CacheSalt)
-	p := plan{copies: copies, batch: len(prompts)*copies > 1}
-	for i, prompt := range prompts {
-		limit, err := maxNew(&prompt)
+	p := plan{copies: copies, batch: len(prompts)*copies > 1, items: make([]item, 0, len(prompts)*copies)}
+	for i := range prompts {
+		limit, err := maxNew(&prompts[i])
 		if err != nil {
 			return plan{}, err
 		}
+		prompt := prompts[i]
 		if lp.on && prompt.InputIDs == nil {
 			// The input logprobs are of its tokens.
 			if prompt.InputIDs, err = s.tokenizePrompt(ctx, prompt); err != nil {
