@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sglmock/sglmock/internal/gctune"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/kvevents"
@@ -278,7 +279,7 @@ func interrupts() (stop, kill context.Context) {
 // at once.
 func serve(stop, kill context.Context, o *serveOptions, logw io.Writer) error {
 	logger := slog.New(newSGLangHandler(logw, o.logLevel))
-	defer serveGC(o.bodyBudget+o.answerBudget+o.simTruthBytes, os.Getenv).apply()()
+	defer gctune.ForServer(o.bodyBudget+o.answerBudget+o.simTruthBytes, os.Getenv).Apply()()
 	ln := o.listener
 	if ln == nil {
 		var err error

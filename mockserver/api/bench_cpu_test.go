@@ -3,15 +3,21 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sglmock/sglmock/internal/cputime"
+	"github.com/sglmock/sglmock/internal/gctune"
 	"github.com/sglmock/sglmock/mockserver/api"
+	"github.com/sglmock/sglmock/mockserver/engine"
 )
 
 // discardStream is a ResponseWriter that flushes and keeps nothing but a
@@ -105,4 +111,112 @@ func BenchmarkChatTemplateKwargs(b *testing.B) {
 		large = chat(20000)
 	}
 	b.ReportMetric(large.Seconds()/small.Seconds(), "x-10-small")
+}
+
+// BenchmarkHandler64 measures the mock's own CPU time a request, without
+// the network: the three loads compared with llm-d-inference-sim
+// (docs/testing.md) from 64 goroutines on one core, through the handler
+// into a writer that keeps nothing, as sglmock serve's garbage collector
+// runs (gctune). Against the same requests' plain JSON round trip in the
+// same run (the body decoded into a map, the answer, or each of a stream's
+// events, decoded into one and encoded again): x-json is how many such
+// round trips a request costs. It reports
+// allocations too: each is a few per cent of a short request.
+func BenchmarkHandler64(b *testing.B) {
+	defer gctune.ForServer(api.DefaultBodyBudget+api.DefaultAnswerBudget+engine.DefaultTruthBytes, os.Getenv).Apply()()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	longPrompt := strings.TrimSpace(strings.Repeat(hundredWords+" ", 80))
+	for _, tc := range []struct {
+		name, prompt string
+		stream       bool
+	}{
+		{"completions/stream=false", hundredWords, false},
+		{"completions/stream=true", hundredWords, true},
+		{"completions-8k-words/stream=false", longPrompt, false},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := api.New(api.Config{Profile: constantPrefill(b, 0), SpinWindow: engine.DefaultSpinWindow})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			s.MarkReady()
+			h := s.Handler()
+			body := fmt.Sprintf(`{"model": "m", "prompt": %q, "max_tokens": 16, "stream": %v, "ignore_eos": true}`, tc.prompt, tc.stream)
+			serve := func() *discardStream {
+				req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				w := &discardStream{header: http.Header{}}
+				h.ServeHTTP(w, req)
+				return w
+			}
+			if w := serve(); w.bytes < 16 {
+				b.Fatalf("got a %d-byte answer", w.bytes)
+			}
+			sample := httptest.NewRecorder()
+			req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(sample, req)
+			// The answer's JSON values: the whole answer, or each event's.
+			var values [][]byte
+			for _, ev := range strings.Split(sample.Body.String(), "\n\n") {
+				if v, ok := strings.CutPrefix(ev, "data: "); ok && v != "[DONE]" {
+					values = append(values, []byte(v))
+				}
+			}
+			if !tc.stream {
+				values = [][]byte{sample.Body.Bytes()}
+			}
+			plain := func() {
+				var in map[string]any
+				if err := json.Unmarshal([]byte(body), &in); err != nil {
+					b.Fatal(err)
+				}
+				for _, v := range values {
+					var out map[string]any
+					if err := json.Unmarshal(v, &out); err != nil {
+						b.Fatal(err)
+					}
+					json.Marshal(out)
+				}
+			}
+			// 64 clients a round, and the mock's CPU a request against the
+			// plain round trip's, in alternating rounds.
+			const perRound = 640
+			var mockUs, plainUs []float64
+			var allocs uint64
+			for b.Loop() {
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				before := ms.Mallocs
+				cpu := cputime.Of(b)
+				jobs := make(chan struct{}, perRound)
+				for range perRound {
+					jobs <- struct{}{}
+				}
+				close(jobs)
+				var wg sync.WaitGroup
+				for range 64 {
+					wg.Go(func() {
+						for range jobs {
+							serve()
+						}
+					})
+				}
+				wg.Wait()
+				mockUs = append(mockUs, float64((cputime.Of(b)-cpu).Nanoseconds())/1e3/perRound)
+				runtime.ReadMemStats(&ms)
+				allocs = (ms.Mallocs - before) / perRound
+				cpu = cputime.Of(b)
+				for range perRound {
+					plain()
+				}
+				plainUs = append(plainUs, float64((cputime.Of(b)-cpu).Nanoseconds())/1e3/perRound)
+			}
+			m, p := median(mockUs), median(plainUs)
+			b.ReportMetric(m, "mock-cpu-µs/req")
+			b.ReportMetric(float64(allocs), "mock-allocs/req")
+			b.ReportMetric(m/p, "x-json")
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sglmock/sglmock/internal/cputime"
+	"github.com/sglmock/sglmock/internal/gctune"
 	"github.com/sglmock/sglmock/mockserver/api"
 	"github.com/sglmock/sglmock/mockserver/engine"
 	"github.com/sglmock/sglmock/mockserver/profile"
@@ -148,7 +150,9 @@ func load(b *testing.B, client *http.Client, url, body string, n int) float64 {
 // cache's match and insert, and reading the body dominate). The three
 // /v1/completions loads are the ones compared side by side with
 // llm-d-inference-sim (docs/testing.md); x-bare is the figure to watch.
+// The process collects garbage as sglmock serve's does (gctune).
 func BenchmarkThroughput64(b *testing.B) {
+	defer gctune.ForServer(api.DefaultBodyBudget+api.DefaultAnswerBudget+engine.DefaultTruthBytes, os.Getenv).Apply()()
 	if len(strings.Fields(hundredWords)) != 100 {
 		b.Fatalf("prompt has %d words", len(strings.Fields(hundredWords)))
 	}
