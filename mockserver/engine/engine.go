@@ -211,14 +211,14 @@ func New(cfg Config) (*Engine, error) {
 	if prof.HiCacheConfig() != nil && cfg.DisableRadixCache {
 		return nil, profile.ErrHiCacheWithoutRadixCache
 	}
-	onFinish := func(t *Truth) {
+	onFinish := func(t *Truth, generatedRID bool) {
 		e.ridsMu.Lock()
 		delete(e.rids, t.RID)
 		e.ridsMu.Unlock()
 		if cfg.OnFinish != nil {
 			cfg.OnFinish(t)
 		}
-		e.truths.add(t.compact())
+		e.truths.add(t.compact(), !generatedRID)
 	}
 	for r := range prof.Ranks() {
 		s := newScheduler(prof, cfg.Tokenizer, cfg.DisableRadixCache, rankLogger(cfg.Logger, prof, r), cfg.DecodeLogInterval, r)
@@ -399,7 +399,7 @@ func (e *Engine) SubmitAt(r Request, arrival time.Duration) (*Stream, error) {
 	rngKey := r.RID
 	if q.rid == "" {
 		id := uuid.New()
-		q.rid = hex.EncodeToString(id[:]) // SGLang's uuid4().hex
+		q.rid, q.generatedRID = hex.EncodeToString(id[:]), true // SGLang's uuid4().hex
 		rngKey = "#" + strconv.FormatUint(seq, 10)
 	}
 	q.ignoreEOS = r.IgnoreEOS

@@ -29,6 +29,10 @@ type req struct {
 	noMetrics bool       // kept out of Counters
 	rng       *rand.Rand // speculative acceptance draws, this request's alone
 
+	// generatedRID: the engine made the rid (a fresh uuid4), so no stored
+	// truth has it.
+	generatedRID bool
+
 	seq      uint64                   // arrival order
 	rank     int                      // the DP rank it runs on
 	node     *radixcache.Node[string] // the cache node it holds locked
@@ -135,7 +139,7 @@ type scheduler struct {
 	ratio       tokenRatio
 	policy      *schedPolicy
 	batchFull   bool // no prefill until a request finishes or is retracted
-	onFinish    func(*Truth)
+	onFinish    func(t *Truth, generatedRID bool)
 	counters    Counters
 	// Reused: one iteration is planned or in flight at a time.
 	prefillIt, decodeIt iteration
@@ -950,7 +954,7 @@ func (s *scheduler) finish(r *req, fin Finish, last []int32, at time.Duration) {
 		ev.Spec = &spec
 	}
 	if s.onFinish != nil {
-		s.onFinish(truth)
+		s.onFinish(truth, r.generatedRID)
 	}
 	r.stream.push(ev)
 }

@@ -38,14 +38,18 @@ func newTruthStore(maxCount int, maxBytes int64) *truthStore {
 
 // add stores t, which the store owns from now on, evicting the oldest
 // truths to make room. A truth larger than the whole store is not kept.
-func (s *truthStore) add(t *Truth) {
+// reusedRID says t's rid may be stored already (a client's rid: an
+// engine-made uuid is new, and is not looked up).
+func (s *truthStore) add(t *Truth, reusedRID bool) {
 	size := t.Bytes()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.byRID[t.RID]; ok {
-		// A rid used again after its request finished: the newer wins.
-		s.remove(old)
-		s.replaced[old] = true
+	if reusedRID {
+		if old, ok := s.byRID[t.RID]; ok {
+			// A rid used again after its request finished: the newer wins.
+			s.remove(old)
+			s.replaced[old] = true
+		}
 	}
 	if size > s.maxBytes {
 		return

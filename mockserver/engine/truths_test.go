@@ -150,7 +150,7 @@ func TestTruthStoreRIDUsedAgain(t *testing.T) {
 	truth := func(rid string, arrival time.Duration) *Truth { return &Truth{RID: rid, Arrival: arrival} }
 	oldB, newB := truth("b", 2), truth("b", 4)
 	for _, tr := range []*Truth{truth("a", 1), oldB, truth("c", 3), newB, truth("d", 5)} {
-		s.add(tr)
+		s.add(tr, true)
 	}
 	// Storing d evicted a, the oldest: the store holds c, b (the newer) and d.
 	rids := func() []string {
@@ -167,7 +167,7 @@ func TestTruthStoreRIDUsedAgain(t *testing.T) {
 		t.Fatalf("got b arriving at %v, want the newer (4ns)", got.Arrival)
 	}
 	// Storing e evicts c: the replaced b before it is passed over.
-	s.add(truth("e", 6))
+	s.add(truth("e", 6), true)
 	if got, want := rids(), []string{"b", "d", "e"}; !slices.Equal(got, want) {
 		t.Fatalf("after e: got %v, want %v", got, want)
 	}
@@ -177,4 +177,30 @@ func TestTruthStoreRIDUsedAgain(t *testing.T) {
 	if len(s.replaced) != 0 {
 		t.Fatalf("got %d replaced truths still kept, want 0", len(s.replaced))
 	}
+}
+
+// TestClientRIDUsedAgainReplacesItsTruth: a client's rid used again after
+// its request finished stores the newer truth in the older one's place,
+// beside truths of rids the engine made.
+func TestClientRIDUsedAgainReplacesItsTruth(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, Config{Profile: loadProfile(t, "default")})
+		defer e.Close()
+		run(t, e, Request{RID: "r", InputIDs: prompt(1, 100), MaxNewTokens: 2})
+		run(t, e, Request{InputIDs: prompt(2, 50), MaxNewTokens: 2})
+		run(t, e, Request{RID: "r", InputIDs: prompt(3, 30), MaxNewTokens: 2})
+		if got, ok := e.Truth("r"); !ok || got.PromptTokens != 30 {
+			t.Fatalf("rid r: got %+v, %v; want the second request's truth (30 prompt tokens)", got, ok)
+		}
+		var prompts []int
+		for _, tr := range e.Truths() {
+			prompts = append(prompts, tr.PromptTokens)
+		}
+		if want := []int{50, 30}; !slices.Equal(prompts, want) {
+			t.Fatalf("stored truths' prompt tokens: got %v, want %v", prompts, want)
+		}
+		if n, _ := e.TruthUsage(); n != 2 {
+			t.Fatalf("got %d truths, want 2", n)
+		}
+	})
 }
