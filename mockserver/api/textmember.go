@@ -86,7 +86,7 @@ func decodeAroundText(body []byte, m textMember) bool {
 // where the body must go to the decoder whole.
 func decodeMembers(body []byte, v reflect.Value, skip string) bool {
 	fields := bodyFields(v.Type())
-	var seen uint64 // the fields set, by their place in fields.byIndex
+	var seen uint64 // the fields set, a bit for each (bodyField.n)
 	return walkMembers(body, func(key []byte, start, end int) bool {
 		value := body[start:end]
 		if string(key) == skip {
@@ -201,15 +201,16 @@ var bodyFieldSets sync.Map // reflect.Type -> *fieldSet
 // bodyFields returns the fields of the struct type t by the key that names
 // each: its json tag's name, found in t and the structs t embeds, as
 // encoding/json finds them for the body types (which have one field a
-// name, at most 64, all tagged; a name found twice is left out, so its
-// key sends the body to the decoder).
+// name, all tagged). A name found twice, reached through an embedded
+// pointer or past the 64th field (seen's bits) is left out (kept in
+// lower), so its key sends the body to the decoder.
 func bodyFields(t reflect.Type) *fieldSet {
 	if fs, ok := bodyFieldSets.Load(t); ok {
 		return fs.(*fieldSet)
 	}
 	fs := &fieldSet{byName: map[string]bodyField{}, lower: map[string]bool{}}
-	twice := map[string]bool{}
-	for _, f := range reflect.VisibleFields(t) {
+	leftOut := map[string]bool{}
+	for n, f := range reflect.VisibleFields(t) {
 		tag, ok := f.Tag.Lookup("json")
 		if !ok || !f.IsExported() || f.Anonymous {
 			continue
@@ -218,20 +219,30 @@ func bodyFields(t reflect.Type) *fieldSet {
 		if name == "-" || name == "" {
 			continue
 		}
-		if _, dup := fs.byName[name]; dup {
-			twice[name] = true
-		}
-		fs.byName[name] = bodyField{index: f.Index, n: len(fs.byName)}
 		fs.lower[strings.ToLower(name)] = true
+		if _, dup := fs.byName[name]; dup || n >= 64 || throughPointer(t, f.Index) {
+			leftOut[name] = true
+		}
+		fs.byName[name] = bodyField{index: f.Index, n: n}
 	}
-	for name := range twice {
+	for name := range leftOut {
 		delete(fs.byName, name)
-	}
-	if len(fs.byName) > 64 {
-		panic("api: a body type with more than 64 fields")
 	}
 	bodyFieldSets.Store(t, fs)
 	return fs
+}
+
+// throughPointer reports whether the field at index in t lies in a struct
+// embedded by pointer, which may be nil.
+func throughPointer(t reflect.Type, index []int) bool {
+	for _, i := range index[:len(index)-1] {
+		f := t.Field(i)
+		if f.Type.Kind() == reflect.Pointer {
+			return true
+		}
+		t = f.Type
+	}
+	return false
 }
 
 // memberValue finds the value of the top-level member key of the JSON

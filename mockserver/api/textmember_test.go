@@ -197,3 +197,35 @@ func TestDecodeMembersTakesCommonBodies(t *testing.T) {
 		t.Errorf("%s: the whole body went to the decoder", body)
 	}
 }
+
+// TestBodyFieldsLeaveOutWhatTheyCannotSet: a name found twice or reached
+// through an embedded pointer is not decoded member by member, so its key
+// sends the body to the decoder.
+func TestBodyFieldsLeaveOutWhatTheyCannotSet(t *testing.T) {
+	type inner struct {
+		B string `json:"b"`
+		C string `json:"c"`
+	}
+	type other struct {
+		D string `json:"d"`
+	}
+	type body struct {
+		A string `json:"a"`
+		X string `json:"c"` // inner's C has this name too
+		inner
+		*other
+	}
+	fs := bodyFields(reflect.TypeFor[body]())
+	for name, want := range map[string]bool{"a": true, "b": true, "c": false, "d": false} {
+		if _, got := fs.byName[name]; got != want {
+			t.Errorf("%q: got decoded member by member %v, want %v", name, got, want)
+		}
+		if !fs.folded([]byte(strings.ToUpper(name))) {
+			t.Errorf("%q in upper case: not seen as naming a field", name)
+		}
+	}
+	var b body
+	if decodeMembers([]byte(`{"d": "x"}`), reflect.ValueOf(&b).Elem(), "") {
+		t.Error(`{"d": "x"}: decoded member by member through a nil pointer`)
+	}
+}
