@@ -126,6 +126,10 @@ type hiCache struct {
 	storeErr   error            // the last storage I/O error, logged once
 	recorder   *storageRecorder // nil for a backend without storage metrics
 
+	// ioChanged: a prefetch joined io, left it or stopped since
+	// ioSchedule last worked out the starts, which only that moves.
+	ioChanged bool
+
 	// sharers are the ranks whose backups write to store, this one
 	// included.
 	sharers []*scheduler
@@ -448,6 +452,7 @@ func (s *scheduler) startPrefetch(r *req, at time.Duration) {
 	hc.occupied += op.tokens
 	hc.prefetches[r] = op
 	hc.io = append(hc.io, op)
+	hc.ioChanged = true
 }
 
 // ioSchedule works out when each prefetch on the I/O thread starts: when
@@ -455,11 +460,15 @@ func (s *scheduler) startPrefetch(r *req, at time.Duration) {
 // termination, always at the scheduler's time, shortens a prefetch that has
 // not ended yet, so only the starts still ahead can move.
 func (hc *hiCache) ioSchedule() {
+	if !hc.ioChanged {
+		return // every waiting request asks each pass: once per change
+	}
 	free := hc.ioFree
 	for _, op := range hc.io {
 		op.ioStart = max(op.issued, free)
 		free = op.stop(hc)
 	}
+	hc.ioChanged = false
 }
 
 // ioRetire drops from the I/O thread's list the prefetches at its head that
@@ -473,6 +482,7 @@ func (hc *hiCache) ioRetire(t time.Duration) {
 		op.logBatches(hc, t)
 		hc.ioFree = op.stop(hc)
 		hc.io = hc.io[1:]
+		hc.ioChanged = true
 	}
 }
 
@@ -567,6 +577,7 @@ func (s *scheduler) endPrefetch(op *prefetchOp, insert bool) {
 		elapsed := max(s.now-op.ioStart, 0)
 		op.stopAt = op.ioStart + min((elapsed+unit-1)/unit*unit, time.Duration(op.pages)*hc.perRead)
 		op.stopped = true
+		hc.ioChanged = true
 	}
 	r := op.r
 	rec := &PrefetchRecord{Issued: op.issued, Ended: s.now, Pages: op.pages, Fetched: fetched, Terminated: fetched < op.pages}
@@ -693,6 +704,7 @@ func (s *scheduler) resetHiCache() {
 		// The batches read by now are the backend's to report.
 		hc.logStorageIO(s.now)
 		hc.writes, hc.backups, hc.io = nil, nil, nil
+		hc.ioChanged = true
 		clear(hc.prefetches)
 		hc.occupied, hc.block = 0, 0
 	}
