@@ -233,7 +233,7 @@ var wholeAnswers = sync.Pool{New: newWholeAnswer}
 
 // answerBytesEstimate is about what an output's answer takes encoded: its
 // text, its ids, its logprob entries and a meta_info. An answer whose
-// outputs together take less than answerChunk is marshalled whole.
+// outputs together take less than answerChunk is encoded whole.
 func (o *output) answerBytesEstimate() int64 {
 	n := int64(len(o.text) + 8*len(o.ids) + 1024)
 	if lp := o.item.logprobs; lp.on {
@@ -243,7 +243,7 @@ func (o *output) answerBytesEstimate() int64 {
 	return n
 }
 
-// short reports whether the outputs' answer is short enough to marshal
+// short reports whether the outputs' answer is short enough to encode
 // whole.
 func short(outs []*output) bool {
 	var n int64
