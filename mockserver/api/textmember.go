@@ -13,9 +13,10 @@ import (
 // of a body twice, once to validate it and once to decode it, with a call
 // per byte, and the prompt's bytes are most of that work. A body whose
 // prompt is a plain string (plainString) is decoded without them instead:
-// the body's top-level members are walked with bytes.IndexByte, the
-// prompt's value is taken as it is, and the rest of the body, with null
-// in the prompt's place, goes to the decoder. Anything the walk does not
+// the body's top-level members are walked once with bytes.IndexByte, the
+// prompt's value is taken as it is, and the other members are decoded one
+// at a time (below) or, failing that, the rest of the body, with null in
+// the prompt's place, goes to the decoder. Anything the walk does not
 // expect (an escaped or non-ASCII key, the key twice in any case, a
 // prompt that is not a plain string, bad JSON) decodes the whole body as
 // before, so the result and every error are the decoder's.
@@ -49,15 +50,13 @@ func decodeBody(body []byte, v any) error {
 // the decoder.
 func decodeAroundText(body []byte, m textMember) bool {
 	key, raw, plain := m.textMember()
-	start, end, ok := memberValue(body, key)
-	if !ok {
-		return false
-	}
-	if !isPlainString(body[start:end]) {
-		return false
-	}
 	v := reflect.ValueOf(m).Elem()
-	if !decodeMembers(body, v, key) {
+	start, end, whole, ok := decodeMembers(body, v, key)
+	if !ok || !isPlainString(body[start:end]) {
+		v.SetZero()
+		return false
+	}
+	if !whole {
 		v.SetZero()
 		rest := make([]byte, 0, len(body)-(end-start)+len("null"))
 		rest = append(append(append(rest, body[:start]...), "null"...), body[end:]...)
@@ -77,33 +76,51 @@ func decodeAroundText(body []byte, m textMember) bool {
 // reads exactly (a plain string, true or false, a literal handed to the
 // field type's UnmarshalJSON) itself, and gives any other value to the
 // decoder alone; where a key could name a field in a way it does not
-// follow (another case, twice), or anything fails, the whole body goes to
-// the decoder, so the result and every error are still the decoder's
-// (TestDecodeBodyIsUnmarshal, FuzzDecodeBody).
+// follow (another case, twice), or anything fails, the rest of the body
+// goes to the decoder, so the result and every error are still the
+// decoder's (TestDecodeBodyIsUnmarshal, FuzzDecodeBody). The same walk
+// finds the text member, so a long prompt is scanned once.
 
-// decodeMembers decodes the top-level members of the object body into the
-// struct v, but for the member skip. It reports false, with v partly set,
-// where the body must go to the decoder whole.
-func decodeMembers(body []byte, v reflect.Value, skip string) bool {
+// decodeMembers walks the top-level members of the object body once. It
+// finds the member key, body[start:end], and decodes the others into the
+// struct v. ok is false where body is not an object the walk reads
+// (walkMembers), or where key is not there or is there twice in any case
+// (encoding/json matches keys without case; the last wins). whole is false,
+// with v partly set, where the other members must go to the decoder.
+func decodeMembers(body []byte, v reflect.Value, key string) (start, end int, whole, ok bool) {
 	fields := bodyFields(v.Type())
 	var seen uint64 // the fields set, a bit for each (bodyField.n)
-	return walkMembers(body, func(key []byte, start, end int) bool {
-		value := body[start:end]
-		if string(key) == skip {
+	found := false
+	whole = true
+	ok = walkMembers(body, func(k []byte, valueStart, valueEnd int) bool {
+		if bytes.EqualFold(k, []byte(key)) {
+			if found || string(k) != key {
+				return false
+			}
+			found, start, end = true, valueStart, valueEnd
 			return true
 		}
-		f, ok := fields.byName[string(key)]
-		if !ok {
-			// encoding/json ignores a key that names no field in any case,
-			// but still checks its value.
-			return !fields.folded(key) && json.Valid(value)
+		if whole {
+			whole = decodeOther(v, fields, &seen, k, body[valueStart:valueEnd])
 		}
-		if seen&(1<<f.n) != 0 {
-			return false // the same key twice: the decoder keeps the last
-		}
-		seen |= 1 << f.n
-		return decodeMember(v.FieldByIndex(f.index), value)
+		return true
 	})
+	return start, end, whole, ok && found
+}
+
+// decodeOther decodes the member key: value into v, or reports false.
+func decodeOther(v reflect.Value, fields *fieldSet, seen *uint64, key, value []byte) bool {
+	f, ok := fields.byName[string(key)]
+	if !ok {
+		// encoding/json ignores a key that names no field in any case,
+		// but still checks its value.
+		return !fields.folded(key) && json.Valid(value)
+	}
+	if *seen&(1<<f.n) != 0 {
+		return false // the same key twice: the decoder keeps the last
+	}
+	*seen |= 1 << f.n
+	return decodeMember(v.FieldByIndex(f.index), value)
 }
 
 // decodeMember sets field from its raw value as encoding/json would, or
@@ -243,25 +260,6 @@ func throughPointer(t reflect.Type, index []int) bool {
 		t = f.Type
 	}
 	return false
-}
-
-// memberValue finds the value of the top-level member key of the JSON
-// object body: body[start:end]. It reports false where body is not an
-// object the walk reads (walkMembers), or where key is there twice in any
-// case (encoding/json matches keys without case; the last wins).
-func memberValue(body []byte, key string) (start, end int, ok bool) {
-	found := false
-	ok = walkMembers(body, func(k []byte, valueStart, valueEnd int) bool {
-		if !bytes.EqualFold(k, []byte(key)) {
-			return true
-		}
-		if found || string(k) != key {
-			return false
-		}
-		found, start, end = true, valueStart, valueEnd
-		return true
-	})
-	return start, end, ok && found
 }
 
 // walkMembers calls member with each top-level member of the JSON object

@@ -8,6 +8,8 @@ import (
 	"time"
 )
 
+// TestMemberValue: the walk finds the text member's raw value, or declines
+// the body.
 func TestMemberValue(t *testing.T) {
 	tests := []struct {
 		body  string
@@ -40,13 +42,14 @@ func TestMemberValue(t *testing.T) {
 		{``, ""},
 	}
 	for _, tt := range tests {
-		start, end, ok := memberValue([]byte(tt.body), "prompt")
+		var b completionBody
+		start, end, _, ok := decodeMembers([]byte(tt.body), reflect.ValueOf(&b).Elem(), "prompt")
 		got := ""
 		if ok {
 			got = tt.body[start:end]
 		}
 		if got != tt.value {
-			t.Errorf("memberValue(%q): got %q, want %q", tt.body, got, tt.value)
+			t.Errorf("decodeMembers(%q) found %q, want %q", tt.body, got, tt.value)
 		}
 	}
 }
@@ -187,13 +190,13 @@ func TestDecodeMembersTakesCommonBodies(t *testing.T) {
 		`{"model": "m", "prompt": "p", "max_tokens": 16, "best_of": 1, "logprobs": null, "top_p": 1}`,
 	} {
 		var b completionBody
-		if !decodeMembers([]byte(body), reflect.ValueOf(&b).Elem(), "prompt") {
+		if _, _, whole, ok := decodeMembers([]byte(body), reflect.ValueOf(&b).Elem(), "prompt"); !ok || !whole {
 			t.Errorf("%s: the whole body went to the decoder", body)
 		}
 	}
 	var g generateBody
 	body := `{"text": "p", "sampling_params": {"max_new_tokens": 16, "temperature": 0}, "stream": false, "rid": "r1"}`
-	if !decodeMembers([]byte(body), reflect.ValueOf(&g).Elem(), "text") {
+	if _, _, whole, ok := decodeMembers([]byte(body), reflect.ValueOf(&g).Elem(), "text"); !ok || !whole {
 		t.Errorf("%s: the whole body went to the decoder", body)
 	}
 }
@@ -225,7 +228,7 @@ func TestBodyFieldsLeaveOutWhatTheyCannotSet(t *testing.T) {
 		}
 	}
 	var b body
-	if decodeMembers([]byte(`{"d": "x"}`), reflect.ValueOf(&b).Elem(), "") {
+	if _, _, whole, ok := decodeMembers([]byte(`{"t": "p", "d": "x"}`), reflect.ValueOf(&b).Elem(), "t"); !ok || whole {
 		t.Error(`{"d": "x"}: decoded member by member through a nil pointer`)
 	}
 }
